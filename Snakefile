@@ -1,0 +1,24 @@
+# resrepro: every table and figure of four papers on residual connections, end to end.
+#   snakemake --cores N                                   # mini scale (default), report/mini/index.html
+#   snakemake --cores N --configfile config/paper.yaml    # paper scale
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+configfile: "config/mini.yaml"
+
+
+validate(config, "workflow/schemas/config.schema.yaml")
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    input:
+        report_target(),

@@ -1,0 +1,112 @@
+"""All runs -> tidy tables with pandas: one row per run, per table row, and per epoch.
+
+- runs.csv: one line per run (cell x seed): status (ok | diverged | missing), final and best test
+  error, parameters, wall time, device, git commit.
+- rows.csv: one line per paper-table row: the paper's value, the reproduced mean, std, n and
+  per-seed values, the delta to the paper, and the verdict on the paper's claim against the row's
+  baseline (analysis/stats.py).
+- curves.csv: the training logs of all runs, for learning curves.
+Diverged runs count as diverged, never as a number: they are left out of the mean and listed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from ..experiments import METRICS, load_tables
+from . import stats
+
+RUN_COLUMNS = ["run", "task", "dataset", "arch", "variant_id", "seed", "status", "final_test_error", "best_test_error", "best_epoch",
+               "epochs_completed", "diverged_step", "parameters", "wall_time_s", "device", "git_commit"]
+
+
+def read_run(results_dir: Path, run: str) -> dict:
+    task, dataset, arch, variant_id, seed = run.split("/")
+    out = {"run": run, "task": task, "dataset": dataset, "arch": arch, "variant_id": variant_id, "seed": int(seed.removeprefix("seed"))}
+    path = results_dir / run / "metrics.json"
+    if not path.exists():
+        return {**out, "status": "missing"}
+    m = json.loads(path.read_text())
+    out.update(
+        status="diverged" if m["diverged"] else "ok",
+        epochs_completed=m["epochs_completed"],
+        parameters=m.get("parameters"),
+        wall_time_s=m["wall_time_s"],
+        device=m["provenance"]["device"],
+        git_commit=m["provenance"]["git_commit"],
+    )
+    if m["diverged"]:
+        out["diverged_step"] = m["diverged_at"]["step"]
+    else:
+        out.update(final_test_error=m["final"]["test_error"], best_test_error=m["best"]["test_error"], best_epoch=m["best"]["epoch"])
+    return out
+
+
+def metric_values(runs: pd.DataFrame, run_ids: list[str], metric: str, epoch_basis: str) -> tuple[list[float], list]:
+    """(finished values, per-seed display list with "diverged"/"missing" in place of numbers)."""
+    values, shown = [], []
+    for run_id in run_ids:
+        r = runs.loc[run_id]
+        if r["status"] != "ok":
+            shown.append(r["status"])
+            continue
+        error = r[f"{epoch_basis}_test_error"]
+        v = 100.0 - error if metric == "test_accuracy" else error
+        values.append(float(v))
+        shown.append(round(float(v), 2))
+    return values, shown
+
+
+def aggregate(plan_rows: list[dict], results_dir: str | Path, tables_dir: str | Path, epoch_basis: str = "final") -> dict[str, pd.DataFrame]:
+    results_dir = Path(results_dir)
+    tables = load_tables(tables_dir)
+    run_ids = list(dict.fromkeys(r for row in plan_rows for r in row["runs"]))
+    runs = pd.DataFrame([read_run(results_dir, r) for r in run_ids]).reindex(columns=RUN_COLUMNS).set_index("run", drop=False)
+
+    by_label = {(row["table"], row["label"]): row for row in plan_rows}
+    out_rows = []
+    for plan_row in plan_rows:
+        table = tables[plan_row["table"]]
+        spec = table["rows"][plan_row["row"]]
+        metric = table["metric"]
+        higher = METRICS[metric]
+        values, shown = metric_values(runs, plan_row["runs"], metric, epoch_basis)
+        first = runs.loc[plan_row["runs"][0]] if plan_row["runs"] else None
+        line = {
+            "table": plan_row["table"], "row": plan_row["row"], "label": plan_row["label"], "formula": spec.get("formula", ""),
+            "paper_dataset": spec["dataset"], "paper_depth": spec["depth"],
+            "dataset": None if first is None else first["dataset"], "arch": None if first is None else first["arch"],
+            "variant_id": None if first is None else first["variant_id"],
+            "metric": metric, "higher_is_better": higher, "epoch_basis": epoch_basis, "paper": spec["paper"],
+            "n": len(values), "n_runs": len(plan_row["runs"]),
+            "n_diverged": shown.count("diverged"), "n_missing": shown.count("missing"),
+            "mean": pd.Series(values).mean() if values else None,
+            "std": pd.Series(values).std(ddof=1) if len(values) > 1 else None,
+            "values": json.dumps(shown), "baseline": plan_row["baseline"],
+        }
+        line["delta"] = None if line["mean"] is None else line["mean"] - spec["paper"]
+        baseline = by_label.get((plan_row["table"], plan_row["baseline"]))
+        if baseline is None or baseline is plan_row:
+            line.update(verdict="baseline" if baseline is plan_row else "", reason="")
+        else:
+            base_spec = table["rows"][baseline["row"]]
+            base_values, _ = metric_values(runs, baseline["runs"], metric, epoch_basis)
+            v = stats.compare(values, base_values, spec["paper"], base_spec["paper"], higher)
+            line.update(verdict=v.verdict, p_value=v.p_value, difference=v.difference, resolvable=v.resolvable, reason=v.reason)
+        out_rows.append(line)
+
+    curves = []
+    for run_id in run_ids:
+        log = results_dir / run_id / "train_log.csv"
+        if log.exists() and log.stat().st_size:
+            frame = pd.read_csv(log)
+            frame.insert(0, "run", run_id)
+            curves.append(frame)
+    return {
+        "runs": runs.reset_index(drop=True),
+        "rows": pd.DataFrame(out_rows),
+        "curves": pd.concat(curves, ignore_index=True) if curves else pd.DataFrame(columns=["run", "epoch"]),
+    }

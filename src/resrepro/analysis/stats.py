@@ -1,0 +1,61 @@
+"""Does the reproduction support the paper's claim for a row? A two-sided Welch t-test over seeds.
+
+The paper's claim for a row is the direction of its difference to the baseline row ("better" or
+"worse" in the table's metric). The verdict:
+- "supported": the reproduced difference has the paper's direction and p < alpha;
+- "contradicted": the opposite direction and p < alpha;
+- "inconclusive": otherwise, including fewer than two finished seeds on either side.
+With the verdict goes the smallest difference that these seeds could resolve (two-sided test at
+alpha with 80% power, from the observed spreads), so "inconclusive" says how much was resolvable.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+ALPHA = 0.05
+POWER = 0.8
+
+
+@dataclass
+class Verdict:
+    verdict: str
+    p_value: float | None
+    difference: float | None  # reproduced mean(row) - mean(baseline)
+    resolvable: float | None  # smallest |difference| resolvable with these seeds
+    reason: str
+
+
+def compare(row: list[float], baseline: list[float], paper_row: float, paper_baseline: float, higher_is_better: bool) -> Verdict:
+    paper_diff = paper_row - paper_baseline
+    if paper_diff == 0:
+        return Verdict("no claim", None, None, None, "the paper reports the same value as its baseline")
+    if len(row) < 2 or len(baseline) < 2:
+        return Verdict("inconclusive", None, _diff(row, baseline), None, "needs at least 2 finished seeds on each side")
+    a, b = np.asarray(row, float), np.asarray(baseline, float)
+    diff = float(a.mean() - b.mean())
+    se = math.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b))
+    if se == 0:  # identical runs on both sides (e.g. a deterministic tie): nothing to test
+        p = 1.0 if diff == 0 else 0.0
+        df = len(a) + len(b) - 2
+    else:
+        res = stats.ttest_ind(a, b, equal_var=False)
+        p = float(res.pvalue)
+        df = (se**4) / ((a.var(ddof=1) / len(a)) ** 2 / (len(a) - 1) + (b.var(ddof=1) / len(b)) ** 2 / (len(b) - 1))
+    resolvable = (stats.t.ppf(1 - ALPHA / 2, df) + stats.t.ppf(POWER, df)) * se
+    direction = "better" if (paper_diff > 0) == higher_is_better else "worse"
+    if p < ALPHA and (diff > 0) == (paper_diff > 0):
+        return Verdict("supported", p, diff, resolvable, f"the paper reports {direction}; reproduced the same direction")
+    if p < ALPHA:
+        return Verdict("contradicted", p, diff, resolvable, f"the paper reports {direction}; reproduced the opposite")
+    return Verdict("inconclusive", p, diff, resolvable, f"the paper reports {direction}; difference not significant at {ALPHA}")
+
+
+def _diff(row, baseline) -> float | None:
+    if not row or not baseline:
+        return None
+    return float(np.mean(row) - np.mean(baseline))

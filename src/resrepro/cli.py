@@ -1,0 +1,109 @@
+"""`resrepro <command>`: the one command each Snakemake rule calls. Thin: parse, call the package."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def cmd_download(a) -> None:
+    from .data import cifar, download
+
+    source = cifar.SOURCES[a.dataset]
+    download.fetch(a.url or source["url"], a.out, source["md5"])
+
+
+def cmd_prepare(a) -> None:
+    if a.dataset == "digits":
+        from .data.digits import prepare_digits
+
+        prepare_digits(a.out)
+    else:
+        from .data.cifar import prepare_cifar
+
+        if not a.archive:
+            sys.exit(f"prepare {a.dataset}: --archive is required")
+        prepare_cifar(a.archive, a.dataset, a.out)
+
+
+def cmd_train(a) -> None:
+    import torch
+
+    from .train.classification import train
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    spec = json.loads(a.spec)
+    metrics = train(spec, a.data, a.out_dir, device=a.device, progress=not a.no_progress)
+    status = "diverged" if metrics["diverged"] else f"final test error {metrics['final']['test_error']:.2f}%"
+    print(f"{a.out_dir}: {status} after {metrics['epochs_completed']} epochs", file=sys.stderr)
+
+
+def cmd_aggregate(a) -> None:
+    from . import files
+    from .analysis.aggregate import aggregate
+
+    plan = json.loads(a.plan)
+    out = Path(a.out_dir)
+    frames = aggregate(plan, a.results_dir, a.tables_dir, a.epoch)
+    for name, frame in frames.items():
+        files.write_text(out / f"{name}.csv", frame.to_csv(index=False))
+    files.write_json(out / "plan.json", plan)
+
+
+def cmd_report(a) -> None:
+    from .report.render import render
+
+    render(a.aggregate_dir, a.tables_dir, a.template, a.out, a.scale, json.loads(a.recipe))
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="resrepro", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("download", help="download a dataset archive, verified by md5")
+    s.add_argument("dataset", choices=["cifar10", "cifar100"])
+    s.add_argument("--out", required=True)
+    s.add_argument("--url", help="a mirror URL instead of the official one")
+    s.set_defaults(run=cmd_download)
+
+    s = sub.add_parser("prepare", help="turn a dataset into the prepared .pt format")
+    s.add_argument("dataset", choices=["cifar10", "cifar100", "digits"])
+    s.add_argument("--archive", help="the downloaded archive (CIFAR)")
+    s.add_argument("--out", required=True)
+    s.set_defaults(run=cmd_prepare)
+
+    s = sub.add_parser("train", help="train (or resume) one run")
+    s.add_argument("--spec", required=True, help="the run's spec as JSON (experiments.train_spec)")
+    s.add_argument("--data", required=True, help="prepared dataset (.pt)")
+    s.add_argument("--out-dir", required=True)
+    s.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:1, ...")
+    s.add_argument("--threads", type=int, default=0, help="CPU threads for torch (0: torch's default)")
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(run=cmd_train)
+
+    s = sub.add_parser("aggregate", help="all runs -> runs.csv, rows.csv, curves.csv")
+    s.add_argument("--plan", required=True, help="JSON list of table rows and their runs")
+    s.add_argument("--results-dir", required=True)
+    s.add_argument("--tables-dir", required=True)
+    s.add_argument("--epoch", choices=["final", "best"], default="final")
+    s.add_argument("--out-dir", required=True)
+    s.set_defaults(run=cmd_aggregate)
+
+    s = sub.add_parser("report", help="render the HTML report")
+    s.add_argument("--aggregate-dir", required=True)
+    s.add_argument("--tables-dir", required=True)
+    s.add_argument("--template", required=True)
+    s.add_argument("--scale", required=True)
+    s.add_argument("--recipe", default="{}", help="JSON: the scale's recipe, shown in the report")
+    s.add_argument("--out", required=True)
+    s.set_defaults(run=cmd_report)
+
+    a = p.parse_args(argv)
+    a.run(a)
+
+
+if __name__ == "__main__":
+    main()

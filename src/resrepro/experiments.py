@@ -1,0 +1,165 @@
+"""Experiments as data: the papers' tables (config/tables/*.yaml) x a scale profile -> the runs.
+
+A table row names a cell as the paper describes it (dataset, depth, variant, args); the scale
+profile maps the paper's dataset and depth to what that scale runs. One run is one cell and one
+seed; rows that name the same cell share its runs. Everything here is checked when Snakemake
+parses the workflow, so a bad config fails before any job starts, naming the key.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from . import residual
+from .residual import ConfigError
+
+TASKS = ("classification",)
+METRICS = {"test_error": False, "test_accuracy": True}  # metric -> higher is better
+ROW_KEYS = {"label", "formula", "dataset", "depth", "variant", "args", "paper", "baseline"}
+TABLE_KEYS = {"paper", "caption", "source", "task", "metric", "baseline", "rows"}
+
+
+def load_tables(tables_dir: str | Path) -> dict[str, dict]:
+    """All tables of all papers, by id, in file order; each checked for shape and variants."""
+    tables: dict[str, dict] = {}
+    files = sorted(Path(tables_dir).glob("*.yaml"))
+    if not files:
+        raise ConfigError(f"tables_dir: no *.yaml tables in {tables_dir!s}")
+    for path in files:
+        for table_id, table in (yaml.safe_load(path.read_text()) or {}).items():
+            if table_id in tables:
+                raise ConfigError(f"{path}: table {table_id!r} is defined twice")
+            tables[table_id] = _check_table(table_id, table, path)
+    return tables
+
+
+def _check_table(table_id: str, table: dict, path: Path) -> dict:
+    where = f"{path}: {table_id}"
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: a table must be a mapping with keys {sorted(TABLE_KEYS)}")
+    for key in ("paper", "caption", "task", "metric", "rows"):
+        if key not in table:
+            raise ConfigError(f"{where}: missing key {key!r}")
+    if unknown := set(table) - TABLE_KEYS:
+        raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r}; allowed: {sorted(TABLE_KEYS)}")
+    if table["task"] not in TASKS:
+        raise ConfigError(f"{where}: task={table['task']!r} unknown; allowed: {', '.join(TASKS)}")
+    if table["metric"] not in METRICS:
+        raise ConfigError(f"{where}: metric={table['metric']!r} unknown; allowed: {', '.join(METRICS)}")
+    labels = [row.get("label") for row in table["rows"]]
+    for i, row in enumerate(table["rows"]):
+        rwhere = f"{where}.rows[{i}]"
+        for key in ("label", "dataset", "depth", "variant", "paper"):
+            if key not in row:
+                raise ConfigError(f"{rwhere}: missing key {key!r}")
+        if unknown := set(row) - ROW_KEYS:
+            raise ConfigError(f"{rwhere}: unknown key {sorted(unknown)[0]!r}; allowed: {sorted(ROW_KEYS)}")
+        residual.validate(row["variant"], row.get("args"), where=f"{rwhere}.args")
+        baseline = row.get("baseline", table.get("baseline"))
+        if baseline is not None and baseline not in labels:
+            raise ConfigError(f"{rwhere}: baseline {baseline!r} is not a row label; rows: {labels}")
+    return table
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training job: a cell at this scale and a seed."""
+
+    task: str
+    dataset: str  # the dataset this scale runs (e.g. digits for the paper's cifar10 at mini)
+    depth: int
+    variant: str
+    args_json: str  # the variant's full args, JSON with sorted keys (hashable, deterministic)
+    seed: int
+
+    @property
+    def arch(self) -> str:
+        return f"preact_resnet{self.depth}"
+
+    @property
+    def variant_id(self) -> str:
+        return residual.variant_id(self.variant, json.loads(self.args_json))
+
+    @property
+    def path(self) -> str:
+        """Relative to results/<scale>/: the stable layout people script against."""
+        return f"{self.task}/{self.dataset}/{self.arch}/{self.variant_id}/seed{self.seed}"
+
+
+@dataclass
+class Plan:
+    scale: str
+    tables: dict[str, dict]  # the selected tables, by id
+    runs: dict[str, Run] = field(default_factory=dict)  # by Run.path
+    rows: list[dict] = field(default_factory=list)  # one per table row: which runs it averages
+
+    def datasets(self) -> list[str]:
+        return sorted({r.dataset for r in self.runs.values()})
+
+
+def seeds_for(config: dict, table_id: str) -> list[int]:
+    n = config.get("table_seeds", {}).get(table_id, config["seeds"])
+    return list(range(n))
+
+
+def make_plan(config: dict) -> Plan:
+    all_tables = load_tables(config["tables_dir"])
+    selected = list(all_tables) if config["tables"] == "all" else config["tables"]
+    for table_id in selected:
+        if table_id not in all_tables:
+            raise ConfigError(f"tables: unknown table {table_id!r}; allowed: all, {', '.join(all_tables)}")
+    for table_id in config.get("table_seeds", {}):
+        if table_id not in all_tables:
+            raise ConfigError(f"table_seeds: unknown table {table_id!r}; allowed: {', '.join(all_tables)}")
+    plan = Plan(config["scale"], {t: all_tables[t] for t in selected})
+    for table_id, table in plan.tables.items():
+        task_cfg = config[table["task"]]
+        for i, row in enumerate(table["rows"]):
+            where = f"{table_id}.rows[{i}]"
+            dataset = _lookup(task_cfg["datasets"], row["dataset"], f"{table['task']}.datasets", where)
+            depth = _lookup(task_cfg["depths"], row["depth"], f"{table['task']}.depths", where)
+            args = residual.validate(row["variant"], row.get("args"), where=where)
+            runs = [
+                Run(table["task"], dataset, int(depth), row["variant"], json.dumps(args, sort_keys=True), seed)
+                for seed in seeds_for(config, table_id)
+            ]
+            for run in runs:
+                plan.runs[run.path] = run
+            plan.rows.append(
+                {
+                    "table": table_id,
+                    "row": i,
+                    "label": row["label"],
+                    "baseline": row.get("baseline", table.get("baseline")),
+                    "runs": [run.path for run in runs],
+                }
+            )
+    return plan
+
+
+def _lookup(mapping: dict, key, map_name: str, where: str):
+    # YAML gives int keys for depths; accept "110" too, so --config overrides work.
+    for k, v in mapping.items():
+        if str(k) == str(key):
+            return v
+    raise ConfigError(f"{where}: {key!r} has no entry in {map_name}; it maps: {sorted(map(str, mapping))}")
+
+
+def train_spec(config: dict, run: Run) -> dict:
+    """Everything a training job needs, flat and deterministic: it becomes the rule's params, so
+    changing any value reruns exactly the runs that read it."""
+    recipe = config[run.task]
+    return {
+        "task": run.task,
+        "dataset": run.dataset,
+        "arch": run.arch,
+        "depth": run.depth,
+        "variant": run.variant,
+        "args": json.loads(run.args_json),
+        "seed": run.seed,
+        **{k: v for k, v in recipe.items() if k not in ("datasets", "depths")},
+    }

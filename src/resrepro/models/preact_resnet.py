@@ -1,0 +1,77 @@
+"""PreAct-ResNet-(6n+2) for CIFAR (He et al. 2016b, "Identity Mappings in Deep Residual Networks").
+
+Basic blocks (two 3x3 convs), three stages of n blocks with 16/32/64 channels, BN-ReLU before each
+conv, a 1x1 projection shortcut where the shape changes, then BN-ReLU, global average pool and a
+linear classifier. Depth 110 has 1.7M parameters with `add` (He et al. Table 6: 1.7M).
+
+Every block combines its skip and branch through the residual registry, so the variant is the
+only thing that differs between the rows of a table.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .. import residual
+
+DEPTHS = (20, 32, 44, 56, 110)  # the papers' CIFAR depths; any 6n+2 is accepted
+STAGE_CHANNELS = (16, 32, 64)
+
+
+def blocks_per_stage(depth: int) -> int:
+    if depth < 8 or (depth - 2) % 6:
+        raise residual.ConfigError(f"depth={depth!r} is invalid; expected 6n+2 >= 8, e.g. {DEPTHS}")
+    return (depth - 2) // 6
+
+
+class PreActBlock(nn.Module):
+    """BN-ReLU-conv3x3-BN-ReLU-conv3x3 branch; the projection shortcut (when needed) reads the
+    pre-activated input, as in He et al. 2016b's released code."""
+
+    def __init__(self, in_ch: int, out_ch: int, stride: int, variant: str, args: dict):
+        super().__init__()
+        self.bn1 = nn.BatchNorm2d(in_ch)
+        self.conv1 = nn.Conv2d(in_ch, out_ch, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(out_ch)
+        self.conv2 = nn.Conv2d(out_ch, out_ch, 3, 1, 1, bias=False)
+        self.shortcut = None
+        if stride != 1 or in_ch != out_ch:
+            self.shortcut = nn.Conv2d(in_ch, out_ch, 1, stride, bias=False)
+        self.residual = residual.build(variant, out_ch, "conv", args)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.bn1(x))
+        skip = self.shortcut(out) if self.shortcut is not None else x
+        branch = self.conv2(F.relu(self.bn2(self.conv1(out))))
+        return self.residual(skip, branch)
+
+
+class PreActResNet(nn.Module):
+    def __init__(self, depth: int, num_classes: int, variant: str = "add", args: dict | None = None, in_channels: int = 3):
+        super().__init__()
+        n = blocks_per_stage(depth)
+        args = residual.validate(variant, args)
+        self.stem = nn.Conv2d(in_channels, STAGE_CHANNELS[0], 3, 1, 1, bias=False)
+        blocks, in_ch = [], STAGE_CHANNELS[0]
+        for stage, out_ch in enumerate(STAGE_CHANNELS):
+            for i in range(n):
+                stride = 2 if stage > 0 and i == 0 else 1
+                blocks.append(PreActBlock(in_ch, out_ch, stride, variant, args))
+                in_ch = out_ch
+        self.blocks = nn.Sequential(*blocks)
+        self.bn = nn.BatchNorm2d(in_ch)
+        self.fc = nn.Linear(in_ch, num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.blocks(self.stem(x))
+        out = F.relu(self.bn(out)).mean(dim=(2, 3))
+        return self.fc(out)
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

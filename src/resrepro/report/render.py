@@ -1,0 +1,109 @@
+"""The HTML report: every table of every paper, the paper's number beside the reproduced one.
+
+Jinja lays out; all numbers come from the aggregate's tidy tables (analysis/aggregate.py) and the
+papers' values in config/tables. Figures are embedded as base64 PNG so the file is self-contained.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from datetime import datetime, timezone
+from pathlib import Path
+
+import jinja2
+import pandas as pd
+
+from .. import files, provenance
+from ..experiments import load_tables
+from . import figures
+
+# The four papers, in the report's order (DESIGN.md: sas 000, rskip 001, noise 002, iter 003).
+PAPERS = {
+    "sas": "Self-Adaptive Scaling for Learnable Residual Structure (SAS), CoNLL 2019",
+    "rskip": "Liu et al., Rethinking Skip Connection with Layer Normalization in Transformers and ResNets, COLING 2020",
+    "noise": "Identity Connections in Residual Nets Improve Noise Stability",
+    "iter": "Jastrzebski et al., Residual Connections Encourage Iterative Inference, ICLR 2018",
+}
+
+
+def fmt(value, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:.{digits}f}"
+
+
+def fmt_p(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:.3f}" if value >= 0.001 else "<0.001"
+
+
+def data_uri(png: bytes | None) -> str | None:
+    return None if png is None else "data:image/png;base64," + base64.b64encode(png).decode()
+
+
+def build_context(agg_dir: Path, tables_dir: Path, scale: str, recipe: dict) -> dict:
+    rows = pd.read_csv(agg_dir / "rows.csv")
+    runs = pd.read_csv(agg_dir / "runs.csv")
+    curves = pd.read_csv(agg_dir / "curves.csv")
+    plan = json.loads((agg_dir / "plan.json").read_text())
+    tables = load_tables(tables_dir)
+    runs_by_row = {(r["table"], r["label"]): r["runs"] for r in plan}
+
+    papers = []
+    for paper_id, title in PAPERS.items():
+        sections = []
+        for table_id in dict.fromkeys(rows["table"]):
+            table = tables[table_id]
+            if table["paper"] != paper_id:
+                continue
+            trows = rows[rows["table"] == table_id]
+            figure = figures.learning_curves(trows, curves, {lbl: runs_by_row[(table_id, lbl)] for lbl in trows["label"]}, table_id)
+            sections.append({"id": table_id, "table": table, "rows": [_row_view(r) for _, r in trows.iterrows()], "figure": data_uri(figure)})
+        papers.append({"id": paper_id, "title": title, "sections": sections})
+
+    status = runs["status"].value_counts().to_dict()
+    return {
+        "scale": scale,
+        "recipe": recipe,
+        "papers": papers,
+        "epoch_basis": rows["epoch_basis"].iloc[0] if len(rows) else "final",
+        "counts": {"runs": len(runs), "ok": status.get("ok", 0), "diverged": status.get("diverged", 0), "missing": status.get("missing", 0)},
+        "provenance": {
+            "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "report_commit": provenance.git_commit(),
+            "run_commits": sorted(runs["git_commit"].dropna().unique()),
+            "devices": sorted(runs["device"].dropna().unique()),
+            "versions": provenance.versions(),
+            "compute_hours": runs["wall_time_s"].fillna(0).sum() / 3600,
+        },
+    }
+
+
+def _row_view(r: pd.Series) -> dict:
+    values = json.loads(r["values"])
+    if r["n"] == 0 and r["n_diverged"]:
+        reproduced = "diverged"
+    elif r["n"] == 0:
+        reproduced = "missing"
+    else:
+        reproduced = f"{fmt(r['mean'])} ± {fmt(r['std'])}"
+    return {
+        "label": r["label"], "formula": r["formula"], "paper": fmt(r["paper"]), "reproduced": reproduced,
+        "n": int(r["n"]), "n_runs": int(r["n_runs"]), "n_diverged": int(r["n_diverged"]), "n_missing": int(r["n_missing"]),
+        "values": ", ".join(str(v) for v in values), "delta": fmt(r["delta"]),
+        "run_as": f"{r['dataset']} / {r['arch']} / {r['variant_id']}",
+        "verdict": r["verdict"] if isinstance(r["verdict"], str) else "",
+        "difference": fmt(r.get("difference")), "p_value": fmt_p(r.get("p_value")), "resolvable": fmt(r.get("resolvable")),
+        "reason": r["reason"] if isinstance(r["reason"], str) else "",
+        "baseline": r["baseline"] if isinstance(r["baseline"], str) else "",
+    }
+
+
+def render(agg_dir: str | Path, tables_dir: str | Path, template: str | Path, out: str | Path, scale: str, recipe: dict) -> None:
+    template = Path(template)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(template.parent), autoescape=True, undefined=jinja2.StrictUndefined)
+    html = env.get_template(template.name).render(**build_context(Path(agg_dir), Path(tables_dir), scale, recipe))
+    files.write_text(out, html)

@@ -1,0 +1,364 @@
+"""The registry of residual connections: every way the papers combine a skip x with a branch F.
+
+Each variant is one small module `forward(x, f) -> y`, chosen by name from config. Models never
+special-case a variant: a block computes its skip `x` and branch output `f` and hands both to
+`build(spec, dim, layout)`. Adding a variant is one class and one `@register` line.
+
+Layouts decide what "LN", "BN" and "pool for a gate" mean:
+- "conv" (N, C, H, W): LN normalizes over (C, H, W) per example with a per-channel affine
+  (GroupNorm with one group), BN is BatchNorm2d, and gates pool over space so that each gate
+  is one scalar per example (paper 000 Fig. 3 averages the gates over examples).
+- "seq" (N, T, D): LN is LayerNorm over D, gates are computed per token. BN is not defined.
+
+Notation follows the papers: `lam` is lambda of paper 001 Eq. (1)-(4), `k` the factor on F of
+paper 001 Table 3, `a` and `b` are alpha and beta of paper 000 Eq. (3)-(4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+LAYOUTS = ("conv", "seq")
+
+
+class ConfigError(ValueError):
+    """A bad variant name or argument in the config; the message names the key and what is allowed."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One argument of a variant: its type, default, and the rule a value must satisfy."""
+
+    kind: type
+    default: Any
+    check: Callable[[Any], bool] = lambda v: True
+    rule: str = ""  # says in words what `check` demands, for error messages
+
+
+def _positive(v) -> bool:
+    return v > 0
+
+
+REGISTRY: dict[str, type["Residual"]] = {}
+
+
+def register(name: str):
+    def add(cls):
+        cls.name = name
+        REGISTRY[name] = cls
+        return cls
+
+    return add
+
+
+def make_norm(kind: str, dim: int, layout: str) -> nn.Module:
+    """"ln" or "bn" for this layout (see the module docstring)."""
+    if kind == "ln":
+        return nn.GroupNorm(1, dim) if layout == "conv" else nn.LayerNorm(dim)
+    if kind == "bn" and layout == "conv":
+        return nn.BatchNorm2d(dim)
+    raise ConfigError(f"norm {kind!r} is not defined for layout {layout!r}; allowed: ln, bn (conv only)")
+
+
+def pool_for_gate(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """(N, C, H, W) -> (N, C) by spatial mean; (N, T, D) stays per token."""
+    return t.mean(dim=(2, 3)) if layout == "conv" else t
+
+
+def expand_gate(g: torch.Tensor, layout: str) -> torch.Tensor:
+    """A gate computed on pooled features, reshaped to broadcast against (N, C, H, W) or (N, T, D)."""
+    return g[:, :, None, None] if layout == "conv" else g
+
+
+def broadcast_vector(v: torch.Tensor, layout: str) -> torch.Tensor:
+    """A per-channel / per-feature parameter vector shaped to broadcast against the layout."""
+    return v[None, :, None, None] if layout == "conv" else v
+
+
+class Residual(nn.Module):
+    """Base class: `params` declares the variant's arguments (the config's `args`)."""
+
+    name = "?"
+    params: dict[str, Param] = {}
+
+    def __init__(self, dim: int, layout: str):
+        super().__init__()
+        if layout not in LAYOUTS:
+            raise ConfigError(f"layout {layout!r} unknown; allowed: {', '.join(LAYOUTS)}")
+        self.dim, self.layout = dim, layout
+
+    def forward(self, x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:  # pragma: no cover
+        raise NotImplementedError
+
+
+@register("plain")
+class Plain(Residual):
+    """y = F: no skip at all (paper 002's plain net)."""
+
+    def forward(self, x, f):
+        return f
+
+
+@register("add")
+class Add(Residual):
+    """y = x + F (He et al. 2016a/b); the CIFAR baseline and paper 001's 1xSkip."""
+
+    def forward(self, x, f):
+        return x + f
+
+
+@register("xskip")
+class XSkip(Residual):
+    """y = lam*x + F, paper 001 Eq. (2); lam < 1 is the contracted skip of its Table 3."""
+
+    params = {"lam": Param(float, 1.0, _positive, "a number > 0")}
+
+    def __init__(self, dim, layout, lam=1.0):
+        super().__init__(dim, layout)
+        self.lam = lam
+
+    def forward(self, x, f):
+        return self.lam * x + f
+
+
+class _NormedXSkip(Residual):
+    """y = N(lam*x + F), paper 001 Eq. (3) (LN) and its Table 4 (BN)."""
+
+    norm_kind = "ln"
+    params = {"lam": Param(float, 1.0, _positive, "a number > 0")}
+
+    def __init__(self, dim, layout, lam=1.0):
+        super().__init__(dim, layout)
+        self.lam = lam
+        self.norm = make_norm(self.norm_kind, dim, layout)
+
+    def forward(self, x, f):
+        return self.norm(self.lam * x + f)
+
+
+@register("xskip_ln")
+class XSkipLN(_NormedXSkip):
+    __doc__ = _NormedXSkip.__doc__
+    norm_kind = "ln"
+
+
+@register("xskip_bn")
+class XSkipBN(_NormedXSkip):
+    __doc__ = _NormedXSkip.__doc__
+    norm_kind = "bn"
+
+
+@register("scale_f")
+class ScaleF(Residual):
+    """y = x + k*F: the expanded-branch rows of paper 001 Table 3 without a norm."""
+
+    params = {"k": Param(float, 1.0, _positive, "a number > 0")}
+
+    def __init__(self, dim, layout, k=1.0):
+        super().__init__(dim, layout)
+        self.k = k
+
+    def forward(self, x, f):
+        return x + self.k * f
+
+
+@register("ln_scale_f")
+class LNScaleF(Residual):
+    """y = LN(x + k*F): paper 001 Table 3, "LN(x + 2*F)" and "LN(x + 3*F)"."""
+
+    params = {"k": Param(float, 1.0, _positive, "a number > 0")}
+
+    def __init__(self, dim, layout, k=1.0):
+        super().__init__(dim, layout)
+        self.k = k
+        self.norm = make_norm("ln", dim, layout)
+
+    def forward(self, x, f):
+        return self.norm(x + self.k * f)
+
+
+class _RecursiveSkip(Residual):
+    """Paper 001 Eq. (4): y_1 = N(x + F), y_i = N(x + y_{i-1}) for i = 2..lam, each N its own norm.
+
+    "lambda should be an integer no smaller than one"; lam = 1 is the Transformer's post-LN
+    block LN(x + F). Each step has its own affine parameters (w_i, b_i of Appendix A), which is
+    what lets the inner gain act as a learned skip ratio.
+    """
+
+    norm_kind = "ln"
+    params = {"lam": Param(int, 1, lambda v: v >= 1, "an integer >= 1")}
+
+    def __init__(self, dim, layout, lam=1):
+        super().__init__(dim, layout)
+        self.norms = nn.ModuleList(make_norm(self.norm_kind, dim, layout) for _ in range(lam))
+
+    def forward(self, x, f):
+        y = f
+        for norm in self.norms:
+            y = norm(x + y)
+        return y
+
+
+@register("rskip_ln")
+class RSkipLN(_RecursiveSkip):
+    __doc__ = _RecursiveSkip.__doc__
+    norm_kind = "ln"
+
+
+@register("rskip_bn")
+class RSkipBN(_RecursiveSkip):
+    __doc__ = _RecursiveSkip.__doc__
+    norm_kind = "bn"
+
+
+@register("wskip_ln")
+class WSkipLN(Residual):
+    """y = LN(w*x + F) with w a learned vector, one entry per channel/feature (paper 001, "Learning
+    lambda": "a sampled w in R^32 at middle layers"), initialised to `init` (1 or 2 in the paper)."""
+
+    params = {"init": Param(float, 1.0, rule="a number")}
+
+    def __init__(self, dim, layout, init=1.0):
+        super().__init__(dim, layout)
+        self.w = nn.Parameter(torch.full((dim,), float(init)))
+        self.norm = make_norm("ln", dim, layout)
+
+    def forward(self, x, f):
+        return self.norm(broadcast_vector(self.w, self.layout) * x + f)
+
+
+class ScalingGate(nn.Module):
+    """Paper 000 Eq. (2): S(x, F) = Tanh([x; F] W_f + b_f) W_ff + b_ff, then a sigmoid.
+
+    `hidden=False` is Table 6's single-layer gate S = [x; F] W_f + b_f (2h+1 parameters).
+    `bias` initialises the last bias: Sec. 4.2 sets it to 3 for alpha and -3 for beta on CIFAR
+    so that training starts close to x + small*F. Output: one value per example (conv) or token (seq).
+    """
+
+    def __init__(self, dim: int, layout: str, hidden: bool, bias: float):
+        super().__init__()
+        self.layout = layout
+        if hidden:
+            self.net = nn.Sequential(nn.Linear(2 * dim, dim), nn.Tanh(), nn.Linear(dim, 1))
+        else:
+            self.net = nn.Sequential(nn.Linear(2 * dim, 1))
+        nn.init.constant_(self.net[-1].bias, bias)
+
+    def forward(self, x, f):
+        z = torch.cat([pool_for_gate(x, self.layout), pool_for_gate(f, self.layout)], dim=-1)
+        return expand_gate(torch.sigmoid(self.net(z)), self.layout)
+
+
+def sas_formula(x, f, a, b, gamma, norm: nn.Module):
+    """Paper 000 Eq. (3): y = a*x + b*F + gamma*N(x + F); Eq. (4) ties gamma = (1-a)(1-b)."""
+    return a * x + b * f + gamma * norm(x + f)
+
+
+@register("sas")
+class SAS(Residual):
+    """Self-Adaptive Scaling, paper 000 Eq. (4): y = a*x + b*F + (1-a)(1-b)*N(x + F).
+
+    a and b come from two scaling gates with their own parameters ("alpha, beta and gamma can be
+    predicted by scaling gates with different parameters"). `gamma: free` adds a third gate
+    instead of tying gamma (the footnote's ablation, 93.95 vs 94.05); its default bias -3 makes
+    gamma start near the tied value (1-s(3))(1-s(-3)) ~ 0.045. `norm: bn` is Table 7's BN row;
+    `gate: single` is Table 6's single-layer gate. The last gates are kept in `last_gates`
+    (detached) for the analysis of Fig. 3.
+    """
+
+    params = {
+        "norm": Param(str, "ln", lambda v: v in ("ln", "bn"), "one of ln, bn"),
+        "gate": Param(str, "full", lambda v: v in ("full", "single"), "one of full, single"),
+        "gamma": Param(str, "tied", lambda v: v in ("tied", "free"), "one of tied, free"),
+        "bias_a": Param(float, 3.0, rule="a number"),
+        "bias_b": Param(float, -3.0, rule="a number"),
+        "bias_gamma": Param(float, -3.0, rule="a number"),
+    }
+
+    def __init__(self, dim, layout, norm="ln", gate="full", gamma="tied", bias_a=3.0, bias_b=-3.0, bias_gamma=-3.0):
+        super().__init__(dim, layout)
+        hidden = gate == "full"
+        self.gate_a = ScalingGate(dim, layout, hidden, bias_a)
+        self.gate_b = ScalingGate(dim, layout, hidden, bias_b)
+        self.gate_gamma = ScalingGate(dim, layout, hidden, bias_gamma) if gamma == "free" else None
+        self.norm = make_norm(norm, dim, layout)
+        self.last_gates: dict[str, torch.Tensor] = {}
+
+    def gates(self, x, f):
+        a, b = self.gate_a(x, f), self.gate_b(x, f)
+        gamma = self.gate_gamma(x, f) if self.gate_gamma is not None else (1 - a) * (1 - b)
+        return a, b, gamma
+
+    def forward(self, x, f):
+        a, b, gamma = self.gates(x, f)
+        self.last_gates = {"a": a.detach(), "b": b.detach(), "gamma": gamma.detach()}
+        return sas_formula(x, f, a, b, gamma, self.norm)
+
+
+@register("highway")
+class Highway(Residual):
+    """Highway connection (Srivastava et al. 2015) as paper 000 Table 6 uses it: a transform gate
+    from x only, T(x) = sigmoid(x W^T + b) with h*h + h parameters, and y = T*F + (1-T)*x.
+
+    T is per channel (conv: from the spatially pooled x) or per feature (seq). `bias` starts
+    negative, "to attach more importance to the skip connection for initialization" (Sec. 4.2).
+    """
+
+    params = {"bias": Param(float, -3.0, rule="a number")}
+
+    def __init__(self, dim, layout, bias=-3.0):
+        super().__init__(dim, layout)
+        self.transform = nn.Linear(dim, dim)
+        nn.init.constant_(self.transform.bias, bias)
+
+    def forward(self, x, f):
+        t = expand_gate(torch.sigmoid(self.transform(pool_for_gate(x, self.layout))), self.layout)
+        return t * f + (1 - t) * x
+
+
+# ---------------------------------------------------------------------------------------------
+# Specs: how config names a variant ({"name": ..., "args": {...}}), checked before any job runs.
+
+
+def _coerce(key: str, p: Param, value, where: str):
+    ok_type = isinstance(value, p.kind) and not isinstance(value, bool)
+    if p.kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value, ok_type = float(value), True
+    if not ok_type or not p.check(value):
+        raise ConfigError(f"{where}: {key}={value!r} is invalid; expected {p.rule or p.kind.__name__}")
+    return value
+
+
+def validate(name: str, args: dict | None = None, where: str = "variant") -> dict:
+    """Return the full argument dict of a variant (defaults filled in) or raise ConfigError."""
+    if name not in REGISTRY:
+        raise ConfigError(f"{where}: unknown variant {name!r}; allowed: {', '.join(sorted(REGISTRY))}")
+    params = REGISTRY[name].params
+    args = dict(args or {})
+    unknown = sorted(set(args) - set(params))
+    if unknown:
+        allowed = ", ".join(params) or "none"
+        raise ConfigError(f"{where}: {name} has no argument {unknown[0]!r}; allowed: {allowed}")
+    return {k: _coerce(k, p, args.get(k, p.default), f"{where} ({name})") for k, p in params.items()}
+
+
+def variant_id(name: str, args: dict | None = None) -> str:
+    """A short, stable, path-safe id: the name plus every argument that differs from its default,
+    e.g. "xskip_ln-lam2", "sas-norm_bn", "add"."""
+    full = validate(name, args)
+    parts = [name]
+    for k, p in REGISTRY[name].params.items():
+        if full[k] != p.default:
+            v = full[k]
+            text = f"{v:g}" if isinstance(v, float) else str(v)
+            parts.append(f"{k}{text}")
+    return "-".join(parts)
+
+
+def build(name: str, dim: int, layout: str, args: dict | None = None) -> Residual:
+    return REGISTRY[name](dim, layout, **validate(name, args))
+

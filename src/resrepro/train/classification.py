@@ -1,0 +1,180 @@
+"""Train one PreAct-ResNet cell on a prepared image dataset: the papers' CIFAR recipe.
+
+SGD with momentum, a step learning rate (/10 at the milestone epochs), an optional warm-up at a
+low rate for the first iterations of very deep nets (He et al. 2016b, depth 110), random crop and
+flip. The dataset lives on the device as uint8 and is augmented there in batches (airbench-style),
+so a CPU epoch on digits takes about a second and a GPU never waits on a loader.
+
+Contracts (DESIGN.md): a checkpoint after every epoch, written atomically, holding everything
+needed to continue bit-identically (model, optimizer, both random states, the log so far);
+a rerun resumes from it. A NaN/inf loss stops the run and records `diverged` with the step:
+that is a result, not a crash. metrics.json carries the spec, the seed and provenance.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.nn import functional as F
+from tqdm import tqdm
+
+from .. import files, provenance
+from ..data.images import augment_batch, iterate_batches, load_prepared, normalize
+from ..evaluate.classification import evaluate
+from ..models.preact_resnet import PreActResNet, count_parameters
+
+LOG_FIELDS = ("epoch", "step", "lr", "train_loss", "train_error", "test_loss", "test_error", "seconds")
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(name)
+
+
+def lr_at(spec: dict, epoch: int, step: int) -> float:
+    """Step schedule: lr / 10 at each milestone epoch; warm-up rate for the first iterations of
+    models at least `warmup_min_depth` deep (He et al. 2016b use 0.01 for 400 iterations at 110)."""
+    if step < spec["warmup_iterations"] and spec["depth"] >= spec["warmup_min_depth"]:
+        return spec["warmup_lr"]
+    return spec["lr"] * 0.1 ** sum(epoch >= m for m in spec["lr_milestones"])
+
+
+def log_csv(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=LOG_FIELDS)
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def load_checkpoint(path: Path) -> dict:
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # a truncated or foreign file: say which, not a deep torch traceback
+        raise RuntimeError(f"checkpoint {path} is unreadable ({type(err).__name__}: {err}); delete it to start this run over") from None
+
+
+def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = "auto", progress: bool = True) -> dict:
+    """Run (or resume) one training run; writes out_dir/{train_log.csv, metrics.json, checkpoints/last.pt}."""
+    out_dir = Path(out_dir)
+    ckpt_path = out_dir / "checkpoints" / "last.pt"
+    device = pick_device(device)
+    on_cuda = device.type == "cuda"
+    data = load_prepared(data_path)
+
+    torch.manual_seed(spec["seed"])
+    gen = torch.Generator().manual_seed(spec["seed"])  # shuffling and augmentation, CPU, saved in checkpoints
+    model = PreActResNet(spec["depth"], len(data["classes"]), spec["variant"], spec["args"], in_channels=data["train_x"].shape[1])
+    model = model.to(device, memory_format=torch.channels_last if on_cuda else torch.contiguous_format)
+    opt = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=spec["momentum"], weight_decay=spec["weight_decay"])
+
+    epoch, step, rows, diverged = 0, 0, [], None
+    if ckpt_path.exists():
+        ckpt = load_checkpoint(ckpt_path)
+        if ckpt["spec"] == spec:
+            model.load_state_dict(ckpt["model"])
+            opt.load_state_dict(ckpt["optimizer"])
+            gen.set_state(ckpt["generator"])
+            torch.set_rng_state(ckpt["torch_rng"])
+            epoch, step, rows, diverged = ckpt["epoch"], ckpt["step"], ckpt["log"], ckpt["diverged"]
+            print(f"resuming {out_dir} after epoch {epoch}", file=sys.stderr)
+        else:
+            print(f"ignoring {ckpt_path}: it was written for a different spec", file=sys.stderr)
+
+    train_x, train_y = data["train_x"].to(device), data["train_y"].to(device)
+    test_x, test_y = data["test_x"].to(device), data["test_y"].to(device)
+    mean, std = data["mean"], data["std"]
+    steps_per_epoch = math.ceil(len(train_y) / spec["batch_size"])
+    bar = tqdm(total=spec["epochs"] * steps_per_epoch, initial=step, desc=str(out_dir), disable=not progress, mininterval=2, file=sys.stderr)
+
+    while epoch < spec["epochs"] and diverged is None:
+        model.train()
+        started, loss_sum, wrong, seen = time.perf_counter(), 0.0, 0, 0
+        for idx in iterate_batches(len(train_y), spec["batch_size"], gen):
+            x = augment_batch(train_x[idx.to(device)].float(), spec["augment_pad"], spec["augment_flip"], gen)
+            x, y = normalize(x, mean, std), train_y[idx.to(device)]
+            if on_cuda:
+                x = x.contiguous(memory_format=torch.channels_last)
+            lr = lr_at(spec, epoch, step)
+            for group in opt.param_groups:
+                group["lr"] = lr
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=on_cuda):
+                logits = model(x)
+                loss = F.cross_entropy(logits.float(), y)
+            step += 1
+            bar.update(1)
+            if not torch.isfinite(loss):
+                diverged = {"epoch": epoch + 1, "step": step, "loss": str(loss.item())}
+                break
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            loss_sum += loss.item() * len(y)
+            wrong += (logits.argmax(1) != y).sum().item()
+            seen += len(y)
+        if diverged is not None:
+            break
+        epoch += 1
+        test_loss, test_error = evaluate(model, test_x, test_y, mean, std, spec["batch_size"], on_cuda)
+        rows.append(
+            {
+                "epoch": epoch,
+                "step": step,
+                "lr": lr,
+                "train_loss": loss_sum / seen,
+                "train_error": 100.0 * wrong / seen,
+                "test_loss": test_loss,
+                "test_error": test_error,
+                "seconds": time.perf_counter() - started,
+            }
+        )
+        bar.set_postfix(train_loss=f"{loss_sum / seen:.3f}", test_error=f"{test_error:.2f}")
+        files.write_text(out_dir / "train_log.csv", log_csv(rows))
+        _save_checkpoint(ckpt_path, model, opt, gen, spec, epoch, step, rows, diverged)
+    bar.close()
+    if diverged is not None:  # remember it, so a rerun does not retrain a known divergence
+        _save_checkpoint(ckpt_path, model, opt, gen, spec, epoch, step, rows, diverged)
+
+    metrics = summarize(spec, rows, diverged)
+    metrics["parameters"] = count_parameters(model)
+    metrics["provenance"] = provenance.collect(device)
+    files.write_text(out_dir / "train_log.csv", log_csv(rows))
+    files.write_json(out_dir / "metrics.json", metrics)
+    return metrics
+
+
+def _save_checkpoint(path, model, opt, gen, spec, epoch, step, rows, diverged) -> None:
+    state = {
+        "model": model.state_dict(),
+        "optimizer": opt.state_dict(),
+        "generator": gen.get_state(),
+        "torch_rng": torch.get_rng_state(),
+        "spec": spec,
+        "epoch": epoch,
+        "step": step,
+        "log": rows,
+        "diverged": diverged,
+    }
+    files.save_torch(path, state)
+
+
+def summarize(spec: dict, rows: list[dict], diverged: dict | None) -> dict:
+    """Final-epoch numbers (the honest default) and best-epoch numbers (what some papers report)."""
+    out = {"spec": spec, "seed": spec["seed"], "diverged": diverged is not None, "diverged_at": diverged, "epochs_completed": len(rows)}
+    out["wall_time_s"] = sum(r["seconds"] for r in rows)
+    if diverged is not None or not rows:
+        out["final"] = out["best"] = None
+        return out
+    last = rows[-1]
+    best = min(rows, key=lambda r: r["test_error"])
+    out["final"] = {k: last[k] for k in ("epoch", "train_loss", "train_error", "test_loss", "test_error")}
+    out["final"]["test_accuracy"] = 100.0 - last["test_error"]
+    out["best"] = {"epoch": best["epoch"], "test_error": best["test_error"], "test_accuracy": 100.0 - best["test_error"]}
+    return out
