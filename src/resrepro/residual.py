@@ -324,12 +324,12 @@ class Highway(Residual):
 # Specs: how config names a variant ({"name": ..., "args": {...}}), checked before any job runs.
 
 
-def _coerce(key: str, p: Param, value, where: str):
-    ok_type = isinstance(value, p.kind) and not isinstance(value, bool)
-    if p.kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value, ok_type = float(value), True
+def _coerce(key: str, p: Param, given, where: str):
+    value, ok_type = given, isinstance(given, p.kind) and not isinstance(given, bool)
+    if p.kind is float and isinstance(given, int) and not isinstance(given, bool):
+        value, ok_type = float(given), True
     if not ok_type or not p.check(value):
-        raise ConfigError(f"{where}: {key}={value!r} is invalid; expected {p.rule or p.kind.__name__}")
+        raise ConfigError(f"{where}: {key}={given!r} is invalid; expected {p.rule or p.kind.__name__}")
     return value
 
 
@@ -348,13 +348,13 @@ def validate(name: str, args: dict | None = None, where: str = "variant") -> dic
 
 def variant_id(name: str, args: dict | None = None) -> str:
     """A short, stable, path-safe id: the name plus every argument that differs from its default,
-    e.g. "xskip_ln-lam2", "sas-norm_bn", "add"."""
+    e.g. "xskip_ln-lam2", "sas-normbn", "add"."""
     full = validate(name, args)
     parts = [name]
     for k, p in REGISTRY[name].params.items():
         if full[k] != p.default:
             v = full[k]
-            text = f"{v:g}" if isinstance(v, float) else str(v)
+            text = str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)  # full precision: ids must not collide
             parts.append(f"{k}{text}")
     return "-".join(parts)
 

@@ -1,0 +1,75 @@
+"""Verdicts and the tidy tables, on hand-made metrics files (diverged and missing runs included)."""
+
+import json
+
+import pytest
+from scipy import stats as scipy_stats
+
+from resrepro import files
+from resrepro.analysis import stats
+from resrepro.analysis.aggregate import aggregate
+
+
+def test_welch_verdicts():
+    # paper: error 6.02 vs baseline 6.31 -> the row is claimed better (lower error)
+    v = stats.compare([5.0, 5.1, 4.9, 5.05], [6.0, 6.1, 5.9, 6.05], 6.02, 6.31, higher_is_better=False)
+    assert v.verdict == "supported" and v.p_value < 0.05 and v.difference == pytest.approx(-1.0)
+    assert v.p_value == pytest.approx(scipy_stats.ttest_ind([5.0, 5.1, 4.9, 5.05], [6.0, 6.1, 5.9, 6.05], equal_var=False).pvalue)
+    v = stats.compare([7.0, 7.1, 6.9], [6.0, 6.1, 5.9], 6.02, 6.31, higher_is_better=False)
+    assert v.verdict == "contradicted"
+    v = stats.compare([6.0, 7.0], [6.1, 6.9], 6.02, 6.31, higher_is_better=False)
+    assert v.verdict == "inconclusive" and v.resolvable > abs(v.difference)
+    assert stats.compare([6.0], [6.1, 6.2], 6.02, 6.31, False).verdict == "inconclusive"
+    # accuracy: higher is better; 94.05 vs 93.66 claimed better
+    assert stats.compare([95.0, 95.2, 95.1], [94.0, 94.1, 93.9], 94.05, 93.66, True).verdict == "supported"
+    assert stats.compare([95.0, 95.2], [94.0, 94.1], 94.0, 94.0, True).verdict == "no claim"
+
+
+def test_resolvable_effect_shrinks_with_more_seeds():
+    few = stats.compare([1.0, 2.0, 1.5], [1.2, 2.2, 1.7], 1.0, 2.0, False)
+    many = stats.compare([1.0, 2.0, 1.5] * 4, [1.2, 2.2, 1.7] * 4, 1.0, 2.0, False)
+    assert many.resolvable < few.resolvable
+
+
+def _write_run(results, run, error=None, diverged=False):
+    m = {"diverged": diverged, "epochs_completed": 2, "wall_time_s": 1.5, "parameters": 10,
+         "provenance": {"device": "cpu", "git_commit": "abc"}}
+    if diverged:
+        m.update(final=None, best=None, diverged_at={"epoch": 1, "step": 3, "loss": "nan"})
+    else:
+        m.update(final={"test_error": error}, best={"test_error": error - 0.5, "epoch": 1})
+    files.write_json(results / run / "metrics.json", m)
+    files.write_text(results / run / "train_log.csv", "epoch,train_loss,test_error\n1,1.0,50\n2,0.5,%s\n" % error)
+
+
+def test_aggregate_rows_runs_and_curves(tmp_path):
+    base = "classification/digits/preact_resnet8"
+    plan = [
+        {"table": "sas-t7", "row": 0, "label": "x + F (Baseline)", "baseline": "x + F (Baseline)", "runs": [f"{base}/add/seed0", f"{base}/add/seed1"]},
+        {"table": "sas-t7", "row": 1, "label": "SAS with BN", "baseline": "x + F (Baseline)", "runs": [f"{base}/sas-normbn/seed0", f"{base}/sas-normbn/seed1"]},
+        {"table": "sas-t7", "row": 2, "label": "SAS with LN", "baseline": "x + F (Baseline)", "runs": [f"{base}/sas/seed0", f"{base}/sas/seed1"]},
+    ]
+    _write_run(tmp_path, f"{base}/add/seed0", 4.0)
+    _write_run(tmp_path, f"{base}/add/seed1", 6.0)
+    _write_run(tmp_path, f"{base}/sas-normbn/seed0", diverged=True)
+    _write_run(tmp_path, f"{base}/sas-normbn/seed1", 3.0)
+    _write_run(tmp_path, f"{base}/sas/seed0", 2.0)  # seed1 missing (a failed job under --keep-going)
+    out = aggregate(plan, tmp_path, "config/tables", "final")
+    rows = out["rows"].set_index("label")
+    assert rows.loc["x + F (Baseline)", "mean"] == pytest.approx(95.0)  # accuracy = 100 - error
+    assert rows.loc["x + F (Baseline)", "std"] == pytest.approx(2 ** 0.5)
+    assert rows.loc["x + F (Baseline)", "paper"] == 93.66
+    assert rows.loc["x + F (Baseline)", "delta"] == pytest.approx(95.0 - 93.66)
+    assert rows.loc["x + F (Baseline)", "verdict"] == "baseline"
+    bn = rows.loc["SAS with BN"]
+    assert (bn["n"], bn["n_diverged"], bn["mean"]) == (1, 1, 97.0)
+    assert json.loads(bn["values"]) == ["diverged", 97.0]
+    assert bn["verdict"] == "inconclusive"
+    ln = rows.loc["SAS with LN"]
+    assert (ln["n"], ln["n_missing"]) == (1, 1) and json.loads(ln["values"]) == [98.0, "missing"]
+    runs = out["runs"].set_index("run")
+    assert runs.loc[f"{base}/sas-normbn/seed0", "status"] == "diverged"
+    assert runs.loc[f"{base}/sas/seed1", "status"] == "missing"
+    assert set(out["curves"]["run"]) == {f"{base}/add/seed0", f"{base}/add/seed1", f"{base}/sas-normbn/seed0", f"{base}/sas-normbn/seed1", f"{base}/sas/seed0"}
+    best = aggregate(plan, tmp_path, "config/tables", "best")["rows"].set_index("label")
+    assert best.loc["x + F (Baseline)", "mean"] == pytest.approx(95.5)

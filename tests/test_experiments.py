@@ -1,0 +1,106 @@
+"""The papers' tables as data, and config checks that fail before any job (naming the key)."""
+
+import copy
+
+import pytest
+import yaml
+
+from resrepro import experiments
+from resrepro.residual import ConfigError
+
+
+@pytest.fixture
+def mini():
+    with open("config/mini.yaml") as f:
+        return yaml.safe_load(f)
+
+
+def test_every_issue_table_is_present_with_paper_values():
+    tables = experiments.load_tables("config/tables")
+    for table_id in ("rskip-t1", "rskip-t3", "rskip-t4", "rskip-t6", "sas-t4", "sas-t6", "sas-t7", "sas-fn1"):
+        assert table_id in tables
+    # spot checks against the papers' text
+    t1 = {r["label"]: r["paper"] for r in tables["rskip-t1"]["rows"]}
+    assert t1["2rSkip+LN"] == 6.02 and t1["3xSkip"] == 9.23
+    fn = {r["label"]: r["paper"] for r in tables["sas-fn1"]["rows"]}
+    assert sorted(fn.values()) == [93.95, 94.05]
+    assert len(tables["rskip-t6"]["rows"]) == 10
+
+
+def test_mini_plan_shares_cells_between_equivalent_rows(mini):
+    plan = experiments.make_plan(mini)
+    rows = {(r["table"], r["label"]): r["runs"] for r in plan.rows}
+    # paper 001: "1xSkip is equivalent to Baseline and 1rSkip+LN is equivalent to 1xSkip+LN"
+    assert rows[("rskip-t1", "Baseline (He et al. 2016b)")] == rows[("rskip-t1", "1xSkip")]
+    assert rows[("rskip-t1", "1rSkip+LN")] == rows[("rskip-t1", "1xSkip+LN")]
+    # the CIFAR-10 add baseline is one cell for every table that uses it
+    assert rows[("sas-t7", "x + F (Baseline)")] == rows[("rskip-t1", "1xSkip")]
+    assert all(len(runs) == mini["seeds"] for runs in rows.values())
+
+
+def test_paper_plan_runs_five_seeds_at_the_papers_depths():
+    with open("config/paper.yaml") as f:
+        paper = yaml.safe_load(f)
+    plan = experiments.make_plan(paper)
+    assert {run.seed for run in plan.runs.values()} == {0, 1, 2, 3, 4}
+    assert {run.depth for run in plan.runs.values()} == {20, 32, 44, 56, 110}
+    assert set(plan.datasets()) == {"cifar10", "cifar100"}
+    run = next(r for r in plan.runs.values() if r.depth == 110)
+    spec = experiments.train_spec(paper, run)
+    assert (spec["epochs"], spec["lr_milestones"], spec["weight_decay"], spec["warmup_iterations"]) == (164, [81, 122], 2e-4, 400)
+
+
+def test_table_seeds_override_one_table(mini):
+    cfg = {**mini, "table_seeds": {"rskip-t6": 3}}
+    plan = experiments.make_plan(cfg)
+    t6 = [r for r in plan.rows if r["table"] == "rskip-t6"]
+    t1 = [r for r in plan.rows if r["table"] == "rskip-t1"]
+    assert all(len(r["runs"]) == 3 for r in t6) and all(len(r["runs"]) == 2 for r in t1)
+
+
+def _bad_tables(tmp_path, mutate):
+    tables = yaml.safe_load(open("config/tables/rskip.yaml"))
+    mutate(tables)
+    (tmp_path / "rskip.yaml").write_text(yaml.safe_dump(tables))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda t: t["rskip-t1"]["rows"][2].update(variant="xskipp"), "unknown variant 'xskipp'; allowed:"),
+        (lambda t: t["rskip-t1"]["rows"][2]["args"].update(lam="2"), "lam='2' is invalid"),
+        (lambda t: t["rskip-t1"]["rows"][2]["args"].update(lam=-1), "lam=-1 is invalid"),
+        (lambda t: t["rskip-t1"]["rows"][8]["args"].update(lam=1.5), "lam=1.5 is invalid; expected an integer >= 1"),
+        (lambda t: t["rskip-t1"]["rows"][2]["args"].update(mu=1), "has no argument 'mu'; allowed: lam"),
+        (lambda t: t["rskip-t1"]["rows"][2].pop("dataset"), "rows[2]: missing key 'dataset'"),
+        (lambda t: t["rskip-t1"].update(metric="bleu"), "metric='bleu' unknown; allowed: test_error, test_accuracy"),
+        (lambda t: t["rskip-t1"].update(baseline="nope"), "baseline 'nope' is not a row label"),
+    ],
+)
+def test_bad_tables_fail_naming_the_key(tmp_path, mini, mutate, message):
+    cfg = {**mini, "tables_dir": str(_bad_tables(tmp_path, mutate))}
+    with pytest.raises(ConfigError) as err:
+        experiments.make_plan(cfg)
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"tables": ["rskip-t99"]}, "tables: unknown table 'rskip-t99'; allowed: all, "),
+        ({"table_seeds": {"nope": 2}}, "table_seeds: unknown table 'nope'"),
+        ({"classification": {"datasets": {"cifar10": "digits"}}}, "'cifar100' has no entry in classification.datasets"),
+        ({"classification": {"depths": {20: 8}}}, "110 has no entry in classification.depths"),
+    ],
+)
+def test_bad_profile_fails_naming_the_key(mini, change, message):
+    cfg = copy.deepcopy(mini)
+    for key, value in change.items():
+        if isinstance(value, dict) and isinstance(cfg.get(key), dict) and key == "classification":
+            cfg[key].update(value)
+        else:
+            cfg[key] = value
+    with pytest.raises(ConfigError) as err:
+        experiments.make_plan(cfg)
+    assert message in str(err.value)

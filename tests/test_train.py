@@ -1,0 +1,97 @@
+"""Training contracts: determinism, resume after a kill, divergence as a result, provenance."""
+
+import json
+
+import pytest
+import torch
+
+from resrepro.data.digits import prepare_digits
+from resrepro.train import classification
+from resrepro.train.classification import lr_at, train
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "digits.pt"
+    prepare_digits(path)
+    return path
+
+
+def spec(**over):
+    base = {
+        "task": "classification", "dataset": "digits", "arch": "preact_resnet8", "depth": 8, "variant": "rskip_ln",
+        "args": {"lam": 2}, "seed": 0, "epochs": 3, "batch_size": 128, "lr": 0.1, "momentum": 0.9,
+        "weight_decay": 2e-4, "lr_milestones": [2], "warmup_lr": 0.01, "warmup_iterations": 0,
+        "warmup_min_depth": 110, "augment_pad": 1, "augment_flip": False,
+    }
+    return {**base, **over}
+
+
+def test_lr_schedule_matches_the_papers_recipe():
+    s = spec(depth=110, lr_milestones=[81, 122], warmup_iterations=400)
+    assert lr_at(s, 0, 0) == 0.01 and lr_at(s, 0, 399) == 0.01  # He et al. 2016b warm-up at depth 110
+    assert lr_at(s, 1, 400) == 0.1
+    assert lr_at(s, 81, 10**5) == pytest.approx(0.01) and lr_at(s, 122, 10**6) == pytest.approx(0.001)
+    assert lr_at(spec(depth=56, warmup_iterations=400), 0, 0) == 0.1  # no warm-up below 110
+
+
+def test_same_seed_same_numbers_and_files(digits, tmp_path):
+    a = train(spec(), digits, tmp_path / "a", device="cpu", progress=False)
+    b = train(spec(), digits, tmp_path / "b", device="cpu", progress=False)
+    assert a["final"] == b["final"]
+    assert (tmp_path / "a" / "train_log.csv").read_text().split("\n")[1].split(",")[:7] == (tmp_path / "b" / "train_log.csv").read_text().split("\n")[1].split(",")[:7]
+    c = train(spec(seed=1), digits, tmp_path / "c", device="cpu", progress=False)
+    assert c["final"] != a["final"]
+    m = json.loads((tmp_path / "a" / "metrics.json").read_text())
+    assert m["spec"] == spec() and m["seed"] == 0 and m["diverged"] is False and m["epochs_completed"] == 3
+    assert {"versions", "device", "git_commit", "host"} <= set(m["provenance"])
+    assert m["provenance"]["versions"]["torch"].startswith("2.14.1")
+    assert m["best"]["test_error"] <= m["final"]["test_error"]
+    assert m["final"]["test_accuracy"] == pytest.approx(100 - m["final"]["test_error"])
+
+
+def test_resume_after_a_kill_gives_the_uninterrupted_result(digits, tmp_path, monkeypatch):
+    whole = train(spec(), digits, tmp_path / "whole", device="cpu", progress=False)
+    saved = classification._save_checkpoint
+    calls = {"n": 0}
+
+    def killed_after_first_epoch(*args, **kwargs):
+        saved(*args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KeyboardInterrupt  # stands for SIGKILL right after the epoch-1 checkpoint
+
+    monkeypatch.setattr(classification, "_save_checkpoint", killed_after_first_epoch)
+    with pytest.raises(KeyboardInterrupt):
+        train(spec(), digits, tmp_path / "resumed", device="cpu", progress=False)
+    assert not (tmp_path / "resumed" / "metrics.json").exists()  # nothing looks finished
+    ckpt = torch.load(tmp_path / "resumed" / "checkpoints" / "last.pt", weights_only=True)
+    assert ckpt["epoch"] == 1
+    resumed = train(spec(), digits, tmp_path / "resumed", device="cpu", progress=False)
+    assert resumed["final"] == whole["final"] and resumed["best"] == whole["best"]
+    a = torch.load(tmp_path / "whole" / "checkpoints" / "last.pt", weights_only=True)["model"]
+    b = torch.load(tmp_path / "resumed" / "checkpoints" / "last.pt", weights_only=True)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_checkpoint_for_another_spec_is_not_resumed(digits, tmp_path):
+    train(spec(epochs=1), digits, tmp_path, device="cpu", progress=False)
+    m = train(spec(epochs=2), digits, tmp_path, device="cpu", progress=False)
+    assert m["epochs_completed"] == 2 and m["final"]["epoch"] == 2
+
+
+def test_corrupt_checkpoint_is_named(digits, tmp_path):
+    ckpt = tmp_path / "checkpoints" / "last.pt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_bytes(b"not a checkpoint")
+    with pytest.raises(RuntimeError, match=str(ckpt)):
+        train(spec(), digits, tmp_path, device="cpu", progress=False)
+
+
+def test_divergence_is_recorded_not_raised(digits, tmp_path):
+    m = train(spec(variant="xskip", args={"lam": 3}, lr=1e12, epochs=2), digits, tmp_path, device="cpu", progress=False)
+    assert m["diverged"] is True and m["final"] is None
+    assert m["diverged_at"]["step"] >= 1
+    assert json.loads((tmp_path / "metrics.json").read_text())["diverged"] is True
+    again = train(spec(variant="xskip", args={"lam": 3}, lr=1e12, epochs=2), digits, tmp_path, device="cpu", progress=False)
+    assert again["diverged_at"] == m["diverged_at"]  # a rerun does not retrain a known divergence
