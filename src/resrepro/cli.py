@@ -47,7 +47,7 @@ def cmd_aggregate(a) -> None:
 
     plan = json.loads(a.plan)
     out = Path(a.out_dir)
-    frames = aggregate(plan, a.results_dir, a.tables_dir, a.epoch)
+    frames = aggregate(plan, a.results_dir, a.tables, a.epoch)
     for name, frame in frames.items():
         files.write_text(out / f"{name}.csv", frame.to_csv(index=False))
     files.write_json(out / "plan.json", plan)
@@ -56,7 +56,7 @@ def cmd_aggregate(a) -> None:
 def cmd_report(a) -> None:
     from .report.render import render
 
-    render(a.aggregate_dir, a.tables_dir, a.template, a.out, a.scale, json.loads(a.recipe))
+    render(a.aggregate_dir, a.tables, a.template, a.out, a.scale, json.loads(a.recipe))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -87,14 +87,14 @@ def main(argv: list[str] | None = None) -> None:
     s = sub.add_parser("aggregate", help="all runs -> runs.csv, rows.csv, curves.csv")
     s.add_argument("--plan", required=True, help="JSON list of table rows and their runs")
     s.add_argument("--results-dir", required=True)
-    s.add_argument("--tables-dir", required=True)
+    s.add_argument("--tables", nargs="+", required=True, help="the papers' tables (config/tables/*.yaml)")
     s.add_argument("--epoch", choices=["final", "best"], default="final")
     s.add_argument("--out-dir", required=True)
     s.set_defaults(run=cmd_aggregate)
 
     s = sub.add_parser("report", help="render the HTML report")
     s.add_argument("--aggregate-dir", required=True)
-    s.add_argument("--tables-dir", required=True)
+    s.add_argument("--tables", nargs="+", required=True, help="the papers' tables (config/tables/*.yaml)")
     s.add_argument("--template", required=True)
     s.add_argument("--scale", required=True)
     s.add_argument("--recipe", default="{}", help="JSON: the scale's recipe, shown in the report")

@@ -23,12 +23,18 @@ ROW_KEYS = {"label", "formula", "dataset", "depth", "variant", "args", "paper", 
 TABLE_KEYS = {"paper", "caption", "source", "task", "metric", "baseline", "rows"}
 
 
-def load_tables(tables_dir: str | Path) -> dict[str, dict]:
-    """All tables of all papers, by id, in file order; each checked for shape and variants."""
-    tables: dict[str, dict] = {}
+def table_files(tables_dir: str | Path) -> list[Path]:
     files = sorted(Path(tables_dir).glob("*.yaml"))
     if not files:
         raise ConfigError(f"tables_dir: no *.yaml tables in {tables_dir!s}")
+    return files
+
+
+def load_tables(source: str | Path | list) -> dict[str, dict]:
+    """All tables of all papers (a folder of YAML files, or a list of them), by id, in file order;
+    each checked for shape and variants."""
+    tables: dict[str, dict] = {}
+    files = [Path(f) for f in source] if isinstance(source, (list, tuple)) else table_files(source)
     for path in files:
         for table_id, table in (yaml.safe_load(path.read_text()) or {}).items():
             if table_id in tables:
@@ -103,7 +109,7 @@ class Plan:
 
 def seeds_for(config: dict, table_id: str) -> list[int]:
     n = config.get("table_seeds", {}).get(table_id, config["seeds"])
-    return list(range(n))
+    return list(range(int(n)))  # int(): --config passes nested values as strings
 
 
 def make_plan(config: dict) -> Plan:

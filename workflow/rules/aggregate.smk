@@ -3,21 +3,21 @@
 
 rule aggregate:
     input:
-        metrics=all_run_metrics(),
+        metrics=all_run_metrics,
         tables=table_files(),
     output:
-        rows=RESULTS + "/aggregate/rows.csv",
-        runs=RESULTS + "/aggregate/runs.csv",
-        curves=RESULTS + "/aggregate/curves.csv",
-        plan=RESULTS + "/aggregate/plan.json",
+        rows="results/{scale}/aggregate/rows.csv",
+        runs="results/{scale}/aggregate/runs.csv",
+        curves="results/{scale}/aggregate/curves.csv",
+        plan="results/{scale}/aggregate/plan.json",
     params:
         plan=aggregate_plan(),
-        tables_dir=config["tables_dir"],
+        results=results_dir,
         epoch=config["report_epoch"],
     log:
-        RESULTS + "/aggregate/aggregate.log",
+        "logs/{scale}/aggregate.log",
     conda:
         "../../envs/resrepro.yaml"
     shell:
-        "resrepro aggregate --plan {params.plan:q} --results-dir {RESULTS} --tables-dir {params.tables_dir}"
+        "resrepro aggregate --plan {params.plan:q} --results-dir {params.results} --tables {input.tables}"
         " --epoch {params.epoch} --out-dir $(dirname {output.rows}) 2> {log}"

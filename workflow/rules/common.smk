@@ -1,17 +1,14 @@
 # Everything the rules need from config, computed once at parse time by the package.
 # A bad config (unknown table or variant, wrong type, unmapped dataset) fails here, before any job.
 import json
-from pathlib import Path
 
 from resrepro import experiments
 
 PLAN = experiments.make_plan(config)
-SCALE = config["scale"]
-RESULTS = f"results/{SCALE}"
-RUN_DIR = RESULTS + "/{task}/{dataset}/{arch}/{variant}/seed{seed}"
 
 
 wildcard_constraints:
+    scale=config["scale"],
     task="|".join(experiments.TASKS),
     dataset="[a-z0-9]+",
     arch="[a-z_]+[0-9]+",
@@ -19,7 +16,7 @@ wildcard_constraints:
 
 
 def report_target():
-    return f"report/{SCALE}/index.html"
+    return f"report/{config['scale']}/index.html"
 
 
 def run_key(wildcards):
@@ -36,8 +33,12 @@ def prepared_data(wildcards):
     return f"results/data/{wildcards.dataset}.pt"
 
 
-def all_run_metrics():
-    return [f"{RESULTS}/{path}/metrics.json" for path in PLAN.runs]
+def all_run_metrics(wildcards):
+    return [f"results/{wildcards.scale}/{path}/metrics.json" for path in PLAN.runs]
+
+
+def results_dir(wildcards):
+    return f"results/{wildcards.scale}"
 
 
 def aggregate_plan():
@@ -45,16 +46,17 @@ def aggregate_plan():
 
 
 def table_files():
-    return sorted(str(p) for p in Path(config["tables_dir"]).glob("*.yaml"))
+    return [str(p) for p in experiments.table_files(config["tables_dir"])]
 
 
 def download_url(wildcards):
-    """A mirror from config (download_urls: {cifar10: URL}) or the official URL."""
+    """A mirror from config (download_urls: {cifar10: URL}) or "" for the official URL."""
     return config.get("download_urls", {}).get(wildcards.name, "")
 
 
 def report_recipe():
+    """The scale's recipe, shown in the report's header."""
     tasks = {table["task"] for table in PLAN.tables.values()}
-    recipe = {t: {k: v for k, v in config[t].items()} for t in sorted(tasks)}
+    recipe = {t: dict(config[t]) for t in sorted(tasks)}
     recipe["seeds"] = {"default": config["seeds"], **config.get("table_seeds", {})}
     return json.dumps(recipe, sort_keys=True)

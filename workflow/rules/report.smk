@@ -7,21 +7,20 @@ localrules:
 
 rule report:
     input:
-        rows=rules.aggregate.output.rows,
-        runs=rules.aggregate.output.runs,
-        curves=rules.aggregate.output.curves,
-        plan=rules.aggregate.output.plan,
-        template="report/templates/index.html.j2",
+        rows="results/{scale}/aggregate/rows.csv",
+        runs="results/{scale}/aggregate/runs.csv",
+        curves="results/{scale}/aggregate/curves.csv",
+        plan="results/{scale}/aggregate/plan.json",
         tables=table_files(),
+        template="report/templates/index.html.j2",
     output:
-        "report/{scale}/index.html".format(scale=SCALE),
+        "report/{scale}/index.html",
     params:
-        tables_dir=config["tables_dir"],
         recipe=report_recipe(),
     log:
-        f"logs/report_{SCALE}.log",
+        "logs/{scale}/report.log",
     conda:
         "../../envs/resrepro.yaml"
     shell:
-        "resrepro report --aggregate-dir $(dirname {input.rows}) --tables-dir {params.tables_dir} --template {input.template}"
-        " --scale {SCALE} --recipe {params.recipe:q} --out {output} 2> {log}"
+        "resrepro report --aggregate-dir $(dirname {input.rows}) --tables {input.tables} --template {input.template}"
+        " --scale {wildcards.scale} --recipe {params.recipe:q} --out {output} 2> {log}"

@@ -6,16 +6,17 @@ rule train_classifier:
     input:
         prepared_data,
     output:
-        metrics=RUN_DIR + "/metrics.json",
-        log=RUN_DIR + "/train_log.csv",
+        metrics="results/{scale}/{task}/{dataset}/{arch}/{variant}/seed{seed}/metrics.json",
+        log="results/{scale}/{task}/{dataset}/{arch}/{variant}/seed{seed}/train_log.csv",
     params:
         spec=train_spec,
     log:
-        RUN_DIR + "/train.log",
+        "results/{scale}/{task}/{dataset}/{arch}/{variant}/seed{seed}/train.log",
     benchmark:
-        RUN_DIR + "/benchmark.tsv"
+        "results/{scale}/{task}/{dataset}/{arch}/{variant}/seed{seed}/benchmark.tsv"
     threads: 1
     conda:
         "../../envs/resrepro.yaml"
     shell:
-        "resrepro train --spec {params.spec:q} --data {input} --out-dir $(dirname {output.metrics}) --threads {threads} 2> {log}"
+        "resrepro train --spec {params.spec:q} --data {input} --out-dir $(dirname {output.metrics})"
+        " --threads {threads} 2> {log}"

@@ -60,9 +60,9 @@ def metric_values(runs: pd.DataFrame, run_ids: list[str], metric: str, epoch_bas
     return values, shown
 
 
-def aggregate(plan_rows: list[dict], results_dir: str | Path, tables_dir: str | Path, epoch_basis: str = "final") -> dict[str, pd.DataFrame]:
+def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path | list, epoch_basis: str = "final") -> dict[str, pd.DataFrame]:
     results_dir = Path(results_dir)
-    tables = load_tables(tables_dir)
+    tables = load_tables(tables)
     run_ids = list(dict.fromkeys(r for row in plan_rows for r in row["runs"]))
     runs = pd.DataFrame([read_run(results_dir, r) for r in run_ids]).reindex(columns=RUN_COLUMNS).set_index("run", drop=False)
 

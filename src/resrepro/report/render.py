@@ -44,12 +44,12 @@ def data_uri(png: bytes | None) -> str | None:
     return None if png is None else "data:image/png;base64," + base64.b64encode(png).decode()
 
 
-def build_context(agg_dir: Path, tables_dir: Path, scale: str, recipe: dict) -> dict:
+def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: dict) -> dict:
     rows = pd.read_csv(agg_dir / "rows.csv")
     runs = pd.read_csv(agg_dir / "runs.csv")
     curves = pd.read_csv(agg_dir / "curves.csv")
     plan = json.loads((agg_dir / "plan.json").read_text())
-    tables = load_tables(tables_dir)
+    tables = load_tables(tables)
     runs_by_row = {(r["table"], r["label"]): r["runs"] for r in plan}
 
     papers = []
@@ -102,8 +102,8 @@ def _row_view(r: pd.Series) -> dict:
     }
 
 
-def render(agg_dir: str | Path, tables_dir: str | Path, template: str | Path, out: str | Path, scale: str, recipe: dict) -> None:
+def render(agg_dir: str | Path, tables: str | Path | list, template: str | Path, out: str | Path, scale: str, recipe: dict) -> None:
     template = Path(template)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(template.parent), autoescape=True, undefined=jinja2.StrictUndefined)
-    html = env.get_template(template.name).render(**build_context(Path(agg_dir), Path(tables_dir), scale, recipe))
+    html = env.get_template(template.name).render(**build_context(Path(agg_dir), tables, scale, recipe))
     files.write_text(out, html)

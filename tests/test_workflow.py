@@ -1,0 +1,134 @@
+"""Integration: Snakemake on a tiny config end to end, then what reruns after which change.
+
+The workflow is copied into a temporary folder, so the tests never touch results/ or report/
+of the checkout. `snakemake` comes from the running interpreter's venv.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from resrepro import experiments
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+COPIED = ["Snakefile", "workflow", "config", "profiles", "report/templates", "envs"]
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run([str(BIN / "snakemake"), *args], cwd=workdir, env=env, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def planned_jobs(workdir: Path, *args: str) -> dict[str, int]:
+    """Jobs per rule that a dry run would execute (from its "Job stats" table)."""
+    out = snakemake(workdir, "-n", *args)
+    text = out.stdout + out.stderr
+    if "Nothing to be done" in text:
+        return {}
+    stats = text[text.index("Job stats:") :]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.M) if m.group(1) != "total"}
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("workflow")
+    for item in COPIED:
+        src = REPO / item
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, root / item)
+    shutil.copy(REPO / "tests" / "configs" / "tiny.yaml", root / "tiny.yaml")
+    snakemake(root, "--cores", "2", "--configfile", "tiny.yaml")
+    return root
+
+
+def tiny_config(workdir):
+    return yaml.safe_load((workdir / "tiny.yaml").read_text())
+
+
+def test_report_holds_every_table_with_paper_and_reproduced_values(workdir):
+    html = (workdir / "report" / "tiny" / "index.html").read_text()
+    tables = experiments.load_tables(workdir / "config" / "tables")
+    for table_id, table in tables.items():
+        assert f'id="{table_id}"' in html
+        for row in table["rows"]:
+            assert f"{row['paper']:.2f}" in html
+    for paper in ("sas", "rskip"):
+        assert f'id="paper-{paper}"' in html
+    assert "data:image/png;base64," in html  # learning curves are embedded
+    assert "Provenance" in html and "final-epoch" in html
+    rows = (workdir / "results" / "tiny" / "aggregate" / "rows.csv").read_text()
+    assert rows.count("\n") == 1 + sum(len(t["rows"]) for t in tables.values())
+    metrics = list((workdir / "results" / "tiny").glob("classification/digits/*/*/seed0/metrics.json"))
+    plan = experiments.make_plan(tiny_config(workdir) | {"tables_dir": str(workdir / "config" / "tables")})
+    assert len(metrics) == len(plan.runs)
+
+
+def test_second_run_does_nothing(workdir):
+    assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {}
+
+
+def test_more_seeds_for_one_table_reruns_only_its_new_runs(workdir):
+    cfg = tiny_config(workdir)
+    t4_cells = {(r["variant"], str(r.get("args"))) for r in experiments.load_tables(workdir / "config" / "tables")["rskip-t4"]["rows"]}
+    jobs = planned_jobs(workdir, "--configfile", "tiny.yaml", "--config", "table_seeds={rskip-t4: 2}")
+    assert jobs == {"train_classifier": len(t4_cells), "aggregate": 1, "report": 1, "all": 1}
+    assert cfg["seeds"] == 1
+
+
+def test_changing_one_rows_lam_reruns_only_that_cell(workdir):
+    path = workdir / "config" / "tables" / "rskip.yaml"
+    original = path.read_text()
+    try:
+        path.write_text(original.replace("variant: xskip, args: {lam: 3}, paper: 9.23", "variant: xskip, args: {lam: 4}, paper: 9.23"))
+        assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {"train_classifier": 1, "aggregate": 1, "report": 1, "all": 1}
+    finally:
+        path.write_text(original)
+    assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {}
+
+
+def test_editing_the_template_reruns_only_the_report(workdir):
+    path = workdir / "report" / "templates" / "index.html.j2"
+    original = path.read_text()
+    try:
+        path.write_text(original.replace("</body>", "<!-- edited --></body>"))
+        assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {"report": 1, "all": 1}
+    finally:
+        path.write_text(original)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("tables=[rskip-t99]", "unknown table 'rskip-t99'"),
+        ("seeds=two", "seeds"),
+        ("report_epoch=last", "report_epoch"),
+        ("table_seeds={rskip-t1: 0}", "table_seeds"),
+    ],
+)
+def test_bad_config_fails_before_any_job(workdir, override, message):
+    proc = snakemake(workdir, "-n", "--configfile", "tiny.yaml", "--config", override, check=False)
+    assert proc.returncode != 0
+    assert message in proc.stdout + proc.stderr
+    assert "Job stats" not in proc.stdout + proc.stderr
+
+
+def test_paper_scale_dry_run_lists_every_job(workdir):
+    cfg = yaml.safe_load((workdir / "config" / "paper.yaml").read_text())
+    plan = experiments.make_plan(cfg | {"tables_dir": str(workdir / "config" / "tables")})
+    jobs = planned_jobs(workdir, "--configfile", "config/paper.yaml")
+    assert jobs == {"download_cifar": 2, "prepare_cifar": 2, "train_classifier": len(plan.runs), "aggregate": 1, "report": 1, "all": 1}
+
+
+def test_lint_is_clean(workdir):
+    proc = snakemake(workdir, "--lint", check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:]
