@@ -132,3 +132,26 @@ def test_paper_scale_dry_run_lists_every_job(workdir):
 def test_lint_is_clean(workdir):
     proc = snakemake(workdir, "--lint", check=False)
     assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+def test_cifar_rules_prepare_an_archive_in_the_real_format(workdir, cifar10_archive):
+    """With the archive in resources/ (as a finished download leaves it), prepare_cifar turns it
+    into the prepared format; the download rule is not rerun."""
+    (workdir / "resources").mkdir(exist_ok=True)
+    shutil.copy(cifar10_archive, workdir / "resources" / "cifar10-python.tar.gz")
+    snakemake(workdir, "results/data/cifar10.pt", "--cores", "1", "--configfile", "config/paper.yaml")
+    import torch
+
+    data = torch.load(workdir / "results" / "data" / "cifar10.pt", weights_only=True)
+    assert data["train_x"].shape == (20, 3, 32, 32) and data["test_x"].shape == (4, 3, 32, 32)
+
+
+def test_download_rule_rejects_a_file_with_the_wrong_checksum(workdir, cifar100_archive):
+    """A mirror serving a different file: the job fails, names the file, and leaves nothing."""
+    target = "resources/cifar100-python.tar.gz"
+    proc = snakemake(workdir, target, "--cores", "1", "--configfile", "config/paper.yaml",
+                     "--config", f"download_urls={{cifar100: 'file://{cifar100_archive}'}}", check=False)
+    assert proc.returncode != 0
+    log = (workdir / "logs" / "data" / "download_cifar100.log").read_text()
+    assert "ChecksumError" in log and target in log and "eb9058c3a382ffc7106e4002c42a8d85" in log
+    assert not (workdir / target).exists()
