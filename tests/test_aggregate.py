@@ -73,3 +73,17 @@ def test_aggregate_rows_runs_and_curves(tmp_path):
     assert set(out["curves"]["run"]) == {f"{base}/add/seed0", f"{base}/add/seed1", f"{base}/sas-normbn/seed0", f"{base}/sas-normbn/seed1", f"{base}/sas/seed0"}
     best = aggregate(plan, tmp_path, "config/tables", "best")["rows"].set_index("label")
     assert best.loc["x + F (Baseline)", "mean"] == pytest.approx(95.5)
+
+
+def test_rows_named_as_baseline_by_others_are_marked_baseline(tmp_path):
+    """sas-t4 has no table-wide baseline: each proposal row names its own."""
+    base = "classification/digits/preact_resnet8"
+    plan = [
+        {"table": "sas-t4", "row": 0, "label": "CIFAR-10 Baseline", "baseline": None, "runs": [f"{base}/add/seed0"]},
+        {"table": "sas-t4", "row": 1, "label": "CIFAR-10 + Proposal", "baseline": "CIFAR-10 Baseline", "runs": [f"{base}/sas/seed0"]},
+    ]
+    _write_run(tmp_path, f"{base}/add/seed0", 4.0)
+    _write_run(tmp_path, f"{base}/sas/seed0", 3.0)
+    rows = aggregate(plan, tmp_path, "config/tables", "final")["rows"].set_index("label")
+    assert rows.loc["CIFAR-10 Baseline", "verdict"] == "baseline"
+    assert rows.loc["CIFAR-10 + Proposal", "verdict"] == "inconclusive"

@@ -67,6 +67,7 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
     runs = pd.DataFrame([read_run(results_dir, r) for r in run_ids]).reindex(columns=RUN_COLUMNS).set_index("run", drop=False)
 
     by_label = {(row["table"], row["label"]): row for row in plan_rows}
+    baseline_labels = {(row["table"], row["baseline"]) for row in plan_rows}
     out_rows = []
     for plan_row in plan_rows:
         table = tables[plan_row["table"]]
@@ -90,7 +91,8 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
         line["delta"] = None if line["mean"] is None else line["mean"] - spec["paper"]
         baseline = by_label.get((plan_row["table"], plan_row["baseline"]))
         if baseline is None or baseline is plan_row:
-            line.update(verdict="baseline" if baseline is plan_row else "", reason="")
+            is_baseline = (plan_row["table"], plan_row["label"]) in baseline_labels
+            line.update(verdict="baseline" if is_baseline else "", reason="")
         else:
             base_spec = table["rows"][baseline["row"]]
             base_values, _ = metric_values(runs, baseline["runs"], metric, epoch_basis)

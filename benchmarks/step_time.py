@@ -1,0 +1,239 @@
+"""Training step time of every residual variant, relative to `add`, measured side by side.
+
+What it measures: one training step of PreAct-ResNet-(depth) (default 20) on a fixed random
+batch (default 128 x 3 x 32 x 32, 10 classes) = forward, cross-entropy, backward and an SGD step
+(lr 0.1, momentum 0.9), for every variant of `resrepro.residual.REGISTRY`: the paper rows
+(xskip lam=2, sas ablations, ...) plus any other registered name with its default args, so a new
+variant shows up without editing this file.
+
+How (the machine is shared and noisy): a fixed seed; every variant gets its own model and
+optimizer, built once; each takes `--warmup` untimed steps; then the variants are interleaved in
+`--rounds` round-robin rounds (the starting variant rotates each round), each variant timing
+`--steps` single steps per round. The table gives per variant the median step time in ms and its
+ratio to add's median, the minimum step time and its ratio to add's minimum, the parameter count
+and the number of timed steps. Only ratios measured in the same run are comparable; absolute times
+depend on the load. When other jobs share the cores (the header and footer print the load
+average), the medians swing and the min ratio is the steadier estimate.
+
+Run (from the repository root):
+
+    .venv/bin/python benchmarks/step_time.py
+    .venv/bin/python benchmarks/step_time.py --rounds 5 --steps 3 --threads 2 --csv benchmarks/step_time.csv
+
+At the defaults (5 rounds x 2 steps after 1 warm-up step, 15 variants) it takes about 1.5-2
+minutes on 2 CPU cores (a step is ~0.2-0.3 s there when the machine is quiet); `--budget`
+(default 150 s) drops the last rounds when a loaded machine makes steps slower, and says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import os
+import platform
+import statistics
+import sys
+import time
+
+import torch
+from torch import nn
+
+from resrepro import residual
+from resrepro.models.preact_resnet import PreActResNet, count_parameters
+
+# (name, args) in table order; the registry's remaining names are appended with default args.
+PAPER_VARIANTS: list[tuple[str, dict]] = [
+    ("plain", {}),
+    ("add", {}),
+    ("xskip", {"lam": 2}),
+    ("xskip_ln", {"lam": 2}),
+    ("xskip_bn", {"lam": 2}),
+    ("scale_f", {"k": 2}),
+    ("ln_scale_f", {"k": 2}),
+    ("rskip_ln", {"lam": 2}),
+    ("rskip_bn", {"lam": 2}),
+    ("wskip_ln", {"init": 1}),
+    ("sas", {}),
+    ("sas", {"gate": "single"}),
+    ("sas", {"gamma": "free"}),
+    ("sas", {"norm": "bn"}),
+    ("highway", {}),
+]
+
+
+def variants() -> list[tuple[str, dict]]:
+    """The paper rows that exist in the registry, then every other registered name (defaults)."""
+    rows = [(n, a) for n, a in PAPER_VARIANTS if n in residual.REGISTRY]
+    listed = {n for n, _ in rows}
+    rows += [(n, {}) for n in residual.REGISTRY if n not in listed]
+    return rows
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--depth", type=int, default=20, help="PreAct-ResNet depth, 6n+2 (default 20)")
+    p.add_argument("--size", type=int, default=32, help="input height = width (default 32)")
+    p.add_argument("--batch", type=int, default=128, help="batch size (default 128)")
+    p.add_argument("--classes", type=int, default=10, help="number of classes (default 10)")
+    p.add_argument("--rounds", type=int, default=5, help="round-robin rounds over all variants (default 5)")
+    p.add_argument("--steps", type=int, default=2, help="timed steps per variant per round (default 2)")
+    p.add_argument("--budget", type=float, default=150.0,
+                   help="seconds for warm-up + rounds; later rounds are skipped (whole rounds only, at least 1) "
+                        "when the next one would not fit, e.g. on a loaded machine (default 150; 0 = no limit)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed steps per variant before round 1 (default 1)")
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
+    p.add_argument("--channels-last", action="store_true", help="channels_last memory format for model and input")
+    p.add_argument("--seed", type=int, default=0, help="seed for models, input and labels (default 0)")
+    p.add_argument("--csv", metavar="PATH", default=None, help="also write the table as CSV to PATH")
+    a = p.parse_args(argv)
+    for key in ("rounds", "steps", "batch", "size", "classes"):
+        if getattr(a, key) < 1:
+            p.error(f"--{key} must be >= 1")
+    if a.warmup < 0:
+        p.error("--warmup must be >= 0")
+    return a
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def device_text(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"cpu ({cpu})"
+
+
+def load_text() -> str:
+    """The 1-minute load average, to judge whether other work shared the cores during the run."""
+    try:
+        return f", load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
+    except (OSError, AttributeError):
+        return ""
+
+
+class Bench:
+    """One variant's model, optimizer and timings."""
+
+    def __init__(self, name: str, args: dict, opts: argparse.Namespace, device: torch.device):
+        self.label = residual.variant_id(name, args)
+        torch.manual_seed(opts.seed)  # same initial weights for the shared layers of every variant
+        model = PreActResNet(opts.depth, opts.classes, name, args, in_channels=3).to(device)
+        if opts.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        self.model = model.train()
+        self.params = count_parameters(model)
+        self.opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        self.times: list[float] = []
+
+
+def step(b: Bench, x: torch.Tensor, y: torch.Tensor, loss_fn: nn.Module) -> None:
+    b.opt.zero_grad(set_to_none=True)
+    loss = loss_fn(b.model(x), y)
+    loss.backward()
+    b.opt.step()
+
+
+def main(argv=None) -> int:
+    opts = parse_args(argv)
+    if opts.threads is not None:
+        torch.set_num_threads(opts.threads)
+    device = pick_device(opts.device)
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+
+    gen = torch.Generator().manual_seed(opts.seed)
+    x = torch.randn(opts.batch, 3, opts.size, opts.size, generator=gen).to(device)
+    y = torch.randint(0, opts.classes, (opts.batch,), generator=gen).to(device)
+    if opts.channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    loss_fn = nn.CrossEntropyLoss()
+
+    benches = [Bench(n, a, opts, device) for n, a in variants()]
+    t_start = time.perf_counter()
+
+    print(f"resrepro step time: PreAct-ResNet-{opts.depth}, input {opts.batch}x3x{opts.size}x{opts.size}, "
+          f"{opts.classes} classes, SGD momentum 0.9; one step = forward + cross-entropy + backward + optimizer step")
+    print(f"date     {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}")
+    print(f"torch    {torch.__version__} (python {platform.python_version()})")
+    print(f"device   {device_text(device)}")
+    print(f"threads  {torch.get_num_threads()}" + ("" if opts.threads is not None else " (torch default)")
+          + load_text().replace(", load", "; load"))
+    print(f"method   seed {opts.seed}, {opts.warmup} warm-up step(s) per variant, then {opts.rounds} round-robin "
+          f"rounds x {opts.steps} step(s) per variant; median of the timed steps"
+          + (", channels_last" if opts.channels_last else ""))
+    sys.stdout.flush()
+
+    for b in benches:
+        for _ in range(opts.warmup):
+            step(b, x, y, loss_fn)
+        sync()
+
+    n, rounds_done = len(benches), 0
+    for r in range(opts.rounds):
+        elapsed = time.perf_counter() - t_start
+        if r > 0 and opts.budget > 0 and elapsed + elapsed / (r + (opts.warmup / opts.steps)) > opts.budget:
+            break  # the next round would overrun the budget
+        for i in range(n):
+            b = benches[(i + r) % n]  # rotate the start so no variant always runs first
+            for _ in range(opts.steps):
+                sync()
+                t0 = time.perf_counter()
+                step(b, x, y, loss_fn)
+                sync()
+                b.times.append(time.perf_counter() - t0)
+        rounds_done += 1
+
+    ref = next((b for b in benches if b.label == "add"), benches[0])
+    ref_med, ref_min = statistics.median(ref.times), min(ref.times)
+    rows = []
+    for b in benches:
+        med = statistics.median(b.times)
+        rows.append({
+            "variant": b.label,
+            "median_ms": med * 1e3,
+            "min_ms": min(b.times) * 1e3,
+            "ratio": med / ref_med,
+            "min_ratio": min(b.times) / ref_min,
+            "params": b.params,
+            "steps": len(b.times),
+        })
+
+    w = max(len("variant"), *(len(r["variant"]) for r in rows))
+    print()
+    vs, vs_min = f"vs {ref.label}", f"min vs {ref.label}"
+    print(f"{'variant':<{w}}  {'median ms':>10}  {vs:>8}  {'min ms':>9}  {vs_min:>11}  {'params':>9}  {'steps':>5}")
+    print(f"{'-' * w}  {'-' * 10}  {'-' * 8}  {'-' * 9}  {'-' * 11}  {'-' * 9}  {'-' * 5}")
+    for r in rows:
+        print(f"{r['variant']:<{w}}  {r['median_ms']:>10.1f}  {r['ratio']:>7.2f}x  {r['min_ms']:>9.1f}  "
+              f"{r['min_ratio']:>10.2f}x  {r['params']:>9,}  {r['steps']:>5}")
+    if rounds_done < opts.rounds:
+        print(f"\nstopped after {rounds_done} of {opts.rounds} rounds: --budget {opts.budget:g} s reached")
+    print(f"\ntimed phase {time.perf_counter() - t_start:.1f} s (incl. warm-up){load_text()}; "
+          f"vs {ref.label} = median / median of {ref.label}; min vs {ref.label} = min / min of {ref.label}")
+
+    if opts.csv:
+        with open(opts.csv, "w", newline="") as fh:
+            wr = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            wr.writeheader()
+            for r in rows:
+                wr.writerow({**r, "median_ms": f"{r['median_ms']:.3f}", "min_ms": f"{r['min_ms']:.3f}",
+                             "ratio": f"{r['ratio']:.4f}", "min_ratio": f"{r['min_ratio']:.4f}"})
+        print(f"wrote {opts.csv}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
