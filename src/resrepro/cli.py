@@ -56,7 +56,7 @@ def cmd_aggregate(a) -> None:
 def cmd_report(a) -> None:
     from .report.render import render
 
-    render(a.aggregate_dir, a.tables, a.template, a.out, a.scale, json.loads(a.recipe))
+    render(a.aggregate_dir, a.tables, a.template, a.out, a.scale, json.loads(a.recipe), a.note)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--template", required=True)
     s.add_argument("--scale", required=True)
     s.add_argument("--recipe", default="{}", help="JSON: the scale's recipe, shown in the report")
+    s.add_argument("--note", default="", help="what this scale can and cannot show, shown in the report")
     s.add_argument("--out", required=True)
     s.set_defaults(run=cmd_report)
 

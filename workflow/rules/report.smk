@@ -17,10 +17,11 @@ rule report:
         "report/{scale}/index.html",
     params:
         recipe=report_recipe(),
+        note=config.get("note", ""),
     log:
         "logs/{scale}/report.log",
     conda:
         "../../envs/resrepro.yaml"
     shell:
         "resrepro report --aggregate-dir $(dirname {input.rows}) --tables {input.tables} --template {input.template}"
-        " --scale {wildcards.scale} --recipe {params.recipe:q} --out {output} 2> {log}"
+        " --scale {wildcards.scale} --recipe {params.recipe:q} --note {params.note:q} --out {output} 2> {log}"

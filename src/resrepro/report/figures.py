@@ -37,7 +37,7 @@ def learning_curves(table_rows: pd.DataFrame, curves: pd.DataFrame, runs_by_row:
         ax_loss.plot(mean.index, mean["train_loss"], label=row["label"])
         ax_err.plot(mean.index, mean["test_error"], label=row["label"])
     ax_loss.set(xlabel="epoch", ylabel="train loss (augmented batches)", yscale="log", title=f"{title}: train loss")
-    ax_err.set(xlabel="epoch", ylabel="test error (%)", title=f"{title}: test error")
+    ax_err.set(xlabel="epoch", ylabel="test error (%)", yscale="log", title=f"{title}: test error")
     for ax in (ax_loss, ax_err):
         ax.grid(alpha=0.3)
     ax_err.legend(fontsize=7, loc="upper right", ncol=1 if len(drawn) < 7 else 2)

@@ -44,7 +44,7 @@ def data_uri(png: bytes | None) -> str | None:
     return None if png is None else "data:image/png;base64," + base64.b64encode(png).decode()
 
 
-def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: dict) -> dict:
+def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: dict, note: str = "") -> dict:
     rows = pd.read_csv(agg_dir / "rows.csv")
     runs = pd.read_csv(agg_dir / "runs.csv")
     curves = pd.read_csv(agg_dir / "curves.csv")
@@ -67,6 +67,7 @@ def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: 
     status = runs["status"].value_counts().to_dict()
     return {
         "scale": scale,
+        "note": note,
         "recipe": recipe,
         "papers": papers,
         "epoch_basis": rows["epoch_basis"].iloc[0] if len(rows) else "final",
@@ -102,8 +103,8 @@ def _row_view(r: pd.Series) -> dict:
     }
 
 
-def render(agg_dir: str | Path, tables: str | Path | list, template: str | Path, out: str | Path, scale: str, recipe: dict) -> None:
+def render(agg_dir: str | Path, tables: str | Path | list, template: str | Path, out: str | Path, scale: str, recipe: dict, note: str = "") -> None:
     template = Path(template)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(template.parent), autoescape=True, undefined=jinja2.StrictUndefined)
-    html = env.get_template(template.name).render(**build_context(Path(agg_dir), tables, scale, recipe))
+    html = env.get_template(template.name).render(**build_context(Path(agg_dir), tables, scale, recipe, note))
     files.write_text(out, html)
