@@ -98,8 +98,9 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
         model.train()
         started, loss_sum, wrong, seen = time.perf_counter(), 0.0, 0, 0
         for idx in iterate_batches(len(train_y), spec["batch_size"], gen):
-            x = augment_batch(train_x[idx.to(device)].float(), spec["augment_pad"], spec["augment_flip"], gen)
-            x, y = normalize(x, mean, std), train_y[idx.to(device)]
+            idx = idx.to(device)
+            x = augment_batch(train_x[idx].float(), spec["augment_pad"], spec["augment_flip"], gen)
+            x, y = normalize(x, mean, std), train_y[idx]
             if on_cuda:
                 x = x.contiguous(memory_format=torch.channels_last)
             lr = lr_at(spec, epoch, step)
