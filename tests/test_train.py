@@ -95,3 +95,20 @@ def test_divergence_is_recorded_not_raised(digits, tmp_path):
     assert json.loads((tmp_path / "metrics.json").read_text())["diverged"] is True
     again = train(spec(variant="xskip", args={"lam": 3}, lr=1e12, epochs=2), digits, tmp_path, device="cpu", progress=False)
     assert again["diverged_at"] == m["diverged_at"]  # a rerun does not retrain a known divergence
+
+
+def test_atomic_write_leaves_old_file_on_failure_and_readable_files(tmp_path):
+    from resrepro import files
+
+    target = tmp_path / "metrics.json"
+    files.write_json(target, {"a": 1})
+    assert target.stat().st_mode & 0o044  # group/other can read, as with a plain open()
+
+    def crash(tmp):
+        tmp.write_text('{"half": ')
+        raise KeyboardInterrupt  # killed during the write
+
+    with pytest.raises(KeyboardInterrupt):
+        files.atomic_write(target, crash)
+    assert json.loads(target.read_text()) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]  # no temp file left behind
