@@ -51,7 +51,7 @@ def test_paper_plan_runs_five_seeds_at_the_papers_depths():
 
 
 def test_table_seeds_override_one_table(mini):
-    cfg = {**mini, "table_seeds": {"rskip-t6": 3}}
+    cfg = {**mini, "table_seeds": {"rskip-t6": 3}, "seeds": 2}
     plan = experiments.make_plan(cfg)
     t6 = [r for r in plan.rows if r["table"] == "rskip-t6"]
     t1 = [r for r in plan.rows if r["table"] == "rskip-t1"]
