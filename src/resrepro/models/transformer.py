@@ -1,0 +1,195 @@
+"""Encoder-decoder Transformer (Vaswani et al. 2017) for translation, residuals from the registry.
+
+Every sublayer (encoder self-attention and FFN; decoder self-attention, cross-attention and FFN)
+computes its branch F = dropout(sublayer(x)) and hands (x, F) to a registry variant. The papers'
+baseline is post-LN, y = LN(x + F) (tensor2tensor's `transformer_base_v1`, "dan" postprocess),
+which is `xskip_ln` with lam 1 = `rskip_ln` with lam 1; there is no final LayerNorm, as in v1.
+Following tensor2tensor: attention projections have no bias, embeddings are scaled by sqrt(d)
+and share one matrix with the softmax when the vocabulary is joint, positions are sinusoidal
+(sin and cos halves concatenated).
+
+Decoding is incremental: `decode_step` feeds one token per sequence and keeps each decoder
+layer's self-attention keys/values and its cross-attention keys/values in a cache.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .. import residual
+
+# The papers' configurations (Vaswani et al. 2017 Table 3; paper 001 Table 5's two-block model).
+PRESETS = {
+    "base": dict(d_model=512, heads=8, ffn=2048, encoder_layers=6, decoder_layers=6, dropout=0.1),
+    "big": dict(d_model=1024, heads=16, ffn=4096, encoder_layers=6, decoder_layers=6, dropout=0.3),
+    "base_2block": dict(d_model=512, heads=8, ffn=2048, encoder_layers=2, decoder_layers=2, dropout=0.1),
+}
+
+
+@dataclass
+class TransformerConfig:
+    vocab_size: int
+    d_model: int = 512
+    heads: int = 8
+    ffn: int = 2048
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    dropout: float = 0.1  # on embeddings and on every sublayer output before the residual
+    attention_dropout: float = 0.0  # tensor2tensor v1 default
+    relu_dropout: float = 0.0
+    variant: str = "xskip_ln"  # the post-LN baseline LN(x + F)
+    args: dict = field(default_factory=dict)
+    max_positions: int = 1024
+    pad_id: int = 0
+
+    @classmethod
+    def preset(cls, name: str, vocab_size: int, **overrides) -> "TransformerConfig":
+        if name not in PRESETS:
+            raise residual.ConfigError(f"transformer size {name!r} unknown; allowed: {', '.join(PRESETS)}")
+        return replace(cls(vocab_size=vocab_size), **{**PRESETS[name], **overrides})
+
+
+def sinusoid_positions(length: int, d: int) -> torch.Tensor:
+    """(length, d): sin of the position at geometric timescales 1..1e4 in the first half, cos in the second."""
+    half = d // 2
+    inv_timescale = torch.exp(-math.log(1e4) * torch.arange(half, dtype=torch.float32) / max(half - 1, 1))
+    angle = torch.arange(length, dtype=torch.float32)[:, None] * inv_timescale[None, :]
+    return torch.cat([angle.sin(), angle.cos()], dim=1)
+
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d: int, heads: int, dropout: float):
+        super().__init__()
+        self.heads, self.dropout = heads, dropout
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d, bias=False) for _ in range(4))
+
+    def _split(self, t: torch.Tensor) -> torch.Tensor:  # (N, T, d) -> (N, heads, T, d/heads)
+        n, length, d = t.shape
+        return t.view(n, length, self.heads, d // self.heads).transpose(1, 2)
+
+    def forward(self, query, memory, mask=None, cache: dict | None = None, static: bool = False):
+        """`cache` (decoding): self-attention appends this step's keys/values to it; with
+        `static` (cross-attention) the memory's keys/values are computed once and reused."""
+        q = self._split(self.q(query))
+        if cache is not None and static and "k" in cache:
+            k, v = cache["k"], cache["v"]
+        else:
+            k, v = self._split(self.k(memory)), self._split(self.v(memory))
+            if cache is not None and not static and "k" in cache:
+                k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
+            if cache is not None:
+                cache["k"], cache["v"] = k, v
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0)
+        n, _, length, _ = out.shape
+        return self.o(out.transpose(1, 2).reshape(n, length, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d: int, ffn: int, relu_dropout: float):
+        super().__init__()
+        self.up, self.down, self.drop = nn.Linear(d, ffn), nn.Linear(ffn, d), nn.Dropout(relu_dropout)
+
+    def forward(self, x):
+        return self.down(self.drop(F.relu(self.up(x))))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        d = cfg.d_model
+        self.attn = MultiHeadAttention(d, cfg.heads, cfg.attention_dropout)
+        self.ffn = FeedForward(d, cfg.ffn, cfg.relu_dropout)
+        self.res_attn = residual.build(cfg.variant, d, "seq", cfg.args)
+        self.res_ffn = residual.build(cfg.variant, d, "seq", cfg.args)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x, src_mask):
+        x = self.res_attn(x, self.drop(self.attn(x, x, src_mask)))
+        return self.res_ffn(x, self.drop(self.ffn(x)))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        d = cfg.d_model
+        self.self_attn = MultiHeadAttention(d, cfg.heads, cfg.attention_dropout)
+        self.cross_attn = MultiHeadAttention(d, cfg.heads, cfg.attention_dropout)
+        self.ffn = FeedForward(d, cfg.ffn, cfg.relu_dropout)
+        self.res_self = residual.build(cfg.variant, d, "seq", cfg.args)
+        self.res_cross = residual.build(cfg.variant, d, "seq", cfg.args)
+        self.res_ffn = residual.build(cfg.variant, d, "seq", cfg.args)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, y, memory, self_mask, src_mask, cache: dict | None = None):
+        self_cache = None if cache is None else cache.setdefault("self", {})
+        cross_cache = None if cache is None else cache.setdefault("cross", {})
+        y = self.res_self(y, self.drop(self.self_attn(y, y, self_mask, self_cache)))
+        y = self.res_cross(y, self.drop(self.cross_attn(y, memory, src_mask, cross_cache, static=True)))
+        return self.res_ffn(y, self.drop(self.ffn(y)))
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        cfg.args = residual.validate(cfg.variant, cfg.args)
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)  # shared: joint vocabulary
+        nn.init.normal_(self.embed.weight, std=cfg.d_model**-0.5)
+        self.register_buffer("positions", sinusoid_positions(cfg.max_positions, cfg.d_model), persistent=False)
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def _embed(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        length = tokens.shape[1]
+        x = self.embed(tokens) * math.sqrt(self.cfg.d_model) + self.positions[offset : offset + length]
+        return self.drop(x)
+
+    def src_mask(self, src: torch.Tensor) -> torch.Tensor:
+        return (src != self.cfg.pad_id)[:, None, None, :]  # (N, 1, 1, S): True = attend
+
+    def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mask = self.src_mask(src)
+        x = self._embed(src)
+        for layer in self.encoder:
+            x = layer(x, mask)
+        return x, mask
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        return h @ self.embed.weight.t()
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing: (N, S) source and (N, T) shifted target -> (N, T, vocab) logits."""
+        memory, src_mask = self.encode(src)
+        length = tgt_in.shape[1]
+        causal = torch.ones(length, length, dtype=torch.bool, device=src.device).tril()
+        y = self._embed(tgt_in)
+        for layer in self.decoder:
+            y = layer(y, memory, causal, src_mask)
+        return self.logits(y)
+
+    def decode_step(self, token: torch.Tensor, memory, src_mask, cache: list[dict], step: int) -> torch.Tensor:
+        """One incremental step: (N, 1) last tokens -> (N, vocab) logits; `cache` holds one dict
+        per decoder layer and grows by this step's keys/values."""
+        y = self._embed(token, offset=step)
+        for layer, layer_cache in zip(self.decoder, cache):
+            y = layer(y, memory, None, src_mask, layer_cache)
+        return self.logits(y)[:, -1]
+
+    def new_cache(self) -> list[dict]:
+        return [{} for _ in self.decoder]
+
+
+def reorder_cache(cache: list[dict], index: torch.Tensor) -> list[dict]:
+    """Keep the cache of the sequences in `index` (beam search's surviving hypotheses)."""
+    return [{kind: {k: t.index_select(0, index) for k, t in kv.items()} for kind, kv in layer.items()} for layer in cache]
+
+
+def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, pad_id: int, smoothing: float = 0.1) -> torch.Tensor:
+    """Mean token cross-entropy with label smoothing (Vaswani et al. 2017: eps_ls = 0.1), pads ignored."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), target.reshape(-1), ignore_index=pad_id, label_smoothing=smoothing)
