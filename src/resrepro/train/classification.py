@@ -46,9 +46,9 @@ def lr_at(spec: dict, epoch: int, step: int) -> float:
     return spec["lr"] * 0.1 ** sum(epoch >= m for m in spec["lr_milestones"])
 
 
-def log_csv(rows: list[dict]) -> str:
+def log_csv(rows: list[dict], fields: tuple[str, ...] = LOG_FIELDS) -> str:
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=LOG_FIELDS)
+    writer = csv.DictWriter(buf, fieldnames=fields)
     writer.writeheader()
     writer.writerows(rows)
     return buf.getvalue()

@@ -1,0 +1,191 @@
+"""Train one Transformer translation run: the papers' tensor2tensor recipe, resumable.
+
+Token-based batches (sentences of similar length grouped until `max_tokens` source-or-target
+tokens, the papers' "batch size 4096" for IWSLT), gradient accumulation over `update_freq`
+batches to emulate the 8-GPU WMT batch on fewer GPUs, Adam (0.9, 0.98, 1e-9) with the inverse
+square-root schedule and warm-up of Vaswani et al. (2017), label smoothing 0.1.
+
+Contracts (DESIGN.md), as for classification: a checkpoint every `checkpoint_every` updates, kept
+as checkpoints/step<N>.pt (the last `keep_checkpoints` of them, for averaging) plus last.pt with
+everything needed to continue bit-identically on CPU (optimizer, random states, position in the
+epoch); a NaN/inf loss stops the run and is recorded; metrics.json carries spec and provenance.
+With torchrun (WORLD_SIZE > 1) each process takes every WORLD_SIZE-th batch and DDP averages the
+gradients; only rank 0 writes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from .. import files, provenance
+from ..models.preact_resnet import count_parameters
+from ..models.transformer import Transformer, TransformerConfig, label_smoothed_loss
+from .classification import log_csv, pick_device
+
+LOG_FIELDS = ("step", "epoch", "lr", "train_loss", "dev_loss", "tokens_per_s", "seconds")
+
+
+def inverse_sqrt_lr(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
+    """Vaswani et al. (2017) Eq. (3): d^-0.5 * min(step^-0.5, step * warmup^-1.5), step from 1."""
+    step = max(step, 1)
+    return scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def token_batches(lengths: list[tuple[int, int]], max_tokens: int, generator: torch.Generator) -> list[list[int]]:
+    """Group sentence indices into batches of at most `max_tokens` (padded source or target tokens,
+    whichever is larger), similar lengths together, in a shuffled order. A sentence longer than
+    max_tokens gets a batch of its own."""
+    order = sorted(range(len(lengths)), key=lambda i: (max(lengths[i]), lengths[i]))
+    batches, current, longest = [], [], 0
+    for i in order:
+        longest_if_added = max(longest, *lengths[i])
+        if current and longest_if_added * (len(current) + 1) > max_tokens:
+            batches.append(current)
+            current, longest_if_added = [], max(lengths[i])
+        current.append(i)
+        longest = longest_if_added
+    if current:
+        batches.append(current)
+    perm = torch.randperm(len(batches), generator=generator).tolist()
+    return [batches[p] for p in perm]
+
+
+def collate(pairs: list[tuple[list[int], list[int]]], idx: list[int], pad: int, bos: int, eos: int):
+    """-> src (N, S) with EOS, tgt_in (N, T) = BOS + target, tgt_out (N, T) = target + EOS."""
+    src = [pairs[i][0] + [eos] for i in idx]
+    tgt = [pairs[i][1] for i in idx]
+    n, s_len, t_len = len(idx), max(map(len, src)), max(map(len, tgt)) + 1
+    src_t = torch.full((n, s_len), pad, dtype=torch.long)
+    tin = torch.full((n, t_len), pad, dtype=torch.long)
+    tout = torch.full((n, t_len), pad, dtype=torch.long)
+    for k, (s, t) in enumerate(zip(src, tgt)):
+        src_t[k, : len(s)] = torch.tensor(s)
+        tin[k, : len(t) + 1] = torch.tensor([bos] + t)
+        tout[k, : len(t) + 1] = torch.tensor(t + [eos])
+    return src_t, tin, tout
+
+
+@torch.no_grad()
+def dev_loss(model, pairs, spec, device) -> float:
+    model.eval()
+    total, tokens = 0.0, 0
+    batches = token_batches([(len(s) + 1, len(t) + 1) for s, t in pairs], spec["max_tokens"], torch.Generator().manual_seed(0))
+    for idx in batches:
+        src, tin, tout = (t.to(device) for t in collate(pairs, idx, spec["pad_id"], spec["bos_id"], spec["eos_id"]))
+        n = int((tout != spec["pad_id"]).sum())
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            logits = model(src, tin)
+        total += label_smoothed_loss(logits, tout, spec["pad_id"], spec["label_smoothing"]).item() * n
+        tokens += n
+    model.train()
+    return total / max(tokens, 1)
+
+
+def build_model(spec: dict, vocab_size: int) -> Transformer:
+    cfg = TransformerConfig.preset(spec["size"], vocab_size, variant=spec["variant"], args=spec["args"], pad_id=spec["pad_id"])
+    return Transformer(cfg)
+
+
+def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Path, device: str = "auto", progress: bool = True) -> dict:
+    """Run (or resume) one translation run; writes out_dir/{train_log.csv, metrics.json, checkpoints/}."""
+    out_dir = Path(out_dir)
+    ckpt_dir = out_dir / "checkpoints"
+    world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
+    device = pick_device(f"cuda:{os.environ.get('LOCAL_RANK', 0)}" if world > 1 and torch.cuda.is_available() else device)
+    if world > 1 and not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
+
+    torch.manual_seed(spec["seed"])
+    gen = torch.Generator().manual_seed(spec["seed"])
+    model = build_model(spec, vocab_size).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    step, epoch, position, rows, diverged, epoch_gen_state = 0, 0, 0, [], None, gen.get_state()
+    last = ckpt_dir / "last.pt"
+    if last.exists():
+        from .classification import load_checkpoint
+
+        ckpt = load_checkpoint(last)
+        if ckpt["spec"] == spec:
+            model.load_state_dict(ckpt["model"])
+            opt.load_state_dict(ckpt["optimizer"])
+            torch.set_rng_state(ckpt["torch_rng"])
+            step, epoch, position, rows, diverged = ckpt["step"], ckpt["epoch"], ckpt["position"], ckpt["log"], ckpt["diverged"]
+            epoch_gen_state = ckpt["epoch_generator"]
+            print(f"resuming {out_dir} at update {step}", file=sys.stderr)
+        else:
+            print(f"ignoring {last}: it was written for a different spec", file=sys.stderr)
+    ddp_model = nn.parallel.DistributedDataParallel(model) if world > 1 else model
+
+    lengths = [(len(s) + 1, len(t) + 1) for s, t in train_pairs]
+    bar = tqdm(total=spec["max_updates"], initial=step, desc=str(out_dir), disable=not progress or rank > 0, mininterval=2, file=sys.stderr)
+    started, loss_sum, loss_tokens, seen_tokens = time.perf_counter(), 0.0, 0, 0
+    while step < spec["max_updates"] and diverged is None:
+        gen.set_state(epoch_gen_state)
+        batches = token_batches(lengths, spec["max_tokens"], gen)[rank::world]
+        groups = [batches[i : i + spec["update_freq"]] for i in range(0, len(batches), spec["update_freq"])]
+        while position < len(groups) and step < spec["max_updates"]:
+            lr = inverse_sqrt_lr(step + 1, model.cfg.d_model, spec["warmup"], spec["lr_scale"])
+            for group in opt.param_groups:
+                group["lr"] = lr
+            opt.zero_grad(set_to_none=True)
+            group_tokens = sum(sum(lengths[i][1] for i in idx) for idx in groups[position])
+            for idx in groups[position]:
+                src, tin, tout = (t.to(device, non_blocking=True) for t in collate(train_pairs, idx, spec["pad_id"], spec["bos_id"], spec["eos_id"]))
+                n = int((tout != spec["pad_id"]).sum())
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+                    logits = ddp_model(src, tin)
+                loss = label_smoothed_loss(logits, tout, spec["pad_id"], spec["label_smoothing"])
+                if not torch.isfinite(loss):
+                    diverged = {"step": step + 1, "loss": str(loss.item())}
+                    break
+                (loss * n / group_tokens).backward()  # token-weighted mean over the accumulated batches
+                loss_sum, loss_tokens = loss_sum + loss.item() * n, loss_tokens + n
+                seen_tokens += int((src != spec["pad_id"]).sum()) + n
+            if diverged is not None:
+                break
+            opt.step()
+            step, position = step + 1, position + 1
+            bar.update(1)
+            if step % spec["checkpoint_every"] == 0 or step == spec["max_updates"]:
+                elapsed = time.perf_counter() - started
+                row = {"step": step, "epoch": epoch, "lr": lr, "train_loss": loss_sum / max(loss_tokens, 1),
+                       "dev_loss": dev_loss(model, dev_pairs, spec, device), "tokens_per_s": seen_tokens / elapsed, "seconds": elapsed}
+                rows.append(row)
+                bar.set_postfix(train_loss=f"{row['train_loss']:.3f}", dev_loss=f"{row['dev_loss']:.3f}")
+                started, loss_sum, loss_tokens, seen_tokens = time.perf_counter(), 0.0, 0, 0
+                if rank == 0:
+                    files.write_text(out_dir / "train_log.csv", log_csv(rows, LOG_FIELDS))
+                    _save(ckpt_dir, model, opt, spec, step, epoch, position, rows, diverged, epoch_gen_state)
+        if diverged is None and position >= len(groups):
+            epoch, position, epoch_gen_state = epoch + 1, 0, gen.get_state()
+    bar.close()
+    if diverged is not None and rank == 0:
+        _save(ckpt_dir, model, opt, spec, step, epoch, position, rows, diverged, epoch_gen_state)
+
+    metrics = {"spec": spec, "seed": spec["seed"], "diverged": diverged is not None, "diverged_at": diverged, "updates": step,
+               "epochs": epoch, "parameters": count_parameters(model), "wall_time_s": sum(r["seconds"] for r in rows),
+               "final": rows[-1] if rows and diverged is None else None, "provenance": provenance.collect(device)}
+    if rank == 0:
+        files.write_text(out_dir / "train_log.csv", log_csv(rows, LOG_FIELDS))
+        files.write_json(out_dir / "metrics.json", metrics)
+    return metrics
+
+
+def _save(ckpt_dir: Path, model, opt, spec, step, epoch, position, rows, diverged, epoch_gen_state) -> None:
+    """last.pt for resuming; step<N>.pt (model only) for averaging, the newest `keep_checkpoints` kept."""
+    state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "torch_rng": torch.get_rng_state(), "spec": spec,
+             "step": step, "epoch": epoch, "position": position, "log": rows, "diverged": diverged, "epoch_generator": epoch_gen_state}
+    if diverged is None:
+        files.save_torch(ckpt_dir / f"step{step}.pt", {"model": model.state_dict(), "step": step})
+        kept = sorted(ckpt_dir.glob("step*.pt"), key=lambda p: int(p.stem.removeprefix("step")))
+        for old in kept[: -spec["keep_checkpoints"]]:
+            old.unlink()
+    files.save_torch(ckpt_dir / "last.pt", state)

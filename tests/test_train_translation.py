@@ -1,0 +1,82 @@
+"""Translation training contracts: token batching, the schedule, resume bit-identically, divergence."""
+
+import pytest
+import torch
+
+from resrepro.models import transformer
+from resrepro.train import translation
+from resrepro.train.translation import inverse_sqrt_lr, token_batches, train
+
+
+@pytest.fixture(autouse=True)
+def tiny_preset(monkeypatch):
+    monkeypatch.setitem(transformer.PRESETS, "base_2block", dict(d_model=32, heads=4, ffn=64, encoder_layers=2, decoder_layers=2, dropout=0.1))
+
+
+def corpus(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    pairs = []
+    for _ in range(n):
+        length = int(torch.randint(3, 10, (1,), generator=g))
+        src = torch.randint(4, 24, (length,), generator=g).tolist()
+        pairs.append((src, [x + 1 for x in reversed(src)]))  # a reversing "language"
+    return pairs
+
+
+def spec(**over):
+    base = dict(task="translation", size="base_2block", variant="rskip_ln", args={"lam": 2}, seed=0, max_tokens=300,
+                update_freq=2, warmup=50, lr_scale=1.0, label_smoothing=0.1, max_updates=24, checkpoint_every=8,
+                keep_checkpoints=2, pad_id=0, bos_id=1, eos_id=2)
+    return {**base, **over}
+
+
+def test_inverse_sqrt_schedule():
+    d, warmup = 512, 4000
+    assert inverse_sqrt_lr(1, d, warmup) == pytest.approx(d**-0.5 * warmup**-1.5)
+    assert inverse_sqrt_lr(warmup, d, warmup) == pytest.approx(d**-0.5 * warmup**-0.5)  # the peak
+    assert inverse_sqrt_lr(4 * warmup, d, warmup) == pytest.approx(inverse_sqrt_lr(warmup, d, warmup) / 2)
+
+
+def test_token_batches_respect_the_budget_and_cover_every_sentence():
+    lengths = [(int(a), int(b)) for a, b in torch.randint(1, 40, (500, 2)).tolist()]
+    batches = token_batches(lengths, 200, torch.Generator().manual_seed(0))
+    assert sorted(i for b in batches for i in b) == list(range(500))
+    for b in batches:
+        assert len(b) == 1 or max(max(lengths[i]) for i in b) * len(b) <= 200
+    assert batches == token_batches(lengths, 200, torch.Generator().manual_seed(0))
+
+
+def test_resume_after_a_kill_is_bit_identical(tmp_path, monkeypatch):
+    train_pairs, dev_pairs = corpus(300, 0), corpus(30, 1)
+    whole = train(spec(), train_pairs, dev_pairs, 26, tmp_path / "whole", device="cpu", progress=False)
+    saved, calls = translation._save, {"n": 0}
+
+    def killed_after_first_checkpoint(*args, **kwargs):
+        saved(*args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KeyboardInterrupt  # stands for SIGKILL right after the step-8 checkpoint
+
+    monkeypatch.setattr(translation, "_save", killed_after_first_checkpoint)
+    with pytest.raises(KeyboardInterrupt):
+        train(spec(), train_pairs, dev_pairs, 26, tmp_path / "resumed", device="cpu", progress=False)
+    resumed = train(spec(), train_pairs, dev_pairs, 26, tmp_path / "resumed", device="cpu", progress=False)
+    assert resumed["final"]["dev_loss"] == whole["final"]["dev_loss"]
+    a = torch.load(tmp_path / "whole" / "checkpoints" / "last.pt", weights_only=True)["model"]
+    b = torch.load(tmp_path / "resumed" / "checkpoints" / "last.pt", weights_only=True)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    kept = sorted(p.name for p in (tmp_path / "whole" / "checkpoints").glob("step*.pt"))
+    assert kept == ["step16.pt", "step24.pt"]  # keep_checkpoints=2, the newest
+
+
+def test_training_lowers_the_dev_loss_and_records_provenance(tmp_path):
+    m = train(spec(max_updates=40, update_freq=1, variant="xskip_ln", args={}), corpus(300, 0), corpus(30, 1), 26, tmp_path, device="cpu", progress=False)
+    log = (tmp_path / "train_log.csv").read_text().splitlines()
+    first, last = float(log[1].split(",")[4]), float(log[-1].split(",")[4])
+    assert last < first
+    assert m["diverged"] is False and m["updates"] == 40 and "git_commit" in m["provenance"]
+
+
+def test_divergence_is_recorded(tmp_path):
+    m = train(spec(lr_scale=1e12, variant="add", args={}), corpus(100, 0), corpus(10, 1), 26, tmp_path, device="cpu", progress=False)
+    assert m["diverged"] is True and m["final"] is None and m["diverged_at"]["step"] >= 1
