@@ -43,9 +43,9 @@ def test_paper_plan_runs_five_seeds_at_the_papers_depths():
         paper = yaml.safe_load(f)
     plan = experiments.make_plan(paper)
     assert {run.seed for run in plan.runs.values()} == {0, 1, 2, 3, 4}
-    assert {run.depth for run in plan.runs.values()} == {20, 32, 44, 56, 110}
+    assert {run.arch for run in plan.runs.values()} == {f"preact_resnet{d}" for d in (20, 32, 44, 56, 110)}
     assert set(plan.datasets()) == {"cifar10", "cifar100"}
-    run = next(r for r in plan.runs.values() if r.depth == 110)
+    run = next(r for r in plan.runs.values() if r.arch == "preact_resnet110")
     spec = experiments.train_spec(paper, run)
     assert (spec["epochs"], spec["lr_milestones"], spec["weight_decay"], spec["warmup_iterations"]) == (164, [81, 122], 2e-4, 400)
 

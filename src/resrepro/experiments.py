@@ -18,8 +18,10 @@ from . import residual
 from .residual import ConfigError
 
 TASKS = ("classification",)
+# How a row names its architecture, the scale profile's map for it, and the run's arch name.
+ARCH_KEYS = {"classification": ("depth", "depths", "preact_resnet{}")}
 METRICS = {"test_error": False, "test_accuracy": True}  # metric -> higher is better
-ROW_KEYS = {"label", "formula", "dataset", "depth", "variant", "args", "paper", "baseline"}
+ROW_KEYS = {"label", "formula", "dataset", "depth", "size", "variant", "args", "paper", "baseline"}
 TABLE_KEYS = {"paper", "caption", "source", "task", "metric", "baseline", "rows"}
 
 
@@ -59,7 +61,7 @@ def _check_table(table_id: str, table: dict, path: Path) -> dict:
     labels = [row.get("label") for row in table["rows"]]
     for i, row in enumerate(table["rows"]):
         rwhere = f"{where}.rows[{i}]"
-        for key in ("label", "dataset", "depth", "variant", "paper"):
+        for key in ("label", "dataset", ARCH_KEYS[table["task"]][0], "variant", "paper"):
             if key not in row:
                 raise ConfigError(f"{rwhere}: missing key {key!r}")
         if unknown := set(row) - ROW_KEYS:
@@ -77,14 +79,10 @@ class Run:
 
     task: str
     dataset: str  # the dataset this scale runs (e.g. digits for the paper's cifar10 at mini)
-    depth: int
+    arch: str  # the architecture this scale runs, e.g. preact_resnet32
     variant: str
     args_json: str  # the variant's full args, JSON with sorted keys (hashable, deterministic)
     seed: int
-
-    @property
-    def arch(self) -> str:
-        return f"preact_resnet{self.depth}"
 
     @property
     def variant_id(self) -> str:
@@ -127,10 +125,11 @@ def make_plan(config: dict) -> Plan:
         for i, row in enumerate(table["rows"]):
             where = f"{table_id}.rows[{i}]"
             dataset = _lookup(task_cfg["datasets"], row["dataset"], f"{table['task']}.datasets", where)
-            depth = _lookup(task_cfg["depths"], row["depth"], f"{table['task']}.depths", where)
+            row_key, map_key, arch_name = ARCH_KEYS[table["task"]]
+            arch = arch_name.format(_lookup(task_cfg[map_key], row[row_key], f"{table['task']}.{map_key}", where))
             args = residual.validate(row["variant"], row.get("args"), where=where)
             runs = [
-                Run(table["task"], dataset, int(depth), row["variant"], json.dumps(args, sort_keys=True), seed)
+                Run(table["task"], dataset, arch, row["variant"], json.dumps(args, sort_keys=True), seed)
                 for seed in seeds_for(config, table_id)
             ]
             for run in runs:
@@ -159,13 +158,16 @@ def train_spec(config: dict, run: Run) -> dict:
     """Everything a training job needs, flat and deterministic: it becomes the rule's params, so
     changing any value reruns exactly the runs that read it."""
     recipe = config[run.task]
-    return {
+    map_key = ARCH_KEYS[run.task][1]
+    spec = {
         "task": run.task,
         "dataset": run.dataset,
         "arch": run.arch,
-        "depth": run.depth,
         "variant": run.variant,
         "args": json.loads(run.args_json),
         "seed": run.seed,
-        **{k: v for k, v in recipe.items() if k not in ("datasets", "depths")},
+        **{k: v for k, v in recipe.items() if k not in ("datasets", map_key)},
     }
+    if run.task == "classification":
+        spec["depth"] = int(run.arch.removeprefix("preact_resnet"))
+    return spec

@@ -78,7 +78,7 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
         first = runs.loc[plan_row["runs"][0]] if plan_row["runs"] else None
         line = {
             "table": plan_row["table"], "row": plan_row["row"], "label": plan_row["label"], "formula": spec.get("formula", ""),
-            "paper_dataset": spec["dataset"], "paper_depth": spec["depth"],
+            "paper_dataset": spec["dataset"], "paper_arch": spec.get("depth", spec.get("size")),
             "dataset": None if first is None else first["dataset"], "arch": None if first is None else first["arch"],
             "variant_id": None if first is None else first["variant_id"],
             "metric": metric, "higher_is_better": higher, "epoch_basis": epoch_basis, "paper": spec["paper"],
