@@ -33,7 +33,7 @@ def _umask() -> int:
 
 
 def write_text(path: str | Path, text: str) -> None:
-    atomic_write(path, lambda tmp: tmp.write_text(text))
+    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def write_json(path: str | Path, obj) -> None:
