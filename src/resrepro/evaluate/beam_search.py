@@ -1,0 +1,275 @@
+"""Batched beam search for the encoder-decoder Transformer, as in the papers' translation runs.
+
+Vaswani et al. 2017 (and the papers following them) decode with beam 4 and length penalty
+alpha 0.6 in the GNMT / tensor2tensor form
+
+    lp(len) = ((5 + len) / 6) ** alpha,    score = (sum of token log-probabilities) / lp(len)
+
+where `len` counts the generated tokens *including* the EOS that ends the hypothesis, as
+tensor2tensor does (`lp` uses step i + 1 when EOS is produced at step i); a hypothesis cut off
+at the maximum length has len = max_len and no EOS. BOS is not counted.
+
+All N sentences x `beam` hypotheses decode together as one (N * beam) batch: the source is
+encoded once, memory and mask are repeated per beam (`repeat_interleave`), and the decoder's
+key/value cache is reordered with `reorder_cache` whenever beams are re-selected. Each step
+takes the 2 * beam best extensions of a sentence (fairseq / tensor2tensor); an extension ending
+in EOS is finished (kept in the sentence's finished list, `beam` best) when it ranks within the
+best `beam` (fairseq's rule: so beam 1 is exactly greedy search), and the `beam` best
+extensions not ending in EOS stay alive. At the sentence's maximum length every one of the
+best `beam` extensions is finished (truncated if it is not EOS).
+
+Early stop (per sentence, exact): log-probabilities are <= 0, so an alive hypothesis with raw
+score s can at best finish with s / max(lp over the lengths still reachable); when this bound
+for the best alive hypothesis is below the best finished score, nothing better can come and
+the sentence stops (with `early_stop=False` it runs to its maximum length; the best hypothesis
+is the same either way). Stopped sentences leave the batch, so no work is spent on them.
+
+Maximum length (generated tokens incl. EOS) per sentence: int(max_len_a * src_len + max_len_b),
+src_len counting non-pad tokens, at least 1 and at most the model's `max_positions`.
+
+PAD and BOS are never generated (their log-probabilities are set to -inf after the softmax,
+without renormalising, as fairseq does for PAD), so returned hypotheses contain neither; EOS is
+stripped from them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.nn import functional as F
+
+from ..models.transformer import reorder_cache
+
+NEG_INF = float("-inf")
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT / tensor2tensor: ((5 + length) / 6) ** alpha; `length` includes the EOS token."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def max_lengths(src: torch.Tensor, pad_id: int, max_len_a: float, max_len_b: int, max_positions: int) -> list[int]:
+    """Per sentence: int(max_len_a * (non-pad source tokens) + max_len_b), clipped to [1, max_positions]."""
+    src_len = (src != pad_id).sum(1).tolist()
+    return [min(max(int(max_len_a * n + max_len_b), 1), max_positions) for n in src_len]
+
+
+def _banned(model, bos: int, eos: int) -> list[int]:
+    if bos == eos:
+        raise ValueError("bos and eos must differ")
+    vocab, pad = model.cfg.vocab_size, model.cfg.pad_id
+    for name, tok in (("bos", bos), ("eos", eos)):
+        if not 0 <= tok < vocab:
+            raise ValueError(f"{name} {tok} outside the vocabulary (size {vocab})")
+    if eos == pad:
+        raise ValueError("eos must differ from the pad id")
+    return sorted({pad, bos})
+
+
+def _log_probs(logits: torch.Tensor, banned: list[int]) -> torch.Tensor:
+    logp = F.log_softmax(logits.float(), dim=-1)
+    logp[:, banned] = NEG_INF
+    return logp
+
+
+def _device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+def beam_search_nbest(
+    model,
+    src: torch.Tensor,
+    bos: int,
+    eos: int,
+    beam: int = 4,
+    alpha: float = 0.6,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+    use_cache: bool = True,
+    early_stop: bool = True,
+    stats: dict | None = None,
+) -> list[list[tuple[float, list[int]]]]:
+    """Per sentence, its finished hypotheses as (score, tokens), best first (at most `beam`;
+    ties keep the one found first). Tokens exclude BOS and EOS; see the module docstring.
+
+    `stats`, when given, receives "steps" (decoder steps run) and "tokens" (hypothesis tokens
+    generated = sum over steps of the rows still decoding, N * beam * steps when no sentence
+    stops early)."""
+    if beam < 1:
+        raise ValueError("beam must be >= 1")
+    if src.dim() != 2:
+        raise ValueError("src must be (N, S)")
+    banned = _banned(model, bos, eos)
+    cfg = model.cfg
+    device = _device(model)
+    src = src.to(device)
+    n, k = src.shape[0], beam
+    limits = max_lengths(src, cfg.pad_id, max_len_a, max_len_b, cfg.max_positions)
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(n)]
+    steps_run, tokens_generated = 0, 0
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            active = list(range(n))  # original sentence id of each sentence still decoding
+            max_len = torch.tensor(limits, device=device)
+            src_rows = src.repeat_interleave(k, dim=0)  # (B*K, S), rows b*K .. b*K+K-1 = sentence b
+            if use_cache:
+                memory, src_mask = model.encode(src)
+                memory, src_mask = memory.repeat_interleave(k, dim=0), src_mask.repeat_interleave(k, dim=0)
+                cache = model.new_cache()
+            tokens = torch.full((n * k, 1), bos, dtype=torch.long, device=device)  # prefixes incl. BOS
+            scores = torch.full((n, k), NEG_INF, device=device)
+            scores[:, 0] = 0.0  # one real hypothesis per sentence at the start
+            t = 0
+            while active:
+                t += 1  # generating token t (1-based); its position is t - 1
+                b_now = len(active)
+                if use_cache:
+                    logits = model.decode_step(tokens[:, -1:], memory, src_mask, cache, t - 1)
+                else:
+                    logits = model(src_rows, tokens)[:, -1]
+                steps_run += 1
+                tokens_generated += b_now * k
+                vocab = logits.shape[-1]
+                cand = (scores.view(-1, 1) + _log_probs(logits, banned)).view(b_now, k * vocab)
+                top_val, top_idx = cand.topk(min(2 * k, k * vocab), dim=1)
+                top_beam, top_tok = top_idx // vocab, top_idx % vocab
+                is_eos = top_tok == eos
+                last = max_len <= t  # (B,): this step is the sentence's last
+
+                # finish: EOS within the best K candidates, or any of the best K at the last step
+                fin = (is_eos | last[:, None]) & torch.isfinite(top_val)
+                fin[:, k:] = False
+                if bool(fin.any()):
+                    lp = length_penalty(t, alpha)
+                    rows = (torch.arange(b_now, device=device)[:, None] * k + top_beam)[fin]
+                    prefixes = tokens[rows, 1:].tolist()
+                    for (b, j), prefix, val, tok in zip(fin.nonzero().tolist(), prefixes,
+                                                        top_val[fin].tolist(), top_tok[fin].tolist()):
+                        hyp = prefix if tok == eos else prefix + [tok]
+                        _add_finished(finished[active[b]], val / lp, hyp, k)
+
+                # alive: the K best candidates that are not EOS (at most K of the 2K are EOS)
+                alive_val, pos = top_val.masked_fill(is_eos, NEG_INF).topk(k, dim=1)
+                alive_beam, alive_tok = top_beam.gather(1, pos), top_tok.gather(1, pos)
+
+                # which sentences stop now
+                done = last.clone()
+                if early_stop:
+                    best_fin = torch.tensor([finished[s][0][0] if finished[s] else NEG_INF for s in active],
+                                            device=device)
+                    lp_max = torch.maximum(  # lp is monotone in the length: the largest is at an end
+                        torch.full_like(best_fin, length_penalty(t + 1, alpha)),
+                        ((5.0 + max_len.float()) / 6.0) ** alpha)
+                    bound = alive_val[:, 0] / lp_max
+                    done |= torch.isfinite(best_fin) & (bound < best_fin)
+                keep = (~done).nonzero().squeeze(1)
+                if keep.numel() == 0:
+                    break
+                index = (keep[:, None] * k + alive_beam[keep]).reshape(-1)  # surviving rows
+                tokens = torch.cat([tokens.index_select(0, index), alive_tok[keep].reshape(-1, 1)], dim=1)
+                scores = alive_val[keep]
+                if keep.numel() < b_now:
+                    active = [active[b] for b in keep.tolist()]
+                    max_len = max_len[keep]
+                    rows_kept = (keep[:, None] * k + torch.arange(k, device=device)).reshape(-1)
+                    src_rows = src_rows.index_select(0, rows_kept)
+                    if use_cache:
+                        memory, src_mask = memory.index_select(0, rows_kept), src_mask.index_select(0, rows_kept)
+                if use_cache:
+                    cache = reorder_cache(cache, index)
+    finally:
+        model.train(was_training)
+    if stats is not None:
+        stats.update(steps=steps_run, tokens=tokens_generated)
+    return finished
+
+
+def _add_finished(lst: list[tuple[float, list[int]]], score: float, hyp: list[int], k: int) -> None:
+    """Insert keeping `lst` sorted best first (stable: equal scores keep the earlier one) and at most k long."""
+    i = len(lst)
+    while i > 0 and lst[i - 1][0] < score:
+        i -= 1
+    if i < k:
+        lst.insert(i, (score, hyp))
+        del lst[k:]
+
+
+def beam_search(
+    model,
+    src: torch.Tensor,
+    bos: int,
+    eos: int,
+    beam: int = 4,
+    alpha: float = 0.6,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+    use_cache: bool = True,
+) -> list[list[int]]:
+    """Best hypothesis per sentence of the (N, S) padded source, tokens without BOS and EOS.
+
+    Score = sum of log-probs / ((5 + len) / 6) ** alpha with len = generated tokens including
+    EOS (tensor2tensor); maximum length int(max_len_a * src_len + max_len_b) generated tokens
+    (incl. EOS), src_len without padding. `use_cache=False` recomputes every step with the full
+    teacher-forcing forward `model(src, prefix)` (encoder included) instead of `decode_step`
+    with the key/value cache: same hypotheses, much slower (reference and speed benchmark).
+    Runs in eval mode under inference_mode and restores the model's train/eval mode."""
+    nbest = beam_search_nbest(model, src, bos, eos, beam, alpha, max_len_a, max_len_b, use_cache)
+    return [hyps[0][1] for hyps in nbest]
+
+
+def greedy(model, src: torch.Tensor, bos: int, eos: int, max_len_a: float = 1.0, max_len_b: int = 50) -> list[list[int]]:
+    """Greedy decoding (argmax each step, no length penalty) with the key/value cache; same
+    maximum length and banned tokens (PAD, BOS) as `beam_search`, tokens without BOS and EOS."""
+    banned = _banned(model, bos, eos)
+    cfg = model.cfg
+    device = _device(model)
+    src = src.to(device)
+    limits = max_lengths(src, cfg.pad_id, max_len_a, max_len_b, cfg.max_positions)
+    out: list[list[int]] = [[] for _ in range(src.shape[0])]
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            memory, src_mask = model.encode(src)
+            cache = model.new_cache()
+            token = torch.full((src.shape[0], 1), bos, dtype=torch.long, device=device)
+            running = [True] * src.shape[0]
+            for t in range(max(limits)):
+                nxt = _log_probs(model.decode_step(token, memory, src_mask, cache, t), banned).argmax(-1)
+                for i, tok in enumerate(nxt.tolist()):
+                    if running[i]:
+                        if tok == eos:
+                            running[i] = False
+                        else:
+                            out[i].append(tok)
+                            running[i] = len(out[i]) < limits[i]
+                if not any(running):
+                    break
+                token = nxt[:, None]
+    finally:
+        model.train(was_training)
+    return out
+
+
+def sequence_score(model, src_one: torch.Tensor, bos: int, eos: int, hyp: list[int], finished_by_eos: bool, alpha: float) -> float:
+    """Teacher-forced score of one hypothesis (tokens without BOS/EOS) for a (1, S) source:
+    sum of log-probs of hyp (+ EOS when `finished_by_eos`) / lp(its length), PAD and BOS banned
+    as in the search. A reference for tests."""
+    banned = _banned(model, bos, eos)
+    device = _device(model)
+    target = list(hyp) + ([eos] if finished_by_eos else [])
+    if not target:
+        raise ValueError("empty hypothesis: nothing was generated")
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            tgt_in = torch.tensor([[bos] + target[:-1]], device=device)
+            logp = _log_probs(model(src_one.to(device), tgt_in)[0], banned)
+            total = logp.gather(1, torch.tensor(target, device=device)[:, None]).sum().item()
+    finally:
+        model.train(was_training)
+    return total / length_penalty(len(target), alpha) if math.isfinite(total) else NEG_INF
