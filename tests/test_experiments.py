@@ -35,7 +35,9 @@ def test_mini_plan_shares_cells_between_equivalent_rows(mini):
     assert rows[("rskip-t1", "1rSkip+LN")] == rows[("rskip-t1", "1xSkip+LN")]
     # the CIFAR-10 add baseline is one cell for every table that uses it
     assert rows[("sas-t7", "x + F (Baseline)")] == rows[("rskip-t1", "1xSkip")]
-    assert all(len(runs) == mini["seeds"] for runs in rows.values())
+    seeds = {"classification": mini["seeds"], "translation": mini["translation"]["seeds"]}
+    tasks = {table_id: table["task"] for table_id, table in plan.tables.items()}
+    assert all(len(runs) == seeds[tasks[table]] for (table, _), runs in rows.items())
 
 
 def test_paper_plan_runs_five_seeds_at_the_papers_depths():
@@ -43,8 +45,9 @@ def test_paper_plan_runs_five_seeds_at_the_papers_depths():
         paper = yaml.safe_load(f)
     plan = experiments.make_plan(paper)
     assert {run.seed for run in plan.runs.values()} == {0, 1, 2, 3, 4}
-    assert {run.arch for run in plan.runs.values()} == {f"preact_resnet{d}" for d in (20, 32, 44, 56, 110)}
-    assert set(plan.datasets()) == {"cifar10", "cifar100"}
+    assert {run.arch for run in plan.runs.values() if run.task == "classification"} == {f"preact_resnet{d}" for d in (20, 32, 44, 56, 110)}
+    assert {run.arch for run in plan.runs.values() if run.task == "translation"} == {"transformer_base", "transformer_big", "transformer_base_2block"}
+    assert set(plan.datasets()) == {"cifar10", "cifar100", "iwslt15_en_vi", "wmt14_en_de", "wmt14_en_fr"}
     run = next(r for r in plan.runs.values() if r.arch == "preact_resnet110")
     spec = experiments.train_spec(paper, run)
     assert (spec["epochs"], spec["lr_milestones"], spec["weight_decay"], spec["warmup_iterations"]) == (164, [81, 122], 2e-4, 400)
@@ -74,7 +77,7 @@ def _bad_tables(tmp_path, mutate):
         (lambda t: t["rskip-t1"]["rows"][8]["args"].update(lam=1.5), "lam=1.5 is invalid; expected an integer >= 1"),
         (lambda t: t["rskip-t1"]["rows"][2]["args"].update(mu=1), "has no argument 'mu'; allowed: lam"),
         (lambda t: t["rskip-t1"]["rows"][2].pop("dataset"), "rows[2]: missing key 'dataset'"),
-        (lambda t: t["rskip-t1"].update(metric="bleu"), "metric='bleu' unknown; allowed: test_error, test_accuracy"),
+        (lambda t: t["rskip-t1"].update(metric="rouge"), "metric='rouge' unknown; allowed: test_error, test_accuracy, bleu"),
         (lambda t: t["rskip-t1"].update(baseline="nope"), "baseline 'nope' is not a row label"),
     ],
 )
@@ -104,3 +107,13 @@ def test_bad_profile_fails_naming_the_key(mini, change, message):
     with pytest.raises(ConfigError) as err:
         experiments.make_plan(cfg)
     assert message in str(err.value)
+
+
+def test_seeds_precedence_table_then_task_then_default(mini):
+    cfg = copy.deepcopy(mini)
+    cfg["seeds"], cfg["translation"]["seeds"], cfg["table_seeds"] = 3, 2, {"rskip-t5": 4}
+    plan = experiments.make_plan(cfg)
+    n = {(r["table"]): len(r["runs"]) for r in plan.rows}
+    assert (n["rskip-t1"], n["rskip-t2"], n["rskip-t5"]) == (3, 2, 4)
+    run = next(r for r in plan.runs.values() if r.task == "translation")
+    assert "seeds" not in experiments.train_spec(cfg, run)  # seeds never rerun existing runs

@@ -68,9 +68,16 @@ def test_report_holds_every_table_with_paper_and_reproduced_values(workdir):
     assert "Provenance" in html and "final-epoch" in html
     rows = (workdir / "results" / "tiny" / "aggregate" / "rows.csv").read_text()
     assert rows.count("\n") == 1 + sum(len(t["rows"]) for t in tables.values())
-    metrics = list((workdir / "results" / "tiny").glob("classification/digits/*/*/seed0/metrics.json"))
+    metrics = list((workdir / "results" / "tiny").glob("*/*/*/*/seed0/metrics.json"))
     plan = experiments.make_plan(tiny_config(workdir) | {"tables_dir": str(workdir / "config" / "tables")})
     assert len(metrics) == len(plan.runs)
+    translation = [path for path, run in plan.runs.items() if run.task == "translation"]
+    assert translation, "the tiny config covers the translation tables"
+    for path in translation:
+        run_dir = workdir / "results" / "tiny" / path
+        for name in ("eval.json", "averaged.pt", "hyp.tok.txt", "hyp.detok.txt", "ref.tok.txt", "ref.detok.txt"):
+            assert (run_dir / name).exists(), run_dir / name
+    assert "sacreBLEU" in html and "parameters at paper size" in html
 
 
 def test_second_run_does_nothing(workdir):
@@ -126,7 +133,12 @@ def test_paper_scale_dry_run_lists_every_job(workdir):
     cfg = yaml.safe_load((workdir / "config" / "paper.yaml").read_text())
     plan = experiments.make_plan(cfg | {"tables_dir": str(workdir / "config" / "tables")})
     jobs = planned_jobs(workdir, "--configfile", "config/paper.yaml")
-    assert jobs == {"download_cifar": 2, "prepare_cifar": 2, "train_classifier": len(plan.runs), "aggregate": 1, "report": 1, "all": 1}
+    n_mt = sum(run.task == "translation" for run in plan.runs.values())
+    # 7 cells on EN-VI base (rskip-t2 and sas), 3 on each other dataset x size, 2 two-block; 5 seeds
+    assert n_mt == (7 + 3 * 5 + 2) * 5
+    assert jobs == {"download_cifar": 2, "prepare_cifar": 2, "train_classifier": len(plan.runs) - n_mt,
+                    "fetch_translation": 3, "prepare_translation": 3, "train_translator": n_mt, "average_checkpoints": n_mt,
+                    "evaluate_translation": n_mt, "aggregate": 1, "report": 1, "all": 1}
 
 
 def test_lint_is_clean(workdir):

@@ -59,6 +59,57 @@ def cmd_report(a) -> None:
     render(a.aggregate_dir, a.tables, a.template, a.out, a.scale, json.loads(a.recipe), a.note)
 
 
+def cmd_fetch_translation(a) -> None:
+    from . import files
+    from .data.translation import fetch_source
+
+    paths = fetch_source(a.dataset, Path(a.done).parent, mirror=a.mirror or None)
+    files.write_json(a.done, {"dataset": a.dataset, "files": [p.name for p in paths]})
+
+
+def cmd_prepare_translation(a) -> None:
+    from .data.translation import prepare_synthetic, prepare_translation
+
+    if a.dataset == "synthetic":
+        prepare_synthetic(a.out_dir, seed=0)
+    else:
+        prepare_translation(a.dataset, a.raw_dir, a.out_dir)
+
+
+def cmd_train_translation(a) -> None:
+    import torch
+
+    from .data.translation import load_encoded, load_prepared_meta
+    from .train.translation import train
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    meta = load_prepared_meta(a.data)
+    spec = json.loads(a.spec)
+    metrics = train(spec, load_encoded(a.data, "train"), load_encoded(a.data, "dev"), meta["subword"]["vocab_size"],
+                    a.out_dir, device=a.device, progress=not a.no_progress)
+    status = "diverged" if metrics["diverged"] else f"dev loss {metrics['final']['dev_loss']:.3f}"
+    print(f"{a.out_dir}: {status} after {metrics['updates']} updates", file=sys.stderr)
+
+
+def cmd_average(a) -> None:
+    from .train.average import average_checkpoints, checkpoints_to_average
+
+    summary = average_checkpoints(checkpoints_to_average(Path(a.checkpoints), a.last), Path(a.out))
+    print(f"averaged {summary['n']} checkpoints (steps {summary['steps']}) -> {a.out}", file=sys.stderr)
+
+
+def cmd_evaluate_translation(a) -> None:
+    import torch
+
+    from .evaluate.translation import evaluate_prepared
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    result = evaluate_prepared(json.loads(a.spec), a.data, a.averaged, a.out_dir, device=a.device)
+    print(f"{a.out_dir}: BLEU {result['bleu_tokenized']['bleu']:.2f} tokenized, {result['sacrebleu']['bleu']:.2f} sacreBLEU", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="resrepro", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -101,6 +152,42 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--note", default="", help="what this scale can and cannot show, shown in the report")
     s.add_argument("--out", required=True)
     s.set_defaults(run=cmd_report)
+
+    s = sub.add_parser("fetch-translation", help="download a translation dataset's files (checksummed)")
+    s.add_argument("dataset")
+    s.add_argument("--done", required=True, help="marker file written when every file is there")
+    s.add_argument("--mirror", default="", help="a mirror base URL instead of the official one")
+    s.set_defaults(run=cmd_fetch_translation)
+
+    s = sub.add_parser("prepare-translation", help="joint subword vocabulary and encoded splits")
+    s.add_argument("dataset")
+    s.add_argument("--raw-dir", help="where fetch-translation put the files (not for synthetic)")
+    s.add_argument("--out-dir", required=True)
+    s.set_defaults(run=cmd_prepare_translation)
+
+    s = sub.add_parser("train-translation", help="train (or resume) one translation run")
+    s.add_argument("--spec", required=True)
+    s.add_argument("--data", required=True, help="prepared dataset folder")
+    s.add_argument("--out-dir", required=True)
+    s.add_argument("--device", default="auto")
+    s.add_argument("--threads", type=int, default=0)
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(run=cmd_train_translation)
+
+    s = sub.add_parser("average", help="average the last N step checkpoints")
+    s.add_argument("--checkpoints", required=True, help="folder of step<N>.pt files")
+    s.add_argument("--last", type=int, default=10)
+    s.add_argument("--out", required=True)
+    s.set_defaults(run=cmd_average)
+
+    s = sub.add_parser("evaluate-translation", help="beam search on the test set, BLEU both ways")
+    s.add_argument("--spec", required=True)
+    s.add_argument("--data", required=True)
+    s.add_argument("--averaged", required=True)
+    s.add_argument("--out-dir", required=True)
+    s.add_argument("--device", default="auto")
+    s.add_argument("--threads", type=int, default=0)
+    s.set_defaults(run=cmd_evaluate_translation)
 
     a = p.parse_args(argv)
     a.run(a)

@@ -17,10 +17,10 @@ import yaml
 from . import residual
 from .residual import ConfigError
 
-TASKS = ("classification",)
+TASKS = ("classification", "translation")
 # How a row names its architecture, the scale profile's map for it, and the run's arch name.
-ARCH_KEYS = {"classification": ("depth", "depths", "preact_resnet{}")}
-METRICS = {"test_error": False, "test_accuracy": True}  # metric -> higher is better
+ARCH_KEYS = {"classification": ("depth", "depths", "preact_resnet{}"), "translation": ("size", "sizes", "transformer_{}")}
+METRICS = {"test_error": False, "test_accuracy": True, "bleu": True}  # metric -> higher is better
 ROW_KEYS = {"label", "formula", "dataset", "depth", "size", "variant", "args", "paper", "baseline"}
 TABLE_KEYS = {"paper", "caption", "source", "task", "metric", "baseline", "rows"}
 
@@ -105,8 +105,9 @@ class Plan:
         return sorted({r.dataset for r in self.runs.values()})
 
 
-def seeds_for(config: dict, table_id: str) -> list[int]:
-    n = config.get("table_seeds", {}).get(table_id, config["seeds"])
+def seeds_for(config: dict, table_id: str, task: str) -> list[int]:
+    """Seeds 0..n-1, n from the table's own entry, else its task's, else the top-level `seeds`."""
+    n = config.get("table_seeds", {}).get(table_id, config[task].get("seeds", config["seeds"]))
     return list(range(int(n)))  # int(): --config passes nested values as strings
 
 
@@ -130,7 +131,7 @@ def make_plan(config: dict) -> Plan:
             args = residual.validate(row["variant"], row.get("args"), where=where)
             runs = [
                 Run(table["task"], dataset, arch, row["variant"], json.dumps(args, sort_keys=True), seed)
-                for seed in seeds_for(config, table_id)
+                for seed in seeds_for(config, table_id, table["task"])
             ]
             for run in runs:
                 plan.runs[run.path] = run
@@ -166,8 +167,12 @@ def train_spec(config: dict, run: Run) -> dict:
         "variant": run.variant,
         "args": json.loads(run.args_json),
         "seed": run.seed,
-        **{k: v for k, v in recipe.items() if k not in ("datasets", map_key)},
+        **{k: v for k, v in recipe.items() if k not in ("datasets", map_key, "seeds")},
     }
     if run.task == "classification":
         spec["depth"] = int(run.arch.removeprefix("preact_resnet"))
+    else:
+        from .data.subword import BOS_ID, EOS_ID, PAD_ID
+
+        spec.update(size=run.arch.removeprefix("transformer_"), pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID)
     return spec

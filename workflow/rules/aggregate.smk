@@ -3,7 +3,7 @@
 
 rule aggregate:
     input:
-        metrics=all_run_metrics,
+        results=all_run_results,
         tables=table_files(),
     output:
         rows="results/{scale}/aggregate/rows.csv",

@@ -9,9 +9,8 @@ PLAN = experiments.make_plan(config)
 
 wildcard_constraints:
     scale=config["scale"],
-    task="|".join(experiments.TASKS),
-    dataset="[a-z0-9]+",
-    arch="[a-z_]+[0-9]+",
+    dataset="[a-z0-9_]+",
+    arch="[a-z0-9_]+",
     seed="[0-9]+",
 
 
@@ -19,22 +18,32 @@ def report_target():
     return f"report/{config['scale']}/index.html"
 
 
-def run_key(wildcards):
-    return f"{wildcards.task}/{wildcards.dataset}/{wildcards.arch}/{wildcards.variant}/seed{wildcards.seed}"
+def run_spec(task, wildcards):
+    """The run's full spec as JSON: the rule's params, so a changed value reruns it."""
+    run = PLAN.runs[f"{task}/{wildcards.dataset}/{wildcards.arch}/{wildcards.variant}/seed{wildcards.seed}"]
+    return json.dumps(experiments.train_spec(config, run), sort_keys=True)
 
 
 def train_spec(wildcards):
-    """The run's full spec as JSON: the train rule's params, so a changed value reruns it."""
-    run = PLAN.runs[run_key(wildcards)]
-    return json.dumps(experiments.train_spec(config, run), sort_keys=True)
+    return run_spec("classification", wildcards)
+
+
+def translation_spec(wildcards):
+    return run_spec("translation", wildcards)
 
 
 def prepared_data(wildcards):
     return f"results/data/{wildcards.dataset}.pt"
 
 
-def all_run_metrics(wildcards):
-    return [f"results/{wildcards.scale}/{path}/metrics.json" for path in PLAN.runs]
+def all_run_results(wildcards):
+    """What the aggregate reads of each run: metrics.json, and eval.json for translation."""
+    out = []
+    for path, run in PLAN.runs.items():
+        out.append(f"results/{wildcards.scale}/{path}/metrics.json")
+        if run.task == "translation":
+            out.append(f"results/{wildcards.scale}/{path}/eval.json")
+    return out
 
 
 def results_dir(wildcards):
@@ -47,6 +56,11 @@ def aggregate_plan():
 
 def table_files():
     return [str(p) for p in experiments.table_files(config["tables_dir"])]
+
+
+def translation_mirror(wildcards):
+    """A mirror base URL from config (download_urls: {iwslt15_en_vi: URL}) or "" for the official one."""
+    return config.get("download_urls", {}).get(wildcards.dataset, "")
 
 
 def download_url(wildcards):

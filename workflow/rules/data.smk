@@ -44,3 +44,49 @@ rule prepare_digits:
         "../../envs/resrepro.yaml"
     shell:
         "resrepro prepare digits --out {output} 2> {log}"
+
+
+localrules:
+    fetch_translation,
+
+
+rule fetch_translation:
+    output:
+        "resources/{dataset}/fetched.json",
+    params:
+        mirror=translation_mirror,
+    log:
+        "logs/data/fetch_{dataset}.log",
+    wildcard_constraints:
+        dataset="iwslt15_en_vi|wmt14_en_de|wmt14_en_fr",
+    retries: 2
+    conda:
+        "../../envs/resrepro.yaml"
+    shell:
+        "resrepro fetch-translation {wildcards.dataset} --done {output} --mirror {params.mirror:q} 2> {log}"
+
+
+rule prepare_translation:
+    input:
+        "resources/{dataset}/fetched.json",
+    output:
+        "results/data/{dataset}/prepared.json",
+    log:
+        "logs/data/prepare_{dataset}.log",
+    wildcard_constraints:
+        dataset="iwslt15_en_vi|wmt14_en_de|wmt14_en_fr",
+    conda:
+        "../../envs/resrepro.yaml"
+    shell:
+        "resrepro prepare-translation {wildcards.dataset} --raw-dir $(dirname {input}) --out-dir $(dirname {output}) 2> {log}"
+
+
+rule synthesize_translation:
+    output:
+        "results/data/synthetic/prepared.json",
+    log:
+        "logs/data/prepare_synthetic.log",
+    conda:
+        "../../envs/resrepro.yaml"
+    shell:
+        "resrepro prepare-translation synthetic --out-dir $(dirname {output}) 2> {log}"

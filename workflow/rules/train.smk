@@ -6,17 +6,37 @@ rule train_classifier:
     input:
         prepared_data,
     output:
-        metrics="results/{scale}/{task}/{dataset}/{arch}/{variant}/seed{seed}/metrics.json",
-        log="results/{scale}/{task}/{dataset}/{arch}/{variant}/seed{seed}/train_log.csv",
+        metrics="results/{scale}/classification/{dataset}/{arch}/{variant}/seed{seed}/metrics.json",
+        log="results/{scale}/classification/{dataset}/{arch}/{variant}/seed{seed}/train_log.csv",
     params:
         spec=train_spec,
     log:
-        "results/{scale}/{task}/{dataset}/{arch}/{variant}/seed{seed}/train.log",
+        "results/{scale}/classification/{dataset}/{arch}/{variant}/seed{seed}/train.log",
     benchmark:
-        "results/{scale}/{task}/{dataset}/{arch}/{variant}/seed{seed}/benchmark.tsv"
+        "results/{scale}/classification/{dataset}/{arch}/{variant}/seed{seed}/benchmark.tsv"
     threads: 1
     conda:
         "../../envs/resrepro.yaml"
     shell:
         "resrepro train --spec {params.spec:q} --data {input} --out-dir $(dirname {output.metrics})"
+        " --threads {threads} 2> {log}"
+
+
+rule train_translator:
+    input:
+        "results/data/{dataset}/prepared.json",
+    output:
+        metrics="results/{scale}/translation/{dataset}/{arch}/{variant}/seed{seed}/metrics.json",
+        log="results/{scale}/translation/{dataset}/{arch}/{variant}/seed{seed}/train_log.csv",
+    params:
+        spec=translation_spec,
+    log:
+        "results/{scale}/translation/{dataset}/{arch}/{variant}/seed{seed}/train.log",
+    benchmark:
+        "results/{scale}/translation/{dataset}/{arch}/{variant}/seed{seed}/benchmark.tsv"
+    threads: 1
+    conda:
+        "../../envs/resrepro.yaml"
+    shell:
+        "resrepro train-translation --spec {params.spec:q} --data $(dirname {input}) --out-dir $(dirname {output.metrics})"
         " --threads {threads} 2> {log}"

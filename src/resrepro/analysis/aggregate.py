@@ -20,7 +20,8 @@ from ..experiments import METRICS, load_tables
 from . import stats
 
 RUN_COLUMNS = ["run", "task", "dataset", "arch", "variant_id", "seed", "status", "final_test_error", "best_test_error", "best_epoch",
-               "epochs_completed", "diverged_step", "parameters", "wall_time_s", "device", "git_commit"]
+               "bleu", "sacrebleu", "sacrebleu_signature", "epochs_completed", "diverged_step", "parameters", "wall_time_s",
+               "device", "git_commit"]
 
 
 def read_run(results_dir: Path, run: str) -> dict:
@@ -32,7 +33,7 @@ def read_run(results_dir: Path, run: str) -> dict:
     m = json.loads(path.read_text())
     out.update(
         status="diverged" if m["diverged"] else "ok",
-        epochs_completed=m["epochs_completed"],
+        epochs_completed=m.get("epochs_completed", m.get("epochs")),
         parameters=m.get("parameters"),
         wall_time_s=m["wall_time_s"],
         device=m["provenance"]["device"],
@@ -40,6 +41,12 @@ def read_run(results_dir: Path, run: str) -> dict:
     )
     if m["diverged"]:
         out["diverged_step"] = m["diverged_at"]["step"]
+    elif task == "translation":  # the score of the averaged checkpoints, from the evaluate rule
+        eval_path = results_dir / run / "eval.json"
+        if not eval_path.exists():
+            return {**out, "status": "missing"}
+        ev = json.loads(eval_path.read_text())
+        out.update(bleu=ev["bleu_tokenized"]["bleu"], sacrebleu=ev["sacrebleu"]["bleu"], sacrebleu_signature=ev["sacrebleu"]["signature"])
     else:
         out.update(final_test_error=m["final"]["test_error"], best_test_error=m["best"]["test_error"], best_epoch=m["best"]["epoch"])
     return out
@@ -53,11 +60,44 @@ def metric_values(runs: pd.DataFrame, run_ids: list[str], metric: str, epoch_bas
         if r["status"] != "ok":
             shown.append(r["status"])
             continue
-        error = r[f"{epoch_basis}_test_error"]
-        v = 100.0 - error if metric == "test_accuracy" else error
+        if metric == "bleu":
+            v = r["bleu"]
+        else:
+            error = r[f"{epoch_basis}_test_error"]
+            v = 100.0 - error if metric == "test_accuracy" else error
         values.append(float(v))
         shown.append(round(float(v), 2))
     return values, shown
+
+
+def bootstrap_p_values(results_dir: Path, runs: pd.DataFrame, row_runs: list[str], baseline_runs: list[str]) -> list:
+    """sacreBLEU's paired bootstrap of each seed's system against the baseline of the same seed,
+    on the detokenized test hypotheses each evaluate job keeps (None where either is missing)."""
+    from ..evaluate.bleu import paired_bootstrap, read_lines
+
+    out = []
+    for run, base in zip(row_runs, baseline_runs):
+        if runs.loc[run, "status"] != "ok" or runs.loc[base, "status"] != "ok":
+            out.append(None)
+            continue
+        hyp, base_hyp = (read_lines(results_dir / r / "hyp.detok.txt") for r in (run, base))
+        refs = read_lines(results_dir / run / "ref.detok.txt")
+        out.append(round(paired_bootstrap(base_hyp, hyp, refs)["p_value"], 4))
+    return out
+
+
+def paper_parameters(row: dict) -> int:
+    """Parameters of the row's model at the paper's size and joint vocabulary, counted on the meta
+    device (no memory): paper 001 Table 7's parameter column."""
+    import torch
+
+    from ..data.subword import VOCAB_SIZES
+    from ..models.preact_resnet import count_parameters
+    from ..models.transformer import Transformer, TransformerConfig
+
+    with torch.device("meta"):
+        cfg = TransformerConfig.preset(row["size"], VOCAB_SIZES[row["dataset"]], variant=row["variant"], args=row.get("args") or {})
+        return count_parameters(Transformer(cfg))
 
 
 def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path | list, epoch_basis: str = "final") -> dict[str, pd.DataFrame]:
@@ -98,6 +138,12 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
             base_values, _ = metric_values(runs, baseline["runs"], metric, epoch_basis)
             v = stats.compare(values, base_values, spec["paper"], base_spec["paper"], higher)
             line.update(verdict=v.verdict, p_value=v.p_value, difference=v.difference, resolvable=v.resolvable, reason=v.reason)
+            if table["task"] == "translation":
+                line["bootstrap_p"] = json.dumps(bootstrap_p_values(results_dir, runs, plan_row["runs"], baseline["runs"]))
+        if table["task"] == "translation":
+            ok = [r for r in plan_row["runs"] if runs.loc[r, "status"] == "ok"]
+            line["sacrebleu"] = runs.loc[ok, "sacrebleu"].mean() if ok else None
+            line["paper_parameters"] = paper_parameters(spec)
         out_rows.append(line)
 
     curves = []

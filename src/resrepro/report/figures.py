@@ -18,12 +18,20 @@ def to_png(fig) -> bytes:
     return buf.getvalue()
 
 
-def learning_curves(table_rows: pd.DataFrame, curves: pd.DataFrame, runs_by_row: dict[str, list[str]], title: str) -> bytes | None:
-    """Train loss and test error per epoch, mean over seeds, one line per table row (rows sharing
-    a cell are drawn once). Diverged runs simply end where they stopped."""
+# What a learning curve plots, per task: the x column and the two panels (column, label).
+CURVES = {
+    "classification": ("epoch", [("train_loss", "train loss (augmented batches)"), ("test_error", "test error (%)")]),
+    "translation": ("step", [("train_loss", "train loss (label-smoothed)"), ("dev_loss", "dev loss (label-smoothed)")]),
+}
+
+
+def learning_curves(table_rows: pd.DataFrame, curves: pd.DataFrame, runs_by_row: dict[str, list[str]], title: str, task: str) -> bytes | None:
+    """Two panels of a task's training log, mean over seeds, one line per table row (rows sharing
+    a cell are drawn once), log scale. Diverged runs simply end where they stopped."""
     if curves.empty:
         return None
-    fig, (ax_loss, ax_err) = plt.subplots(1, 2, figsize=(11, 3.8))
+    x, panels = CURVES[task]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     drawn = set()
     for _, row in table_rows.iterrows():
         run_ids = tuple(runs_by_row[row["label"]])
@@ -33,12 +41,11 @@ def learning_curves(table_rows: pd.DataFrame, curves: pd.DataFrame, runs_by_row:
         frame = curves[curves["run"].isin(run_ids)]
         if frame.empty:
             continue
-        mean = frame.groupby("epoch")[["train_loss", "test_error"]].mean()
-        ax_loss.plot(mean.index, mean["train_loss"], label=row["label"])
-        ax_err.plot(mean.index, mean["test_error"], label=row["label"])
-    ax_loss.set(xlabel="epoch", ylabel="train loss (augmented batches)", yscale="log", title=f"{title}: train loss")
-    ax_err.set(xlabel="epoch", ylabel="test error (%)", yscale="log", title=f"{title}: test error")
-    for ax in (ax_loss, ax_err):
+        mean = frame.groupby(x)[[column for column, _ in panels]].mean()
+        for ax, (column, _) in zip(axes, panels):
+            ax.plot(mean.index, mean[column], label=row["label"])
+    for ax, (column, label) in zip(axes, panels):
+        ax.set(xlabel=x, ylabel=label, yscale="log", title=f"{title}: {label}")
         ax.grid(alpha=0.3)
-    ax_err.legend(fontsize=7, loc="upper right", ncol=1 if len(drawn) < 7 else 2)
+    axes[1].legend(fontsize=7, loc="upper right", ncol=1 if len(drawn) < 7 else 2)
     return to_png(fig)

@@ -60,7 +60,7 @@ def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: 
             if table["paper"] != paper_id:
                 continue
             trows = rows[rows["table"] == table_id]
-            figure = figures.learning_curves(trows, curves, {lbl: runs_by_row[(table_id, lbl)] for lbl in trows["label"]}, table_id)
+            figure = figures.learning_curves(trows, curves, {lbl: runs_by_row[(table_id, lbl)] for lbl in trows["label"]}, table_id, table["task"])
             sections.append({"id": table_id, "table": table, "rows": [_row_view(r) for _, r in trows.iterrows()], "figure": data_uri(figure)})
         papers.append({"id": paper_id, "title": title, "sections": sections})
 
@@ -100,6 +100,10 @@ def _row_view(r: pd.Series) -> dict:
         "difference": fmt(r.get("difference")), "p_value": fmt_p(r.get("p_value")), "resolvable": fmt(r.get("resolvable")),
         "reason": r["reason"] if isinstance(r["reason"], str) else "",
         "baseline": r["baseline"] if isinstance(r["baseline"], str) else "",
+        # translation only: the honest BLEU, the bootstrap against the baseline, the paper-size model
+        "sacrebleu": fmt(r.get("sacrebleu")),
+        "bootstrap_p": ", ".join(fmt_p(p) for p in json.loads(r["bootstrap_p"])) if isinstance(r.get("bootstrap_p"), str) else "",
+        "paper_parameters": f"{r['paper_parameters'] / 1e6:.2f}M" if isinstance(r.get("paper_parameters"), (int, float)) and not math.isnan(r["paper_parameters"]) else "",
     }
 
 

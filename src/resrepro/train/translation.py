@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 from tqdm import tqdm
@@ -58,19 +59,19 @@ def token_batches(lengths: list[tuple[int, int]], max_tokens: int, generator: to
     return [batches[p] for p in perm]
 
 
-def collate(pairs: list[tuple[list[int], list[int]]], idx: list[int], pad: int, bos: int, eos: int):
-    """-> src (N, S) with EOS, tgt_in (N, T) = BOS + target, tgt_out (N, T) = target + EOS."""
-    src = [pairs[i][0] + [eos] for i in idx]
-    tgt = [pairs[i][1] for i in idx]
-    n, s_len, t_len = len(idx), max(map(len, src)), max(map(len, tgt)) + 1
-    src_t = torch.full((n, s_len), pad, dtype=torch.long)
+def collate(pairs, idx: list[int], pad: int, bos: int, eos: int):
+    """-> src (N, S) with EOS, tgt_in (N, T) = BOS + target, tgt_out (N, T) = target + EOS.
+    `pairs[i]` is (source ids, target ids): lists or numpy arrays (memory-mapped at WMT size)."""
+    chosen = [(torch.as_tensor(np.asarray(pairs[i][0], dtype=np.int64)), torch.as_tensor(np.asarray(pairs[i][1], dtype=np.int64))) for i in idx]
+    n, s_len, t_len = len(idx), max(len(s) for s, _ in chosen) + 1, max(len(t) for _, t in chosen) + 1
+    src = torch.full((n, s_len), pad, dtype=torch.long)
     tin = torch.full((n, t_len), pad, dtype=torch.long)
     tout = torch.full((n, t_len), pad, dtype=torch.long)
-    for k, (s, t) in enumerate(zip(src, tgt)):
-        src_t[k, : len(s)] = torch.tensor(s)
-        tin[k, : len(t) + 1] = torch.tensor([bos] + t)
-        tout[k, : len(t) + 1] = torch.tensor(t + [eos])
-    return src_t, tin, tout
+    for k, (s, t) in enumerate(chosen):
+        src[k, : len(s)], src[k, len(s)] = s, eos
+        tin[k, 0], tin[k, 1 : len(t) + 1] = bos, t
+        tout[k, : len(t)], tout[k, len(t)] = t, eos
+    return src, tin, tout
 
 
 @torch.no_grad()

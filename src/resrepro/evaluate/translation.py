@@ -1,0 +1,109 @@
+"""Translate a test set with the averaged checkpoints and score it both ways.
+
+The papers: "a single model by averaging the last 10 checkpoints ... beam search of 4 and length
+penalty of 0.6". The hypotheses are decoded from subwords back to the dataset's own (tokenized)
+form for tokenized BLEU, as the papers report it, and detokenized for sacreBLEU, the honest
+number. Both texts and both references are kept next to eval.json, one sentence per line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .. import files
+from ..models.transformer import Transformer, TransformerConfig
+from .beam_search import beam_search
+from .bleu import sacre_bleu, tokenized_bleu, write_lines
+
+
+def load_model(averaged: str | Path, spec: dict, vocab_size: int, device: torch.device) -> Transformer:
+    cfg = TransformerConfig.preset(spec["size"], vocab_size, variant=spec["variant"], args=spec["args"], pad_id=spec["pad_id"])
+    model = Transformer(cfg)
+    state = torch.load(averaged, map_location="cpu", weights_only=True)
+    model.load_state_dict(state["model"])
+    return model.to(device).eval()
+
+
+def translate(model: Transformer, sources: list[list[int]], spec: dict, device: torch.device, batch_sentences: int = 64) -> list[list[int]]:
+    """Beam search over the test set in batches of similar length (order restored)."""
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    out: list[list[int] | None] = [None] * len(sources)
+    for start in range(0, len(order), batch_sentences):
+        idx = order[start : start + batch_sentences]
+        width = max(len(sources[i]) for i in idx) + 1
+        src = torch.full((len(idx), width), spec["pad_id"], dtype=torch.long)
+        for row, i in enumerate(idx):
+            src[row, : len(sources[i]) + 1] = torch.tensor(sources[i] + [spec["eos_id"]])
+        hyps = beam_search(model, src.to(device), spec["bos_id"], spec["eos_id"], beam=spec["beam"], alpha=spec["alpha"],
+                           max_len_a=spec["max_len_a"], max_len_b=spec["max_len_b"])
+        for i, hyp in zip(idx, hyps):
+            out[i] = hyp
+    return out  # type: ignore[return-value]
+
+
+def evaluate(model, sources, refs_tok: list[str], refs_detok: list[str], decode: Callable[[list[int]], str],
+             to_tokenized: Callable[[str], str], to_detokenized: Callable[[str], str], spec: dict, device, out_dir: str | Path) -> dict:
+    """`decode` gives the dataset's own form (tokenized as distributed, or raw text); the two
+    functions make the tokenized and the detokenized forms from it."""
+    out_dir = Path(out_dir)
+    decoded = [decode(ids) for ids in translate(model, sources, spec, device)]
+    hyps_tok = [to_tokenized(h) for h in decoded]
+    hyps_detok = [to_detokenized(h) for h in decoded]
+    write_lines(out_dir / "hyp.tok.txt", hyps_tok)
+    write_lines(out_dir / "hyp.detok.txt", hyps_detok)
+    write_lines(out_dir / "ref.tok.txt", refs_tok)
+    write_lines(out_dir / "ref.detok.txt", refs_detok)
+    result = {
+        "bleu_tokenized": tokenized_bleu(hyps_tok, refs_tok),
+        "sacrebleu": sacre_bleu(hyps_detok, refs_detok),
+        "sentences": len(hyps_tok),
+        "beam": spec["beam"],
+        "alpha": spec["alpha"],
+    }
+    files.write_json(out_dir / "eval.json", result)
+    return result
+
+
+def moses_tokenize(line: str, lang: str) -> str:
+    """Tokenize raw text for the papers' tokenized BLEU (multi-bleu on Moses tokens), no escaping."""
+    from sacremoses import MosesTokenizer
+
+    return MosesTokenizer(lang=lang).tokenize(line, return_str=True, escape=False)
+
+
+def evaluate_prepared(spec: dict, data_dir: str | Path, averaged: str | Path, out_dir: str | Path, device: str = "auto") -> dict:
+    """Evaluate the averaged model of one run on a prepared dataset (data/translation.py format).
+
+    Tokenized datasets (IWSLT15, synthetic) are scored as distributed for tokenized BLEU and
+    detokenized for sacreBLEU; raw datasets (WMT test sets) are Moses-tokenized for tokenized BLEU.
+    """
+    from functools import partial
+
+    from ..data.subword import SubwordVocab
+    from ..data.translation import load_encoded, load_prepared_meta
+    from ..train.classification import pick_device
+    from .bleu import detokenize_moses, read_lines
+
+    data_dir = Path(data_dir)
+    meta = load_prepared_meta(data_dir)
+    vocab = SubwordVocab.load(data_dir / meta["subword"]["model"])
+    dev = pick_device(device)
+    model = load_model(averaged, spec, vocab.size, dev)
+    test = load_encoded(data_dir, "test")
+    sources = [test[i][0].tolist() for i in range(len(test))]
+    refs_detok = read_lines(data_dir / meta["references"]["detokenized"])
+    lang = meta["tgt_lang"]
+    def same(text: str) -> str:
+        return text
+
+    if meta["tokenized"]:
+        refs_tok = read_lines(data_dir / meta["references"]["tokenized"])
+        identity = meta["name"] == "synthetic"  # its text is its own detokenized form
+        detok = same if identity else partial(detokenize_moses, lang=lang)
+        return evaluate(model, sources, refs_tok, refs_detok, vocab.decode, same, detok, spec, dev, out_dir)
+    tokenize = partial(moses_tokenize, lang=lang)
+    refs_tok = [tokenize(r) for r in refs_detok]
+    return evaluate(model, sources, refs_tok, refs_detok, vocab.decode, tokenize, same, spec, dev, out_dir)

@@ -1,0 +1,35 @@
+# Translation: average the last N checkpoints, then beam search on the test set and BLEU both ways.
+# (Classification is evaluated every epoch by its training job.)
+
+
+rule average_checkpoints:
+    input:
+        "results/{scale}/translation/{dataset}/{arch}/{variant}/seed{seed}/metrics.json",
+    output:
+        "results/{scale}/translation/{dataset}/{arch}/{variant}/seed{seed}/averaged.pt",
+    params:
+        last=config["translation"]["average_last"],
+    log:
+        "results/{scale}/translation/{dataset}/{arch}/{variant}/seed{seed}/average.log",
+    conda:
+        "../../envs/resrepro.yaml"
+    shell:
+        "resrepro average --checkpoints $(dirname {input})/checkpoints --last {params.last} --out {output} 2> {log}"
+
+
+rule evaluate_translation:
+    input:
+        averaged="results/{scale}/translation/{dataset}/{arch}/{variant}/seed{seed}/averaged.pt",
+        data="results/data/{dataset}/prepared.json",
+    output:
+        "results/{scale}/translation/{dataset}/{arch}/{variant}/seed{seed}/eval.json",
+    params:
+        spec=translation_spec,
+    log:
+        "results/{scale}/translation/{dataset}/{arch}/{variant}/seed{seed}/evaluate.log",
+    threads: 1
+    conda:
+        "../../envs/resrepro.yaml"
+    shell:
+        "resrepro evaluate-translation --spec {params.spec:q} --data $(dirname {input.data}) --averaged {input.averaged}"
+        " --out-dir $(dirname {output}) --threads {threads} 2> {log}"
