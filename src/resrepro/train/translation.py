@@ -101,6 +101,8 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
     ckpt_dir = out_dir / "checkpoints"
     world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
     device = pick_device(f"cuda:{os.environ.get('LOCAL_RANK', 0)}" if world > 1 and torch.cuda.is_available() else device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     if world > 1 and not torch.distributed.is_initialized():
         torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
 
@@ -139,7 +141,10 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
             opt.zero_grad(set_to_none=True)
             group_tokens = sum(sum(lengths[i][1] for i in idx) for idx in groups[position])
             for idx in groups[position]:
-                src, tin, tout = (t.to(device, non_blocking=True) for t in collate(train_pairs, idx, spec["pad_id"], spec["bos_id"], spec["eos_id"]))
+                batch = collate(train_pairs, idx, spec["pad_id"], spec["bos_id"], spec["eos_id"])
+                if device.type == "cuda":  # pinned host memory: the copy overlaps with compute
+                    batch = tuple(t.pin_memory() for t in batch)
+                src, tin, tout = (t.to(device, non_blocking=True) for t in batch)
                 n = int((tout != spec["pad_id"]).sum())
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
                     logits = ddp_model(src, tin)
