@@ -125,14 +125,16 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
             print(f"resuming {out_dir} at update {step}", file=sys.stderr)
         else:
             print(f"ignoring {last}: it was written for a different spec", file=sys.stderr)
-    ddp_model = nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    # positions is a constant buffer: nothing to broadcast before each forward
+    ddp_model = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False) if world > 1 else model
 
     lengths = [(len(s) + 1, len(t) + 1) for s, t in train_pairs]
     bar = tqdm(total=spec["max_updates"], initial=step, desc=str(out_dir), disable=not progress or rank > 0, mininterval=2, file=sys.stderr)
     started, loss_sum, loss_tokens, seen_tokens = time.perf_counter(), 0.0, 0, 0
     while step < spec["max_updates"] and diverged is None:
         gen.set_state(epoch_gen_state)
-        batches = token_batches(lengths, spec["max_tokens"], gen)[rank::world]
+        batches = token_batches(lengths, spec["max_tokens"], gen)
+        batches = batches[rank : len(batches) - len(batches) % world : world]  # as many on every rank: DDP's collectives pair up
         groups = [batches[i : i + spec["update_freq"]] for i in range(0, len(batches), spec["update_freq"])]
         while position < len(groups) and step < spec["max_updates"]:
             lr = inverse_sqrt_lr(step + 1, model.cfg.d_model, spec["warmup"], spec["lr_scale"])
@@ -149,7 +151,10 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
                     logits = ddp_model(src, tin)
                 loss = label_smoothed_loss(logits, tout, spec["pad_id"], spec["label_smoothing"])
-                if not torch.isfinite(loss):
+                finite = torch.isfinite(loss.detach()).float()
+                if world > 1:  # every rank must stop together, or the others wait in backward() forever
+                    torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN)
+                if not finite:
                     diverged = {"step": step + 1, "loss": str(loss.item())}
                     break
                 (loss * n / group_tokens).backward()  # token-weighted mean over the accumulated batches

@@ -1,0 +1,70 @@
+"""One torchrun process of a tiny translation run on CPU (gloo), for test_ddp.py.
+
+Usage: torchrun --standalone --nproc_per_node 2 tests/ddp_worker.py OUT_DIR SPEC_JSON
+
+Trains into OUT_DIR/run with `translation.train` (which initialises torch.distributed itself and
+wraps the model in DDP), then saves this rank's final parameters and what `train` returned as
+OUT_DIR/rank{RANK}.pt, for the test to compare across ranks. OUT_DIR/pid{RANK} holds the process
+id (torchrun puts its workers in sessions of their own), so that the test can end a stuck rank.
+The process group gets a timeout of DDP_TEST_TIMEOUT_S seconds (default 60) instead of gloo's
+30 minutes, so ranks that wait in mismatched collectives fail instead of hanging.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+
+from resrepro.models import transformer
+from resrepro.train import translation
+
+
+def corpus(n: int, seed: int) -> list[tuple[list[int], list[int]]]:
+    """As in test_train_translation.py: a reversing "language" over ids 4..24 (vocabulary 26)."""
+    g = torch.Generator().manual_seed(seed)
+    pairs = []
+    for _ in range(n):
+        length = int(torch.randint(3, 10, (1,), generator=g))
+        src = torch.randint(4, 24, (length,), generator=g).tolist()
+        pairs.append((src, [x + 1 for x in reversed(src)]))
+    return pairs
+
+
+def main() -> None:
+    out_dir, spec = Path(sys.argv[1]), json.loads(sys.argv[2])
+    rank = int(os.environ["RANK"])
+    (out_dir / f"pid{rank}").write_text(str(os.getpid()))
+    init_process_group = torch.distributed.init_process_group
+
+    def init_with_timeout(*args, **kwargs):
+        kwargs.setdefault("timeout", timedelta(seconds=float(os.environ.get("DDP_TEST_TIMEOUT_S", 60))))
+        return init_process_group(*args, **kwargs)
+
+    torch.distributed.init_process_group = init_with_timeout  # train() still makes the call and picks the backend
+    transformer.PRESETS["base_2block"] = dict(d_model=32, heads=4, ffn=64, encoder_layers=2, decoder_layers=2, dropout=0.1)
+    built = []
+    build_model = translation.build_model
+
+    def recording_build_model(*args, **kwargs):
+        model = build_model(*args, **kwargs)
+        built.append(model)
+        return model
+
+    translation.build_model = recording_build_model  # train() does not return the model: keep a handle on it
+    metrics = translation.train(spec, corpus(300, 0), corpus(30, 1), 26, out_dir / "run", device="cpu", progress=False)
+    assert torch.distributed.is_initialized() and torch.distributed.get_world_size() == int(os.environ["WORLD_SIZE"])
+    (model,) = built
+    torch.save({"rank": rank, "backend": str(torch.distributed.get_backend()), "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+                "updates": metrics["updates"], "diverged": metrics["diverged"], "final": metrics["final"]},
+               out_dir / f"rank{rank}.pt")
+    torch.distributed.barrier()  # rank 0 has written metrics.json once every rank is here
+    torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
