@@ -36,11 +36,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
-import platform
+
 import statistics
+import platform
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -51,6 +52,8 @@ from resrepro.models.transformer import PRESETS, Transformer, TransformerConfig
 PAD, BOS, EOS = 0, 1, 2
 MODES = (("cache", True), ("no cache", False))
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from step_time import device_text, load_text, pick_device  # noqa: E402  (shared helpers, same folder)
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -76,35 +79,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     if a.vocab < 4:
         p.error("--vocab must be >= 4 (pad, bos, eos and one word)")
     return a
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-def device_text(device: torch.device) -> str:
-    if device.type == "cuda":
-        return f"{device} ({torch.cuda.get_device_name(device)})"
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"cpu ({cpu})"
-
-
-def load_text() -> str:
-    try:
-        return f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
-    except (OSError, AttributeError):
-        return "load average unknown"
-
 
 def main(argv=None) -> int:
     opts = parse_args(argv)
@@ -190,7 +164,6 @@ def main(argv=None) -> int:
         print(f"stopped after {rounds_done} of {opts.rounds} rounds: --budget {opts.budget:g} s reached")
     print(f"timed phase {time.perf_counter() - t_start:.1f} s (incl. warm-up); {load_text()}")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
