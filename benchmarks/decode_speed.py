@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     print(f"torch    {torch.__version__} (python {platform.python_version()})")
     print(f"device   {device_text(device)}")
     print(f"threads  {torch.get_num_threads()}" + ("" if opts.threads is not None else " (torch default)")
-          + f"; {load_text()}")
+          + load_text().replace(", load", "; load"))
     print(f"model    random {opts.preset} Transformer: d {cfg.d_model}, {cfg.encoder_layers}+{cfg.decoder_layers} "
           f"layers, ffn {cfg.ffn}, vocab {opts.vocab}, {count_parameters(model):,} parameters, fp32, eval mode")
     print(f"input    {opts.batch} sentences x {opts.src_len} tokens (random, no padding); max length "
@@ -162,7 +162,7 @@ def main(argv=None) -> int:
     print(f"same hypotheses in both modes: {'yes' if same else 'NO (numerical near-ties?)'}")
     if rounds_done < opts.rounds:
         print(f"stopped after {rounds_done} of {opts.rounds} rounds: --budget {opts.budget:g} s reached")
-    print(f"timed phase {time.perf_counter() - t_start:.1f} s (incl. warm-up); {load_text()}")
+    print(f"timed phase {time.perf_counter() - t_start:.1f} s (incl. warm-up){load_text()}")
     return 0
 
 if __name__ == "__main__":
