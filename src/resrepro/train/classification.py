@@ -28,6 +28,7 @@ from .. import files, provenance
 from ..data.images import augment_batch, iterate_batches, load_prepared, normalize
 from ..evaluate.classification import evaluate
 from ..models.preact_resnet import PreActResNet, count_parameters
+from .checkpoint import resume
 
 LOG_FIELDS = ("epoch", "step", "lr", "train_loss", "train_error", "test_loss", "test_error", "seconds")
 
@@ -54,13 +55,6 @@ def log_csv(rows: list[dict], fields: tuple[str, ...] = LOG_FIELDS) -> str:
     return buf.getvalue()
 
 
-def load_checkpoint(path: Path) -> dict:
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # a truncated or foreign file: say which, not a deep torch traceback
-        raise RuntimeError(f"checkpoint {path} is unreadable ({type(err).__name__}: {err}); delete it to start this run over") from None
-
-
 def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = "auto", progress: bool = True) -> dict:
     """Run (or resume) one training run; writes out_dir/{train_log.csv, metrics.json, checkpoints/last.pt}."""
     out_dir = Path(out_dir)
@@ -76,17 +70,9 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
     opt = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=spec["momentum"], weight_decay=spec["weight_decay"])
 
     epoch, step, rows, diverged = 0, 0, [], None
-    if ckpt_path.exists():
-        ckpt = load_checkpoint(ckpt_path)
-        if ckpt["spec"] == spec:
-            model.load_state_dict(ckpt["model"])
-            opt.load_state_dict(ckpt["optimizer"])
-            gen.set_state(ckpt["generator"])
-            torch.set_rng_state(ckpt["torch_rng"])
-            epoch, step, rows, diverged = ckpt["epoch"], ckpt["step"], ckpt["log"], ckpt["diverged"]
-            print(f"resuming {out_dir} after epoch {epoch}", file=sys.stderr)
-        else:
-            print(f"ignoring {ckpt_path}: it was written for a different spec", file=sys.stderr)
+    if (ckpt := resume(ckpt_path, spec, model, opt)) is not None:
+        gen.set_state(ckpt["generator"])
+        epoch, step, rows, diverged = ckpt["epoch"], ckpt["step"], ckpt["log"], ckpt["diverged"]
 
     train_x, train_y = data["train_x"].to(device), data["train_y"].to(device)
     test_x, test_y = data["test_x"].to(device), data["test_y"].to(device)

@@ -15,7 +15,6 @@ gradients; only rank 0 writes.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
@@ -29,6 +28,7 @@ from tqdm import tqdm
 from .. import files, provenance
 from ..models.preact_resnet import count_parameters
 from ..models.transformer import Transformer, TransformerConfig, label_smoothed_loss
+from .checkpoint import resume
 from .classification import log_csv, pick_device
 
 LOG_FIELDS = ("step", "epoch", "lr", "train_loss", "dev_loss", "tokens_per_s", "seconds")
@@ -111,20 +111,9 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
     model = build_model(spec, vocab_size).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
     step, epoch, position, rows, diverged, epoch_gen_state = 0, 0, 0, [], None, gen.get_state()
-    last = ckpt_dir / "last.pt"
-    if last.exists():
-        from .classification import load_checkpoint
-
-        ckpt = load_checkpoint(last)
-        if ckpt["spec"] == spec:
-            model.load_state_dict(ckpt["model"])
-            opt.load_state_dict(ckpt["optimizer"])
-            torch.set_rng_state(ckpt["torch_rng"])
-            step, epoch, position, rows, diverged = ckpt["step"], ckpt["epoch"], ckpt["position"], ckpt["log"], ckpt["diverged"]
-            epoch_gen_state = ckpt["epoch_generator"]
-            print(f"resuming {out_dir} at update {step}", file=sys.stderr)
-        else:
-            print(f"ignoring {last}: it was written for a different spec", file=sys.stderr)
+    if (ckpt := resume(ckpt_dir / "last.pt", spec, model, opt)) is not None:
+        step, epoch, position, rows, diverged = ckpt["step"], ckpt["epoch"], ckpt["position"], ckpt["log"], ckpt["diverged"]
+        epoch_gen_state = ckpt["epoch_generator"]
     # positions is a constant buffer: nothing to broadcast before each forward
     ddp_model = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False) if world > 1 else model
 
