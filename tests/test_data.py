@@ -7,9 +7,7 @@ Python 2 style protocol-2 pickles with bytes keys (see _py2_pickle). Nothing is 
 from __future__ import annotations
 
 import hashlib
-import io
 import pickle
-import tarfile
 from pathlib import Path
 
 import numpy as np
