@@ -28,6 +28,8 @@ rule evaluate_translation:
     log:
         "results/{scale}/translation/{dataset}/{arch}/{variant}/seed{seed}/evaluate.log",
     threads: 1
+    resources:
+        gpu=config["gpus_per_job"],
     conda:
         "../../envs/resrepro.yaml"
     shell:

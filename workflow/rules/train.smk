@@ -15,6 +15,8 @@ rule train_classifier:
     benchmark:
         "results/{scale}/classification/{dataset}/{arch}/{variant}/seed{seed}/benchmark.tsv"
     threads: 1
+    resources:
+        gpu=config["gpus_per_job"],
     conda:
         "../../envs/resrepro.yaml"
     shell:
@@ -35,6 +37,8 @@ rule train_translator:
     benchmark:
         "results/{scale}/translation/{dataset}/{arch}/{variant}/seed{seed}/benchmark.tsv"
     threads: 1
+    resources:
+        gpu=config["gpus_per_job"],
     conda:
         "../../envs/resrepro.yaml"
     shell:

@@ -25,6 +25,7 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from .. import files, provenance
+from ..devices import cuda_device_for_this_job
 from ..data.images import augment_batch, iterate_batches, load_prepared, normalize
 from ..evaluate.classification import evaluate
 from ..models.preact_resnet import PreActResNet, count_parameters
@@ -34,8 +35,9 @@ LOG_FIELDS = ("epoch", "step", "lr", "train_loss", "train_error", "test_loss", "
 
 
 def pick_device(name: str = "auto") -> torch.device:
+    """auto: a GPU of its own when there are several (devices.py), the GPU, or the CPU."""
     if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
+        name = cuda_device_for_this_job(torch.cuda.device_count()) if torch.cuda.is_available() else "cpu"
     return torch.device(name)
 
 
