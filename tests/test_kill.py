@@ -1,0 +1,65 @@
+"""SIGKILL a real training process mid-run; the rerun resumes from the last complete checkpoint
+and ends with exactly the numbers of an uninterrupted run (CPU, same seed)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from resrepro.data.digits import prepare_digits
+
+pytestmark = pytest.mark.integration
+CLI = Path(sys.executable).parent / "resrepro"
+SPEC = {
+    "task": "classification", "dataset": "digits", "arch": "preact_resnet14", "depth": 14, "variant": "rskip_ln",
+    "args": {"lam": 2}, "seed": 3, "epochs": 8, "batch_size": 64, "lr": 0.1, "momentum": 0.9, "weight_decay": 2e-4,
+    "lr_milestones": [5], "warmup_lr": 0.01, "warmup_iterations": 0, "warmup_min_depth": 110, "augment_pad": 1,
+    "augment_flip": False,
+}
+
+
+def train_cmd(data, out):
+    return [str(CLI), "train", "--spec", json.dumps(SPEC), "--data", str(data), "--out-dir", str(out), "--threads", "1",
+            "--device", "cpu", "--no-progress"]
+
+
+def checkpoint_epoch(out) -> int:
+    path = out / "checkpoints" / "last.pt"
+    if not path.exists():
+        return 0
+    try:
+        return torch.load(path, weights_only=True)["epoch"]
+    except Exception:  # being replaced right now: atomic rename, so the next read works
+        return 0
+
+
+@pytest.mark.parametrize("kill_after_epoch", [1, 4])
+def test_sigkill_mid_epoch_then_rerun_matches_an_uninterrupted_run(tmp_path, kill_after_epoch):
+    data = tmp_path / "digits.pt"
+    prepare_digits(data)
+    subprocess.run(train_cmd(data, tmp_path / "whole"), check=True, capture_output=True)
+    whole = json.loads((tmp_path / "whole" / "metrics.json").read_text())
+
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(train_cmd(data, out), stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while checkpoint_epoch(out) < kill_after_epoch and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.1)  # into the next epoch
+    assert proc.poll() is None, "the run finished before it could be killed; make it longer"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "metrics.json").exists()
+    killed_at = checkpoint_epoch(out)
+    assert kill_after_epoch <= killed_at < SPEC["epochs"]
+    rerun = subprocess.run(train_cmd(data, out), check=True, capture_output=True, text=True)
+    assert "resuming from" in rerun.stderr
+    resumed = json.loads((out / "metrics.json").read_text())
+    assert resumed["final"] == whole["final"] and resumed["best"] == whole["best"]
+    assert resumed["epochs_completed"] == SPEC["epochs"]
