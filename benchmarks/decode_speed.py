@@ -53,7 +53,7 @@ PAD, BOS, EOS = 0, 1, 2
 MODES = (("cache", True), ("no cache", False))
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from step_time import device_text, load_text, pick_device  # noqa: E402  (shared helpers, same folder)
+from step_time import add_run_options, device_text, load_text, pick_device  # noqa: E402  (shared helpers, same folder)
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -65,13 +65,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--alpha", type=float, default=0.6, help="length penalty alpha (default 0.6)")
     p.add_argument("--max-len-a", type=float, default=0.0, help="max length = a * src_len + b (default a = 0)")
     p.add_argument("--max-len-b", type=int, default=20, help="max length = a * src_len + b (default b = 20)")
-    p.add_argument("--rounds", type=int, default=3, help="timed rounds, one decode per mode each (default 3)")
-    p.add_argument("--budget", type=float, default=150.0,
-                   help="seconds for warm-up + rounds; later rounds are skipped (whole rounds only, at least 1) "
-                        "when the next one would not fit (default 150; 0 = no limit)")
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
-    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
-    p.add_argument("--seed", type=int, default=0, help="seed for the model and the sources (default 0)")
+    add_run_options(p, rounds=3)  # a round: one decode per mode
     a = p.parse_args(argv)
     for key in ("vocab", "batch", "src_len", "beam", "rounds"):
         if getattr(a, key) < 1:

@@ -70,23 +70,30 @@ def variants() -> list[tuple[str, dict]]:
     return rows
 
 
+def add_run_options(p: argparse.ArgumentParser, rounds: int, steps: int | None = None) -> None:
+    """Options every benchmark here shares; `steps` (timed steps per variant per round) also adds
+    --warmup and --csv, for the step-time benchmarks."""
+    p.add_argument("--rounds", type=int, default=rounds, help=f"round-robin rounds (default {rounds})")
+    if steps is not None:
+        p.add_argument("--steps", type=int, default=steps, help=f"timed steps per variant per round (default {steps})")
+        p.add_argument("--warmup", type=int, default=1, help="untimed steps per variant before round 1 (default 1)")
+        p.add_argument("--csv", metavar="PATH", default=None, help="also write the table as CSV to PATH")
+    p.add_argument("--budget", type=float, default=150.0,
+                   help="seconds for warm-up + rounds; later rounds are skipped (whole rounds only, at least 1) "
+                        "when the next one would not fit, e.g. on a loaded machine (default 150; 0 = no limit)")
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
+    p.add_argument("--seed", type=int, default=0, help="seed for models and inputs (default 0)")
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--depth", type=int, default=20, help="PreAct-ResNet depth, 6n+2 (default 20)")
     p.add_argument("--size", type=int, default=32, help="input height = width (default 32)")
     p.add_argument("--batch", type=int, default=128, help="batch size (default 128)")
     p.add_argument("--classes", type=int, default=10, help="number of classes (default 10)")
-    p.add_argument("--rounds", type=int, default=5, help="round-robin rounds over all variants (default 5)")
-    p.add_argument("--steps", type=int, default=2, help="timed steps per variant per round (default 2)")
-    p.add_argument("--budget", type=float, default=150.0,
-                   help="seconds for warm-up + rounds; later rounds are skipped (whole rounds only, at least 1) "
-                        "when the next one would not fit, e.g. on a loaded machine (default 150; 0 = no limit)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed steps per variant before round 1 (default 1)")
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
-    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
+    add_run_options(p, rounds=5, steps=2)
     p.add_argument("--channels-last", action="store_true", help="channels_last memory format for model and input")
-    p.add_argument("--seed", type=int, default=0, help="seed for models, input and labels (default 0)")
-    p.add_argument("--csv", metavar="PATH", default=None, help="also write the table as CSV to PATH")
     a = p.parse_args(argv)
     for key in ("rounds", "steps", "batch", "size", "classes"):
         if getattr(a, key) < 1:

@@ -61,7 +61,7 @@ from resrepro.models.preact_resnet import count_parameters
 from resrepro.models.transformer import PRESETS, Transformer, TransformerConfig, label_smoothed_loss
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from step_time import device_text, load_text, pick_device  # noqa: E402  (shared helpers, same folder)
+from step_time import add_run_options, device_text, load_text, pick_device  # noqa: E402  (shared helpers, same folder)
 
 PAD, BOS = 0, 1
 BASELINE: tuple[str, dict] = ("xskip_ln", {"lam": 1})
@@ -101,18 +101,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=16, help="sentences per batch (default 16)")
     p.add_argument("--src-len", type=int, default=25, help="source tokens per sentence (default 25)")
     p.add_argument("--tgt-len", type=int, default=25, help="target tokens per sentence (default 25)")
-    p.add_argument("--rounds", type=int, default=5, help="round-robin rounds over all variants (default 5)")
-    p.add_argument("--steps", type=int, default=1, help="timed steps per variant per round (default 1)")
-    p.add_argument("--budget", type=float, default=150.0,
-                   help="seconds for warm-up + rounds; later rounds are skipped (whole rounds only, at least 1) "
-                        "when the next one would not fit, e.g. on a loaded machine (default 150; 0 = no limit)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed steps per variant before round 1 (default 1)")
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
-    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
+    add_run_options(p, rounds=5, steps=1)
     p.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"),
                    help="auto: bf16 autocast on CUDA (as training), fp32 elsewhere (default auto)")
-    p.add_argument("--seed", type=int, default=0, help="seed for models and batch (default 0)")
-    p.add_argument("--csv", metavar="PATH", default=None, help="also write the table as CSV to PATH")
     a = p.parse_args(argv)
     for key in ("rounds", "steps", "batch", "src_len", "tgt_len"):
         if getattr(a, key) < 1:
