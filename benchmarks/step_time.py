@@ -86,6 +86,31 @@ def add_run_options(p: argparse.ArgumentParser, rounds: int, steps: int | None =
     p.add_argument("--seed", type=int, default=0, help="seed for models and inputs (default 0)")
 
 
+def time_interleaved(benches: list, run_step, sync, opts: argparse.Namespace, t_start: float) -> int:
+    """Warm-up steps per variant, then round-robin rounds (the start rotates, so no variant always
+    runs first) of `opts.steps` timed steps each, appended to `b.times`; stops early when the next
+    round would overrun `opts.budget`. Returns the rounds done."""
+    for b in benches:
+        for _ in range(opts.warmup):
+            run_step(b)
+        sync()
+    n, rounds_done = len(benches), 0
+    for r in range(opts.rounds):
+        elapsed = time.perf_counter() - t_start
+        if r > 0 and opts.budget > 0 and elapsed + elapsed / (r + (opts.warmup / opts.steps)) > opts.budget:
+            break  # the next round would overrun the budget
+        for i in range(n):
+            b = benches[(i + r) % n]
+            for _ in range(opts.steps):
+                sync()
+                t0 = time.perf_counter()
+                run_step(b)
+                sync()
+                b.times.append(time.perf_counter() - t0)
+        rounds_done += 1
+    return rounds_done
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--depth", type=int, default=20, help="PreAct-ResNet depth, 6n+2 (default 20)")
@@ -183,25 +208,7 @@ def main(argv=None) -> int:
           + (", channels_last" if opts.channels_last else ""))
     sys.stdout.flush()
 
-    for b in benches:
-        for _ in range(opts.warmup):
-            step(b, x, y, loss_fn)
-        sync()
-
-    n, rounds_done = len(benches), 0
-    for r in range(opts.rounds):
-        elapsed = time.perf_counter() - t_start
-        if r > 0 and opts.budget > 0 and elapsed + elapsed / (r + (opts.warmup / opts.steps)) > opts.budget:
-            break  # the next round would overrun the budget
-        for i in range(n):
-            b = benches[(i + r) % n]  # rotate the start so no variant always runs first
-            for _ in range(opts.steps):
-                sync()
-                t0 = time.perf_counter()
-                step(b, x, y, loss_fn)
-                sync()
-                b.times.append(time.perf_counter() - t0)
-        rounds_done += 1
+    rounds_done = time_interleaved(benches, lambda b: step(b, x, y, loss_fn), sync, opts, t_start)
 
     ref = next((b for b in benches if b.label == "add"), benches[0])
     ref_med, ref_min = statistics.median(ref.times), min(ref.times)

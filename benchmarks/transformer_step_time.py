@@ -61,7 +61,7 @@ from resrepro.models.preact_resnet import count_parameters
 from resrepro.models.transformer import PRESETS, Transformer, TransformerConfig, label_smoothed_loss
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from step_time import add_run_options, device_text, load_text, pick_device  # noqa: E402  (shared helpers, same folder)
+from step_time import add_run_options, time_interleaved, device_text, load_text, pick_device  # noqa: E402  (shared helpers, same folder)
 
 PAD, BOS = 0, 1
 BASELINE: tuple[str, dict] = ("xskip_ln", {"lam": 1})
@@ -190,25 +190,7 @@ def main(argv=None) -> int:
           f"rounds x {opts.steps} step(s) per variant; median of the timed steps")
     sys.stdout.flush()
 
-    for b in benches:
-        for _ in range(opts.warmup):
-            step(b, src, tgt_in, tgt_out, autocast)
-        sync()
-
-    n, rounds_done = len(benches), 0
-    for r in range(opts.rounds):
-        elapsed = time.perf_counter() - t_start
-        if r > 0 and opts.budget > 0 and elapsed + elapsed / (r + (opts.warmup / opts.steps)) > opts.budget:
-            break  # the next round would overrun the budget
-        for i in range(n):
-            b = benches[(i + r) % n]  # rotate the start so no variant always runs first
-            for _ in range(opts.steps):
-                sync()
-                t0 = time.perf_counter()
-                step(b, src, tgt_in, tgt_out, autocast)
-                sync()
-                b.times.append(time.perf_counter() - t0)
-        rounds_done += 1
+    rounds_done = time_interleaved(benches, lambda b: step(b, src, tgt_in, tgt_out, autocast), sync, opts, t_start)
 
     ref_med, ref_min = statistics.median(ref.times), min(ref.times)
     rows = []
