@@ -6,7 +6,7 @@ VENV := .venv
 CORES ?= all
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: report test lint bench clean
+.PHONY: report test test-slurm lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,11 @@ report: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	pytest
+
+# profiles/slurm on a real one-node Slurm (tests/slurm/one_node_slurm.sh; installs Debian's
+# packages when root). Skips without them unless RESREPRO_REQUIRE_SLURM=1.
+test-slurm: $(VENV)/.installed
+	pytest -m slurm
 
 lint: $(VENV)/.installed
 	snakemake --lint

@@ -22,8 +22,8 @@ BIN = Path(sys.executable).parent
 COPIED = ["Snakefile", "workflow", "config", "profiles", "report/templates", "envs"]
 
 
-def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+def snakemake(workdir: Path, *args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**(env or os.environ), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     proc = subprocess.run([str(BIN / "snakemake"), *args], cwd=workdir, env=env, capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")

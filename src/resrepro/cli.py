@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -110,6 +111,43 @@ def cmd_evaluate_translation(a) -> None:
     print(f"{a.out_dir}: BLEU {result['bleu_tokenized']['bleu']:.2f} tokenized, {result['sacrebleu']['bleu']:.2f} sacreBLEU", file=sys.stderr)
 
 
+def cmd_launch(a) -> None:
+    from .launch import launch
+
+    argv = a.argv[1:] if a.argv[:1] == ["--"] else a.argv
+    sys.exit(launch(a.gpus, argv))
+
+
+def recording_failure(command):
+    """Run a training command; if it fails, leave <out-dir>/failed.json saying why (the aggregate
+    shows it in the report) and fail as before. Slurm's time limit sends SIGTERM: that is recorded too."""
+
+    def on_sigterm(signum, frame):
+        raise SystemExit("terminated by SIGTERM (a time limit, scancel or shutdown); the rerun resumes from the last checkpoint")
+
+    def run(a) -> None:
+        import signal
+        import socket
+        import time
+
+        from . import files
+
+        failed = Path(a.out_dir) / "failed.json"
+        signal.signal(signal.SIGTERM, on_sigterm)
+        try:
+            command(a)
+        except (Exception, SystemExit) as exc:
+            if isinstance(exc, SystemExit) and exc.code in (0, None):
+                raise
+            error = str(exc) if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}"
+            files.write_json(failed, {"error": error, "command": a.command, "host": socket.gethostname(),
+                                      "rank": int(os.environ.get("RANK", 0)), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+            raise
+        failed.unlink(missing_ok=True)
+
+    return run
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="resrepro", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -133,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:1, ...")
     s.add_argument("--threads", type=int, default=0, help="CPU threads for torch (0: torch's default)")
     s.add_argument("--no-progress", action="store_true")
-    s.set_defaults(run=cmd_train)
+    s.set_defaults(run=recording_failure(cmd_train))
 
     s = sub.add_parser("aggregate", help="all runs -> runs.csv, rows.csv, curves.csv")
     s.add_argument("--plan", required=True, help="JSON list of table rows and their runs")
@@ -172,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--device", default="auto")
     s.add_argument("--threads", type=int, default=0)
     s.add_argument("--no-progress", action="store_true")
-    s.set_defaults(run=cmd_train_translation)
+    s.set_defaults(run=recording_failure(cmd_train_translation))
 
     s = sub.add_parser("average", help="average the last N step checkpoints")
     s.add_argument("--checkpoints", required=True, help="folder of step<N>.pt files")
@@ -188,6 +226,11 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--device", default="auto")
     s.add_argument("--threads", type=int, default=0)
     s.set_defaults(run=cmd_evaluate_translation)
+
+    s = sub.add_parser("launch", help="run a command on N GPUs: itself for one, torchrun ranks for several")
+    s.add_argument("--gpus", type=int, default=0, help="GPUs the job holds (its Snakemake gpu resource)")
+    s.add_argument("argv", nargs=argparse.REMAINDER, help="-- then the resrepro command and its options")
+    s.set_defaults(run=cmd_launch)
 
     a = p.parse_args(argv)
     a.run(a)

@@ -23,15 +23,23 @@ class DevicePool:
         if n_devices < 1:
             raise ValueError("a device pool needs at least one device")
         self.n_devices, self.lock_dir = n_devices, Path(lock_dir)
-        self._held = None  # the open lock file of the device this process holds
+        self._held = []  # the open lock files of the devices this process holds
 
     def acquire(self, timeout_s: float | None = 0.0, poll_s: float = 0.5) -> int:
         """Index of a free device, held until release() or the end of the process; waits up to
         `timeout_s` seconds for one (None: as long as it takes)."""
+        return self.acquire_many(1, timeout_s, poll_s)[0]
+
+    def acquire_many(self, n: int, timeout_s: float | None = 0.0, poll_s: float = 0.5) -> list[int]:
+        """Indices of `n` free devices, taken together (all or none, so two multi-GPU jobs cannot each
+        hold half and wait for each other forever)."""
+        if n > self.n_devices:
+            raise RuntimeError(f"{n} GPUs asked for, the pool has {self.n_devices}")
         self.lock_dir.mkdir(parents=True, exist_ok=True)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         waiting = False
         while True:
+            taken = []
             for index in range(self.n_devices):
                 handle = open(self.lock_dir / f"gpu{index}.lock", "a")
                 try:
@@ -39,20 +47,25 @@ class DevicePool:
                 except BlockingIOError:
                     handle.close()
                     continue
-                self._held = handle
-                return index
+                taken.append((index, handle))
+                if len(taken) == n:
+                    self._held += [h for _, h in taken]
+                    return [i for i, _ in taken]
+            for _, handle in taken:
+                handle.close()  # not enough free: give back the partial set before waiting
             if deadline is not None and time.monotonic() >= deadline:
-                raise RuntimeError(f"all {self.n_devices} GPUs are taken (locks in {self.lock_dir}); "
+                taken_text = f"all {self.n_devices} GPUs are taken" if n == 1 else f"fewer than {n} of {self.n_devices} GPUs are free"
+                raise RuntimeError(f"{taken_text} (locks in {self.lock_dir}); "
                                    "run with --resources gpu=<number of GPUs> so Snakemake starts no more jobs than GPUs")
             if not waiting:
-                print(f"all {self.n_devices} GPUs are taken; waiting for one (locks in {self.lock_dir})", file=sys.stderr)
+                print(f"waiting for {n} free GPUs of {self.n_devices} (locks in {self.lock_dir})", file=sys.stderr)
                 waiting = True
             time.sleep(poll_s)
 
     def release(self) -> None:
-        if self._held is not None:
-            self._held.close()  # closing the file drops the flock
-            self._held = None
+        for handle in self._held:
+            handle.close()  # closing the file drops the flock
+        self._held = []
 
 
 _POOL: DevicePool | None = None  # this process's pool; it holds one device for the process's life

@@ -120,6 +120,10 @@ def make_plan(config: dict) -> Plan:
     for table_id in config.get("table_seeds", {}):
         if table_id not in all_tables:
             raise ConfigError(f"table_seeds: unknown table {table_id!r}; allowed: {', '.join(all_tables)}")
+    for dataset in config["translation"].get("gpus", {}):
+        if dataset not in config["translation"]["datasets"].values():
+            raise ConfigError(f"translation.gpus: {dataset!r} is not a dataset this scale runs; "
+                              f"it runs: {sorted(set(config['translation']['datasets'].values()))}")
     plan = Plan(config["scale"], {t: all_tables[t] for t in selected})
     for table_id, table in plan.tables.items():
         task_cfg = config[table["task"]]
@@ -155,6 +159,14 @@ def _lookup(mapping: dict, key, map_name: str, where: str):
     raise ConfigError(f"{where}: {key!r} has no entry in {map_name}; it maps: {sorted(map(str, mapping))}")
 
 
+def gpus_for(config: dict, run: Run) -> int:
+    """GPUs one run's training job holds: translation.gpus for its dataset, else gpus_per_job."""
+    default = config.get("gpus_per_job", 0)
+    if run.task == "translation":
+        return config["translation"].get("gpus", {}).get(run.dataset, default)
+    return default
+
+
 def train_spec(config: dict, run: Run) -> dict:
     """Everything a training job needs, flat and deterministic: it becomes the rule's params, so
     changing any value reruns exactly the runs that read it."""
@@ -167,12 +179,14 @@ def train_spec(config: dict, run: Run) -> dict:
         "variant": run.variant,
         "args": json.loads(run.args_json),
         "seed": run.seed,
-        **{k: v for k, v in recipe.items() if k not in ("datasets", map_key, "seeds")},
+        **{k: v for k, v in recipe.items() if k not in ("datasets", map_key, "seeds", "gpus")},
     }
     if run.task == "classification":
         spec["depth"] = int(run.arch.removeprefix("preact_resnet"))
     else:
         from .data.subword import BOS_ID, EOS_ID, PAD_ID
 
-        spec.update(size=run.arch.removeprefix("transformer_"), pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID)
+        # The GPU count is part of the recipe: each rank takes max_tokens, so it sets the batch.
+        spec.update(size=run.arch.removeprefix("transformer_"), pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+                    world_size=max(1, gpus_for(config, run)))
     return spec

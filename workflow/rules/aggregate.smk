@@ -16,6 +16,9 @@ rule aggregate:
         epoch=config["report_epoch"],
     log:
         "logs/{scale}/aggregate.log",
+    resources:
+        mem_mb=needs("aggregate", "mem_mb"),
+        runtime=needs("aggregate", "runtime"),
     conda:
         "../../envs/resrepro.yaml"
     shell:

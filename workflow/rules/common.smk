@@ -20,8 +20,7 @@ def report_target():
 
 def run_spec(task, wildcards):
     """The run's full spec as JSON: the rule's params, so a changed value reruns it."""
-    run = PLAN.runs[f"{task}/{wildcards.dataset}/{wildcards.arch}/{wildcards.variant}/seed{wildcards.seed}"]
-    return json.dumps(experiments.train_spec(config, run), sort_keys=True)
+    return json.dumps(experiments.train_spec(config, run_of(task, wildcards)), sort_keys=True)
 
 
 def train_spec(wildcards):
@@ -30,6 +29,28 @@ def train_spec(wildcards):
 
 def translation_spec(wildcards):
     return run_spec("translation", wildcards)
+
+
+def run_of(task, wildcards):
+    return PLAN.runs[f"{task}/{wildcards.dataset}/{wildcards.arch}/{wildcards.variant}/seed{wildcards.seed}"]
+
+
+def translation_gpus(wildcards):
+    """GPUs of one translation training job (translation.gpus by dataset); several run as torchrun ranks."""
+    return experiments.gpus_for(config, run_of("translation", wildcards))
+
+
+def single_gpu():
+    """Classification training and all evaluation: one GPU when the scale uses GPUs, else none."""
+    return config["gpus_per_job"]
+
+
+DEFAULT_NEEDS = {"mem_mb": 2000, "runtime": 60}
+
+
+def needs(rule_name, key):
+    """A rule's memory (mem_mb) or runtime (minutes) at this scale, from config `resources`."""
+    return config.get("resources", {}).get(rule_name, {}).get(key, DEFAULT_NEEDS[key])
 
 
 def prepared_data(wildcards):

@@ -29,6 +29,9 @@ rule prepare_cifar:
         "logs/data/prepare_{name}.log",
     wildcard_constraints:
         name="cifar10|cifar100",
+    resources:
+        mem_mb=needs("prepare_cifar", "mem_mb"),
+        runtime=needs("prepare_cifar", "runtime"),
     conda:
         "../../envs/resrepro.yaml"
     shell:
@@ -75,6 +78,9 @@ rule prepare_translation:
         "logs/data/prepare_{dataset}.log",
     wildcard_constraints:
         dataset="iwslt15_en_vi|wmt14_en_de|wmt14_en_fr",
+    resources:
+        mem_mb=needs("prepare_translation", "mem_mb"),
+        runtime=needs("prepare_translation", "runtime"),
     conda:
         "../../envs/resrepro.yaml"
     shell:

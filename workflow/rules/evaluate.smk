@@ -11,6 +11,9 @@ rule average_checkpoints:
         last=config["translation"]["average_last"],
     log:
         "results/{scale}/translation/{dataset}/{arch}/{variant}/seed{seed}/average.log",
+    resources:
+        mem_mb=needs("average_checkpoints", "mem_mb"),
+        runtime=needs("average_checkpoints", "runtime"),
     conda:
         "../../envs/resrepro.yaml"
     shell:
@@ -29,7 +32,9 @@ rule evaluate_translation:
         "results/{scale}/translation/{dataset}/{arch}/{variant}/seed{seed}/evaluate.log",
     threads: 1
     resources:
-        gpu=config["gpus_per_job"],
+        gpu=single_gpu(),
+        mem_mb=needs("evaluate_translation", "mem_mb"),
+        runtime=needs("evaluate_translation", "runtime"),
     conda:
         "../../envs/resrepro.yaml"
     shell:

@@ -16,7 +16,9 @@ rule train_classifier:
         "results/{scale}/classification/{dataset}/{arch}/{variant}/seed{seed}/benchmark.tsv"
     threads: 1
     resources:
-        gpu=config["gpus_per_job"],
+        gpu=single_gpu(),
+        mem_mb=needs("train_classifier", "mem_mb"),
+        runtime=needs("train_classifier", "runtime"),
     conda:
         "../../envs/resrepro.yaml"
     shell:
@@ -38,9 +40,12 @@ rule train_translator:
         "results/{scale}/translation/{dataset}/{arch}/{variant}/seed{seed}/benchmark.tsv"
     threads: 1
     resources:
-        gpu=config["gpus_per_job"],
+        gpu=translation_gpus,
+        mem_mb=needs("train_translator", "mem_mb"),
+        runtime=needs("train_translator", "runtime"),
     conda:
         "../../envs/resrepro.yaml"
     shell:
-        "resrepro train-translation --spec {params.spec:q} --data $(dirname {input}) --out-dir $(dirname {output.metrics})"
-        " --threads {threads} 2> {log}"
+        # Several GPUs: torchrun ranks inside this one job (one Slurm allocation).
+        "resrepro launch --gpus {resources.gpu} -- train-translation --spec {params.spec:q} --data $(dirname {input})"
+        " --out-dir $(dirname {output.metrics}) --threads {threads} 2> {log}"

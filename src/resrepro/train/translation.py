@@ -100,6 +100,9 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
     out_dir = Path(out_dir)
     ckpt_dir = out_dir / "checkpoints"
     world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
+    if spec.get("world_size", world) != world:  # the batch would not be the recipe's
+        raise RuntimeError(f"the spec asks for {spec['world_size']} ranks (translation.gpus), this job has {world}; "
+                           "run it through `resrepro launch --gpus N`")
     device = pick_device(f"cuda:{os.environ.get('LOCAL_RANK', 0)}" if world > 1 and torch.cuda.is_available() else device)
     if device.type == "cuda":
         torch.cuda.set_device(device)

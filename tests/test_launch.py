@@ -1,0 +1,80 @@
+"""Multi-GPU jobs without a GPU: `resrepro launch` picks its process (itself or torchrun ranks),
+takes several GPUs from the local pool all at once, and runs a real 2-rank CPU (gloo) training."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from resrepro import launch
+from resrepro.devices import DevicePool
+from test_ddp import spec as ddp_spec
+
+BIN = os.path.dirname(sys.executable)
+
+
+def test_one_gpu_runs_the_command_itself_and_several_run_torchrun_ranks():
+    assert launch.command(0, ["train", "--x"]) == [sys.executable, "-m", "resrepro.cli", "train", "--x"]
+    assert launch.command(1, ["train"]) == [sys.executable, "-m", "resrepro.cli", "train"]
+    cmd = launch.command(4, ["train-translation", "--spec", "{}"])
+    assert cmd[0].endswith("torchrun") and "--standalone" in cmd and "--nproc_per_node=4" in cmd
+    assert cmd[-5:] == ["-m", "resrepro.cli", "train-translation", "--spec", "{}"]
+
+
+def test_a_multi_gpu_job_takes_its_gpus_together_or_waits(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    first = DevicePool(4, tmp_path)
+    assert launch.visible_devices(2, 4, first) == "0,1"
+    second = DevicePool(4, tmp_path)
+    assert launch.visible_devices(2, 4, second) == "2,3"
+    third = DevicePool(4, tmp_path)
+    with pytest.raises(RuntimeError, match="fewer than 2 of 4 GPUs are free"):
+        third.acquire_many(2, timeout_s=0)
+    first.release()
+    single = DevicePool(4, tmp_path)
+    assert single.acquire(timeout_s=0) == 0  # the failed try held nothing back
+    assert third.acquire_many(1, timeout_s=0) == [1]
+
+
+def test_a_launcher_or_a_single_gpu_needs_no_pool_and_too_few_gpus_is_an_error(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    assert launch.visible_devices(2, 8) is None  # Slurm chose the GPUs of this allocation
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert launch.visible_devices(1, 8) is None
+    assert launch.visible_devices(2, 0) is None  # CPU ranks (gloo)
+    with pytest.raises(RuntimeError, match="asks for 4 GPUs, this machine has 2"):
+        launch.visible_devices(4, 2)
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    out = tmp_path_factory.mktemp("synthetic")
+    subprocess.run([f"{BIN}/resrepro", "prepare-translation", "synthetic", "--out-dir", str(out)], check=True, capture_output=True)
+    return out
+
+
+def run_launch(gpus: int, run_spec: dict, data, out_dir) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in launch.DDP_ENV}
+    env["OMP_NUM_THREADS"] = "1"
+    cmd = [f"{BIN}/resrepro", "launch", "--gpus", str(gpus), "--", "train-translation", "--spec", json.dumps(run_spec),
+           "--data", str(data), "--out-dir", str(out_dir), "--device", "cpu", "--threads", "1", "--no-progress"]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.integration
+def test_two_ranks_train_in_one_job_and_a_wrong_rank_count_fails_with_a_record(synthetic, tmp_path):
+    run_spec = ddp_spec(size="mini_2block", max_tokens=400, max_updates=6, checkpoint_every=3, world_size=2)
+    done = run_launch(2, run_spec, synthetic, tmp_path / "two")
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = json.loads((tmp_path / "two" / "metrics.json").read_text())
+    assert metrics["updates"] == 6 and not (tmp_path / "two" / "failed.json").exists()
+
+    wrong = run_launch(1, run_spec, synthetic, tmp_path / "one")
+    assert wrong.returncode != 0
+    failed = json.loads((tmp_path / "one" / "failed.json").read_text())
+    assert "asks for 2 ranks" in failed["error"] and failed["command"] == "train-translation"
+    assert not (tmp_path / "one" / "metrics.json").exists()

@@ -1,0 +1,124 @@
+"""profiles/slurm against a real Slurm: a one-node cluster on loopback (tests/slurm/one_node_slurm.sh)
+runs a small tiny-scale pipeline, one classification and one translation table, to the report.
+
+Needs Debian's slurm packages or root to install them; skipped otherwise, unless
+RESREPRO_REQUIRE_SLURM=1 (CI sets it), which turns the skip into a failure. Run with `make test-slurm`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from test_workflow import BIN, COPIED, REPO, snakemake
+
+pytestmark = pytest.mark.slurm
+SCRIPT = REPO / "tests" / "slurm" / "one_node_slurm.sh"
+TABLES = ["sas-fn1", "rskip-t5"]  # classification (2 rows) and translation (4 rows: train, average, evaluate)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def slurm_usable() -> str | None:
+    """Why a one-node Slurm cannot be started here, or None."""
+    if shutil.which("dpkg") is None:
+        return "not a Debian system"
+    installed = subprocess.run(["dpkg", "-s", "slurmctld", "slurmd", "slurm-client", "munge"], capture_output=True).returncode == 0
+    if not installed and os.geteuid() != 0:
+        return "Slurm packages missing and not root to install them"
+    return None
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """SLURM_CONF of a fresh one-node Slurm on free ports; stopped (only what it started) after."""
+    if (why := slurm_usable()) is not None:
+        if os.environ.get("RESREPRO_REQUIRE_SLURM") == "1":
+            pytest.fail(f"RESREPRO_REQUIRE_SLURM=1 but {why}")
+        pytest.skip(why)
+    state = tmp_path_factory.mktemp("slurm")
+    env = {**os.environ, "SLURMCTLD_PORT": str(free_port()), "SLURMD_PORT": str(free_port())}
+    up = subprocess.run([str(SCRIPT), "up", str(state)], env=env, capture_output=True, text=True)
+    try:
+        assert up.returncode == 0, f"one_node_slurm.sh up failed:\n{up.stdout}\n{up.stderr}"
+        yield {"SLURM_CONF": str(state / "slurm.conf")}
+    finally:
+        subprocess.run([str(SCRIPT), "down", str(state)], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def slurm_run(cluster, tmp_path_factory):
+    root = tmp_path_factory.mktemp("slurm_workflow")
+    for item in COPIED:
+        src = REPO / item
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, root / item)
+    config = yaml.safe_load((REPO / "tests" / "configs" / "tiny.yaml").read_text())
+    config["tables"] = TABLES
+    (root / "slurm.yaml").write_text(yaml.safe_dump(config))
+    env = {**os.environ, **cluster}
+    # No accounting database on this cluster, so the plugin asks squeue (MinJobAge keeps finished
+    # jobs listed); a real cluster's sacct needs neither option.
+    proc = snakemake(root, "--profile", "profiles/slurm", "--configfile", "slurm.yaml",
+                     "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "5",
+                     "--slurm-keep-successful-logs", env=env)
+    return root, proc, env
+
+
+def test_pipeline_runs_to_the_report_through_slurm(slurm_run):
+    root, _, _ = slurm_run
+    html = (root / "report" / "tiny" / "index.html").read_text()
+    for table_id in TABLES:
+        assert f'id="{table_id}"' in html
+    runs = (root / "results" / "tiny" / "aggregate" / "runs.csv").read_text().splitlines()
+    assert len(runs) == 1 + 2 + 4  # header, sas-fn1's 2 runs, rskip-t5's 4
+
+
+def slurm_logs(root: Path) -> dict[str, list[Path]]:
+    logs: dict[str, list[Path]] = {}
+    for path in (root / ".snakemake" / "slurm_logs").rglob("*.log"):
+        rule = next(p for p in path.relative_to(root / ".snakemake" / "slurm_logs").parts if p.startswith("rule_"))
+        logs.setdefault(rule.removeprefix("rule_"), []).append(path)
+    return logs
+
+
+def test_compute_rules_ran_as_slurm_jobs_and_local_rules_did_not(slurm_run):
+    root, _, _ = slurm_run
+    logs = slurm_logs(root)
+    assert len(logs.get("train_classifier", [])) == 2 * 1  # sas-fn1: 2 cells x 1 seed
+    for rule in ("train_translator", "average_checkpoints", "evaluate_translation"):
+        assert len(logs.get(rule, [])) == 4, (rule, logs.get(rule))
+    for rule in ("prepare_digits", "synthesize_translation", "aggregate"):
+        assert len(logs.get(rule, [])) == 1, rule
+    assert "report" not in logs  # a local rule: renders on the submitting host
+
+
+def test_jobs_got_the_scales_resources(slurm_run):
+    """The tiny config's train_translator needs (config resources) reached sbatch as --mem and --time."""
+    root, _, env = slurm_run
+    log = slurm_logs(root)["train_translator"][0]
+    job_id = re.match(r"(\d+)", log.stem).group(1)
+    shown = subprocess.run([str(shutil.which("scontrol")), "show", "job", job_id], env=env, capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    config = yaml.safe_load((REPO / "config" / "mini.yaml").read_text())
+    need = config["resources"]["train_translator"]
+    assert f"TimeLimit={need['runtime'] // 60:02d}:{need['runtime'] % 60:02d}:00" in shown.stdout, shown.stdout
+    assert re.search(rf"MinMemoryNode={need['mem_mb']}M\b", shown.stdout), shown.stdout
+    assert "JobState=COMPLETED" in shown.stdout
+
+
+def test_a_second_run_through_slurm_submits_nothing(slurm_run):
+    root, _, env = slurm_run
+    again = snakemake(root, "--profile", "profiles/slurm", "--configfile", "slurm.yaml",
+                      "--slurm-status-command", "squeue", "-n", env=env)
+    assert "Nothing to be done" in again.stdout + again.stderr
