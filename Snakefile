@@ -23,3 +23,13 @@ include: "workflow/rules/report.smk"
 rule all:
     input:
         report_target(),
+
+
+onerror:
+    # With keep-going every other job still ran; the report needs every result, so say how to
+    # see what finished (failed cells listed) and that a plain rerun retries and resumes.
+    print(
+        "\nresrepro: some jobs failed (see their logs above). `snakemake` again retries them; training"
+        " resumes from its last checkpoint. For a report of what finished, failed runs listed:\n"
+        "  snakemake <your options> --config partial=true\n"
+    )

@@ -66,7 +66,7 @@ def test_aggregate_rows_runs_and_curves(tmp_path):
     assert json.loads(bn["values"]) == ["diverged", 97.0]
     assert bn["verdict"] == "inconclusive"
     ln = rows.loc["SAS with LN"]
-    assert (ln["n"], ln["n_missing"]) == (1, 1) and json.loads(ln["values"]) == [98.0, "missing"]
+    assert (ln["n"], ln["n_unfinished"]) == (1, 1) and json.loads(ln["values"]) == [98.0, "missing"]
     runs = out["runs"].set_index("run")
     assert runs.loc[f"{base}/sas-normbn/seed0", "status"] == "diverged"
     assert runs.loc[f"{base}/sas/seed1", "status"] == "missing"
@@ -87,3 +87,25 @@ def test_rows_named_as_baseline_by_others_are_marked_baseline(tmp_path):
     rows = aggregate(plan, tmp_path, "config/tables", "final")["rows"].set_index("label")
     assert rows.loc["CIFAR-10 Baseline", "verdict"] == "baseline"
     assert rows.loc["CIFAR-10 + Proposal", "verdict"] == "inconclusive"
+
+
+def test_runs_without_a_result_say_why(tmp_path):
+    """failed (failed.json), incomplete (checkpoints, no metrics), missing (nothing): each its own
+    status and reason in runs.csv, counted as unfinished in its row."""
+    base = "classification/digits/preact_resnet8"
+    runs = [f"{base}/add/seed{k}" for k in range(4)]
+    plan = [{"table": "sas-t7", "row": 0, "label": "x + F (Baseline)", "baseline": "x + F (Baseline)", "runs": runs}]
+    _write_run(tmp_path, runs[0], 4.0)
+    files.write_json(tmp_path / runs[1] / "failed.json", {"error": "RuntimeError: CUDA out of memory", "command": "train"})
+    files.write_text(tmp_path / runs[2] / "checkpoints" / "last.pt", "x")
+    out = aggregate(plan, tmp_path, "config/tables", "final")
+    table = out["runs"].set_index("run")
+    assert list(table["status"]) == ["ok", "failed", "incomplete", "missing"]
+    assert table.loc[runs[1], "error"] == "RuntimeError: CUDA out of memory"
+    assert "killed, or still running" in table.loc[runs[2], "error"] and table.loc[runs[3], "error"] == "never ran"
+    row = out["rows"].iloc[0]
+    assert (row["n"], row["n_unfinished"], row["n_runs"]) == (1, 3, 4)
+    assert json.loads(row["values"]) == [96.0, "failed", "incomplete", "missing"]
+    plan.append({"table": "sas-t7", "row": 2, "label": "SAS with LN", "baseline": "x + F (Baseline)", "runs": [f"{base}/sas/seed0"]})
+    no_result = aggregate(plan, tmp_path, "config/tables", "final")["rows"].iloc[1]
+    assert no_result["verdict"] == "no result" and no_result["n"] == 0

@@ -63,3 +63,54 @@ def test_sigkill_mid_epoch_then_rerun_matches_an_uninterrupted_run(tmp_path, kil
     resumed = json.loads((out / "metrics.json").read_text())
     assert resumed["final"] == whole["final"] and resumed["best"] == whole["best"]
     assert resumed["epochs_completed"] == SPEC["epochs"]
+
+
+# Runs `resrepro train` with torch.save patched so that the Nth checkpoint write stops half-way
+# (some bytes in the temp file) and says so: the test kills the process exactly there.
+PAUSING_TRAIN = """
+import os, sys, time
+import torch
+from resrepro import cli
+
+real_save, saves = torch.save, [0]
+
+def save(obj, f, *args, **kwargs):
+    if isinstance(obj, dict) and "optimizer" in obj:
+        saves[0] += 1
+        if saves[0] == int(os.environ["PAUSE_AT_SAVE"]):
+            with open(f, "wb") as half:
+                half.write(b"PK\\x03\\x04 half a checkpoint")
+            print("writing checkpoint", flush=True)
+            time.sleep(600)
+    return real_save(obj, f, *args, **kwargs)
+
+torch.save = save
+cli.main(sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize("pause_at_save", [1, 3])
+def test_sigkill_during_the_checkpoint_write_keeps_the_last_complete_one(tmp_path, pause_at_save):
+    data = tmp_path / "digits.pt"
+    prepare_digits(data)
+    subprocess.run(train_cmd(data, tmp_path / "whole"), check=True, capture_output=True)
+    whole = json.loads((tmp_path / "whole" / "metrics.json").read_text())
+
+    out = tmp_path / "killed"
+    env = {**os.environ, "PAUSE_AT_SAVE": str(pause_at_save)}
+    proc = subprocess.Popen([sys.executable, "-c", PAUSING_TRAIN, *train_cmd(data, out)[1:]], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "writing checkpoint"
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    ckpt_dir = out / "checkpoints"
+    assert list(ckpt_dir.glob(".last.pt.*.tmp")), "the half-written temp file is left, as after a real kill"
+    assert checkpoint_epoch(out) == pause_at_save - 1  # last.pt is the previous, complete checkpoint (or none)
+
+    rerun = subprocess.run(train_cmd(data, out), check=True, capture_output=True, text=True)
+    assert ("resuming from" in rerun.stderr) == (pause_at_save > 1)
+    assert not list(ckpt_dir.glob("*.tmp")), "the rerun removes the dead job's temp files"
+    resumed = json.loads((out / "metrics.json").read_text())
+    assert resumed["final"] == whole["final"] and resumed["best"] == whole["best"]

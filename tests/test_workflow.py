@@ -118,8 +118,17 @@ def test_editing_the_template_reruns_only_the_report(workdir):
     [
         ("tables=[rskip-t99]", "unknown table 'rskip-t99'"),
         ("seeds=two", "seeds"),
+        ("seeds=0", "seeds"),
         ("report_epoch=last", "report_epoch"),
         ("table_seeds={rskip-t1: 0}", "table_seeds"),
+        ("gpus_per_job=2", "gpus_per_job"),
+        ("partial=maybe", "partial"),
+        ("classification={epochs: 0}", "epochs"),
+        ("translation={gpus: {wmt14_en_de: 2}}", "translation.gpus: 'wmt14_en_de' is not a dataset this scale runs"),
+        ("resources={train_classifier: {mem_mb: 0}}", "mem_mb"),
+        ("resources={train_classifier: {mem_mb: lots}}", "mem_mb"),
+        ("resources={train_clasifier: {mem_mb: 100}}", "train_clasifier"),
+        ("unknown_key=1", "unknown_key"),
     ],
 )
 def test_bad_config_fails_before_any_job(workdir, override, message):
@@ -127,6 +136,33 @@ def test_bad_config_fails_before_any_job(workdir, override, message):
     assert proc.returncode != 0
     assert message in proc.stdout + proc.stderr
     assert "Job stats" not in proc.stdout + proc.stderr
+
+
+GOOD_ROW = {"label": "x+F", "dataset": "cifar10", "depth": 20, "variant": "add", "paper": 8.0}
+
+
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        ({"variant": "resnext"}, "rows[0].args: unknown variant 'resnext'"),
+        ({"variant": "xskip", "args": {"lam": -1}}, "lam"),
+        ({"variant": "xskip", "args": {"lamda": 2}}, "xskip has no argument 'lamda'"),
+        ({"dataset": None}, "missing key 'dataset'"),
+        ({"dataset": "imagenet"}, "'imagenet' has no entry in classification.datasets"),
+        ({"depth": 1202}, "1202 has no entry in classification.depths"),
+    ],
+)
+def test_bad_table_fails_before_any_job(workdir, tmp_path, row, message):
+    """A table file with one bad row: the error names the table, the row and the key."""
+    bad = tmp_path / "tables"
+    bad.mkdir()
+    row = {k: v for k, v in {**GOOD_ROW, **row}.items() if v is not None}
+    table = {"paper": "rskip", "caption": "c", "source": "s", "task": "classification", "metric": "test_error", "rows": [row]}
+    (bad / "t.yaml").write_text(yaml.safe_dump({"bad-t1": table}))
+    proc = snakemake(workdir, "-n", "--configfile", "tiny.yaml", "--config", f"tables_dir={bad}", "tables=all", check=False)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and message in text and "bad-t1" in text, text[-2000:]
+    assert "Job stats" not in text
 
 
 def test_paper_scale_dry_run_lists_every_job(workdir):
@@ -167,3 +203,49 @@ def test_download_rule_rejects_a_file_with_the_wrong_checksum(workdir, cifar100_
     log = (workdir / "logs" / "data" / "download_cifar100.log").read_text()
     assert "ChecksumError" in log and target in log and "eb9058c3a382ffc7106e4002c42a8d85" in log
     assert not (workdir / target).exists()
+
+
+def test_a_failed_run_is_listed_in_a_partial_report_and_a_rerun_completes(tmp_path):
+    """One run fails for real (its checkpoint is corrupt); with keep-going the other runs finish,
+    `--config partial=true` renders a report that lists the failure, and after the fault is
+    removed a plain rerun retrains only that run and gives the complete report. Then a recipe
+    that diverges: a result, not a failure, so the pipeline still reaches the report."""
+    root = tmp_path / "wf"
+    root.mkdir()
+    for item in COPIED:
+        src = REPO / item
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, root / item)
+    config = yaml.safe_load((REPO / "tests" / "configs" / "tiny.yaml").read_text()) | {"tables": ["sas-fn1"]}
+    (root / "fn1.yaml").write_text(yaml.safe_dump(config))
+    bad_run = root / "results" / "tiny" / "classification" / "digits" / "preact_resnet8" / "sas-gammafree" / "seed0"
+    (bad_run / "checkpoints").mkdir(parents=True)
+    (bad_run / "checkpoints" / "last.pt").write_bytes(b"not a checkpoint")
+
+    first = snakemake(root, "--cores", "2", "--configfile", "fn1.yaml", check=False)
+    text = first.stdout + first.stderr
+    assert first.returncode != 0 and "--config partial=true" in text  # the onerror hint
+    assert (bad_run.parent / "seed0" / "failed.json").exists()
+    assert (root / "results/tiny/classification/digits/preact_resnet8/sas/seed0/metrics.json").exists()  # kept going
+    assert not (root / "report" / "tiny" / "index.html").exists()
+
+    snakemake(root, "--cores", "2", "--configfile", "fn1.yaml", "--config", "partial=true")
+    html = (root / "report" / "tiny" / "index.html").read_text()
+    assert 'id="partial"' in html and 'id="unfinished"' in html
+    assert "sas-gammafree/seed0" in html and "is unreadable" in html and "last.pt" in html
+    runs = (root / "results" / "tiny" / "aggregate" / "runs.csv").read_text()
+    assert ",failed," in runs and ",ok," in runs
+
+    (bad_run / "checkpoints" / "last.pt").unlink()
+    assert planned_jobs(root, "--configfile", "fn1.yaml") == {"train_classifier": 1, "aggregate": 1, "report": 1, "all": 1}
+    snakemake(root, "--cores", "2", "--configfile", "fn1.yaml")
+    html = (root / "report" / "tiny" / "index.html").read_text()
+    assert 'id="partial"' not in html and 'id="unfinished"' not in html
+    assert not (bad_run / "failed.json").exists()
+
+    # A divergent cell is a result, not a failure: the run goes through to the report.
+    (root / "diverge.yaml").write_text(yaml.safe_dump(config | {"classification": config["classification"] | {"lr": 1.0e6}}))
+    snakemake(root, "--cores", "2", "--configfile", "diverge.yaml")
+    runs = (root / "results" / "tiny" / "aggregate" / "runs.csv").read_text()
+    assert runs.count(",diverged,") == 2
+    html = (root / "report" / "tiny" / "index.html").read_text()
+    assert "2 diverged" in html and 'id="partial"' not in html

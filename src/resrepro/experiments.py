@@ -163,7 +163,7 @@ def gpus_for(config: dict, run: Run) -> int:
     """GPUs one run's training job holds: translation.gpus for its dataset, else gpus_per_job."""
     default = config.get("gpus_per_job", 0)
     if run.task == "translation":
-        return config["translation"].get("gpus", {}).get(run.dataset, default)
+        return int(config["translation"].get("gpus", {}).get(run.dataset, default))  # --config passes strings
     return default
 
 

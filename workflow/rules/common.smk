@@ -1,6 +1,7 @@
 # Everything the rules need from config, computed once at parse time by the package.
 # A bad config (unknown table or variant, wrong type, unmapped dataset) fails here, before any job.
 import json
+import os
 
 from resrepro import experiments
 
@@ -50,7 +51,7 @@ DEFAULT_NEEDS = {"mem_mb": 2000, "runtime": 60}
 
 def needs(rule_name, key):
     """A rule's memory (mem_mb) or runtime (minutes) at this scale, from config `resources`."""
-    return config.get("resources", {}).get(rule_name, {}).get(key, DEFAULT_NEEDS[key])
+    return int(config.get("resources", {}).get(rule_name, {}).get(key, DEFAULT_NEEDS[key]))
 
 
 def prepared_data(wildcards):
@@ -58,12 +59,15 @@ def prepared_data(wildcards):
 
 
 def all_run_results(wildcards):
-    """What the aggregate reads of each run: metrics.json, and eval.json for translation."""
+    """What the aggregate reads of each run: metrics.json, and eval.json for translation. With
+    `partial: true` only those that exist now, so a report shows what finished and lists the rest."""
     out = []
     for path, run in PLAN.runs.items():
         out.append(f"results/{wildcards.scale}/{path}/metrics.json")
         if run.task == "translation":
             out.append(f"results/{wildcards.scale}/{path}/eval.json")
+    if str(config["partial"]).lower() == "true":
+        out = [f for f in out if os.path.exists(f)]
     return out
 
 

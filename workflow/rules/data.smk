@@ -14,6 +14,7 @@ rule download_cifar:
         "logs/data/download_{name}.log",
     wildcard_constraints:
         name="cifar10|cifar100",
+    retries: 2
     conda:
         "../../envs/resrepro.yaml"
     shell:

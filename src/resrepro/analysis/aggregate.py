@@ -1,7 +1,11 @@
 """All runs -> tidy tables with pandas: one row per run, per table row, and per epoch.
 
-- runs.csv: one line per run (cell x seed): status (ok | diverged | missing), final and best test
-  error, parameters, wall time, device, git commit.
+- runs.csv: one line per run (cell x seed): status, final and best test error, parameters, wall
+  time, device, git commit, and for a run that did not finish, why (error).
+  Status: ok; diverged (NaN/inf, a result); failed (its job raised or was terminated: failed.json);
+  incomplete (checkpoints but no metrics: killed, or still running); missing (never started, or a
+  translation run not yet evaluated). Only the aggregate of a partial run (`--config partial=true`)
+  sees the last three: a full run waits for every result.
 - rows.csv: one line per paper-table row: the paper's value, the reproduced mean, std, n and
   per-seed values, the delta to the paper, and the verdict on the paper's claim against the row's
   baseline (analysis/stats.py).
@@ -19,7 +23,8 @@ import pandas as pd
 from ..experiments import METRICS, load_tables
 from . import stats
 
-RUN_COLUMNS = ["run", "task", "dataset", "arch", "variant_id", "seed", "status", "final_test_error", "best_test_error", "best_epoch",
+UNFINISHED = ("failed", "incomplete", "missing")
+RUN_COLUMNS = ["run", "task", "dataset", "arch", "variant_id", "seed", "status", "error", "final_test_error", "best_test_error", "best_epoch",
                "bleu", "sacrebleu", "sacrebleu_signature", "epochs_completed", "diverged_step", "parameters", "wall_time_s",
                "device", "git_commit"]
 
@@ -29,7 +34,7 @@ def read_run(results_dir: Path, run: str) -> dict:
     out = {"run": run, "task": task, "dataset": dataset, "arch": arch, "variant_id": variant_id, "seed": int(seed.removeprefix("seed"))}
     path = results_dir / run / "metrics.json"
     if not path.exists():
-        return {**out, "status": "missing"}
+        return {**out, **unfinished_status(results_dir / run)}
     m = json.loads(path.read_text())
     out.update(
         status="diverged" if m["diverged"] else "ok",
@@ -44,7 +49,7 @@ def read_run(results_dir: Path, run: str) -> dict:
     elif task == "translation":  # the score of the averaged checkpoints, from the evaluate rule
         eval_path = results_dir / run / "eval.json"
         if not eval_path.exists():
-            return {**out, "status": "missing"}
+            return {**out, "status": "missing", "error": "trained, not evaluated (see evaluate.log)"}
         ev = json.loads(eval_path.read_text())
         out.update(bleu=ev["bleu_tokenized"]["bleu"], sacrebleu=ev["sacrebleu"]["bleu"], sacrebleu_signature=ev["sacrebleu"]["signature"])
     else:
@@ -52,8 +57,18 @@ def read_run(results_dir: Path, run: str) -> dict:
     return out
 
 
+def unfinished_status(run_dir: Path) -> dict:
+    """Why a run has no metrics.json: its failure record, leftover checkpoints, or nothing at all."""
+    failed = run_dir / "failed.json"
+    if failed.exists():
+        return {"status": "failed", "error": json.loads(failed.read_text())["error"]}
+    if any((run_dir / "checkpoints").glob("*.pt")):
+        return {"status": "incomplete", "error": "checkpoints but no result: killed, or still running (see train.log)"}
+    return {"status": "missing", "error": "never ran"}
+
+
 def metric_values(runs: pd.DataFrame, run_ids: list[str], metric: str, epoch_basis: str) -> tuple[list[float], list]:
-    """(finished values, per-seed display list with "diverged"/"missing" in place of numbers)."""
+    """(finished values, per-seed display list with the status in place of a number)."""
     values, shown = [], []
     for run_id in run_ids:
         r = runs.loc[run_id]
@@ -123,7 +138,7 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
             "variant_id": None if first is None else first["variant_id"],
             "metric": metric, "higher_is_better": higher, "epoch_basis": epoch_basis, "paper": spec["paper"],
             "n": len(values), "n_runs": len(plan_row["runs"]),
-            "n_diverged": shown.count("diverged"), "n_missing": shown.count("missing"),
+            "n_diverged": shown.count("diverged"), "n_unfinished": sum(shown.count(s) for s in UNFINISHED),
             "mean": pd.Series(values).mean() if values else None,
             "std": pd.Series(values).std(ddof=1) if len(values) > 1 else None,
             "values": json.dumps(shown), "baseline": plan_row["baseline"],
@@ -138,6 +153,8 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
             base_values, _ = metric_values(runs, baseline["runs"], metric, epoch_basis)
             v = stats.compare(values, base_values, spec["paper"], base_spec["paper"], higher)
             line.update(verdict=v.verdict, p_value=v.p_value, difference=v.difference, resolvable=v.resolvable, reason=v.reason)
+            if not values or not base_values:  # nothing to compare: say so rather than "inconclusive"
+                line.update(verdict="no result", reason="no finished seed in this row or its baseline")
             if table["task"] == "translation":
                 line["bootstrap_p"] = json.dumps(bootstrap_p_values(results_dir, runs, plan_row["runs"], baseline["runs"]))
         if table["task"] == "translation":

@@ -16,6 +16,7 @@ import jinja2
 import pandas as pd
 
 from .. import files, provenance
+from ..analysis.aggregate import UNFINISHED
 from ..experiments import load_tables
 from . import figures
 
@@ -65,13 +66,17 @@ def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: 
         papers.append({"id": paper_id, "title": title, "sections": sections})
 
     status = runs["status"].value_counts().to_dict()
+    unfinished = runs[runs["status"].isin(UNFINISHED)]
     return {
         "scale": scale,
         "note": note,
         "recipe": recipe,
         "papers": papers,
         "epoch_basis": rows["epoch_basis"].iloc[0] if len(rows) else "final",
-        "counts": {"runs": len(runs), "ok": status.get("ok", 0), "diverged": status.get("diverged", 0), "missing": status.get("missing", 0)},
+        "counts": {"runs": len(runs), **{s: status.get(s, 0) for s in ("ok", "diverged", *UNFINISHED)}},
+        # Runs without a result (a partial report): each with its status and why, so nothing is silently dropped.
+        "unfinished": [{"run": r["run"], "status": r["status"], "error": r["error"] if isinstance(r["error"], str) else ""}
+                       for _, r in unfinished.iterrows()],
         "provenance": {
             "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "report_commit": provenance.git_commit(),
@@ -88,12 +93,12 @@ def _row_view(r: pd.Series) -> dict:
     if r["n"] == 0 and r["n_diverged"]:
         reproduced = "diverged"
     elif r["n"] == 0:
-        reproduced = "missing"
+        reproduced = "no result"
     else:
         reproduced = f"{fmt(r['mean'])} ± {fmt(r['std'])}"
     return {
         "label": r["label"], "formula": r["formula"], "paper": fmt(r["paper"]), "reproduced": reproduced,
-        "n": int(r["n"]), "n_runs": int(r["n_runs"]), "n_diverged": int(r["n_diverged"]), "n_missing": int(r["n_missing"]),
+        "n": int(r["n"]), "n_runs": int(r["n_runs"]), "n_diverged": int(r["n_diverged"]), "n_unfinished": int(r["n_unfinished"]),
         "values": ", ".join(str(v) for v in values), "delta": fmt(r["delta"]),
         "run_as": f"{r['dataset']} / {r['arch']} / {r['variant_id']}",
         "verdict": r["verdict"] if isinstance(r["verdict"], str) else "",

@@ -18,6 +18,8 @@ def load_checkpoint(path: Path) -> dict:
 def resume(path: Path, spec: dict, model, optimizer) -> dict | None:
     """Restore model, optimizer and torch's random state from `path` when it was written for this
     very spec, and return the checkpoint for the loop's own counters; None to start afresh."""
+    for stale in path.parent.glob(".*.tmp"):  # a killed job's half-written files (files.atomic_write)
+        stale.unlink(missing_ok=True)
     if not path.exists():
         return None
     ckpt = load_checkpoint(path)
