@@ -114,3 +114,24 @@ def test_sigkill_during_the_checkpoint_write_keeps_the_last_complete_one(tmp_pat
     assert not list(ckpt_dir.glob("*.tmp")), "the rerun removes the dead job's temp files"
     resumed = json.loads((out / "metrics.json").read_text())
     assert resumed["final"] == whole["final"] and resumed["best"] == whole["best"]
+
+
+def test_sigterm_as_at_a_time_limit_is_recorded_and_the_rerun_resumes(tmp_path):
+    """Slurm ends a job at its time limit with SIGTERM: the job leaves failed.json saying so and
+    fails; the rerun resumes from the last checkpoint, finishes, and removes failed.json."""
+    data = tmp_path / "digits.pt"
+    prepare_digits(data)
+    out = tmp_path / "run"
+    proc = subprocess.Popen(train_cmd(data, out), stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while checkpoint_epoch(out) < 1 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run finished before it could be terminated; make it longer"
+    proc.terminate()
+    assert proc.wait(timeout=60) != 0
+    failed = json.loads((out / "failed.json").read_text())
+    assert "terminated by SIGTERM" in failed["error"] and failed["command"] == "train"
+    assert not (out / "metrics.json").exists()
+    rerun = subprocess.run(train_cmd(data, out), check=True, capture_output=True, text=True)
+    assert "resuming from" in rerun.stderr
+    assert (out / "metrics.json").exists() and not (out / "failed.json").exists()

@@ -133,12 +133,15 @@ def recording_failure(command):
         from . import files
 
         failed = Path(a.out_dir) / "failed.json"
+        started = time.time()
         signal.signal(signal.SIGTERM, on_sigterm)
         try:
             command(a)
         except (Exception, SystemExit) as exc:
             if isinstance(exc, SystemExit) and exc.code in (0, None):
                 raise
+            if failed.exists() and failed.stat().st_mtime >= started:
+                raise  # another rank of this job failed first (torchrun then terminates the rest): keep its reason
             error = str(exc) if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}"
             files.write_json(failed, {"error": error, "command": a.command, "host": socket.gethostname(),
                                       "rank": int(os.environ.get("RANK", 0)), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
