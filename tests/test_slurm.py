@@ -1,5 +1,7 @@
 """profiles/slurm against a real Slurm: a one-node cluster on loopback (tests/slurm/one_node_slurm.sh)
 runs a small tiny-scale pipeline, one classification and one translation table, to the report.
+The node advertises GPUs as a count only, so the jobs ask for GPUs as at paper scale (one per
+job, two per translation training run as torchrun ranks in one allocation) and run on the CPU.
 
 Needs Debian's slurm packages or root to install them; skipped otherwise, unless
 RESREPRO_REQUIRE_SLURM=1 (CI sets it), which turns the skip into a failure. Run with `make test-slurm`.
@@ -7,6 +9,7 @@ RESREPRO_REQUIRE_SLURM=1 (CI sets it), which turns the skip into a failure. Run 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -65,6 +68,8 @@ def slurm_run(cluster, tmp_path_factory):
         (shutil.copytree if src.is_dir() else shutil.copy)(src, root / item)
     config = yaml.safe_load((REPO / "tests" / "configs" / "tiny.yaml").read_text())
     config["tables"] = TABLES
+    config["gpus_per_job"] = 1
+    config["translation"]["gpus"] = {"synthetic": 2}
     (root / "slurm.yaml").write_text(yaml.safe_dump(config))
     env = {**os.environ, **cluster}
     # No accounting database on this cluster, so the plugin asks squeue (MinJobAge keeps finished
@@ -103,18 +108,33 @@ def test_compute_rules_ran_as_slurm_jobs_and_local_rules_did_not(slurm_run):
     assert "report" not in logs  # a local rule: renders on the submitting host
 
 
-def test_jobs_got_the_scales_resources(slurm_run):
-    """The tiny config's train_translator needs (config resources) reached sbatch as --mem and --time."""
-    root, _, env = slurm_run
-    log = slurm_logs(root)["train_translator"][0]
+def scontrol_job(root: Path, env: dict, rule: str) -> str:
+    log = slurm_logs(root)[rule][0]
     job_id = re.match(r"(\d+)", log.stem).group(1)
     shown = subprocess.run([str(shutil.which("scontrol")), "show", "job", job_id], env=env, capture_output=True, text=True)
     assert shown.returncode == 0, shown.stderr
-    config = yaml.safe_load((REPO / "config" / "mini.yaml").read_text())
-    need = config["resources"]["train_translator"]
-    assert f"TimeLimit={need['runtime'] // 60:02d}:{need['runtime'] % 60:02d}:00" in shown.stdout, shown.stdout
-    assert re.search(rf"MinMemoryNode={need['mem_mb']}M\b", shown.stdout), shown.stdout
-    assert "JobState=COMPLETED" in shown.stdout
+    return shown.stdout
+
+
+@pytest.mark.parametrize("rule, gpus", [("train_translator", 2), ("train_classifier", 1), ("evaluate_translation", 1)])
+def test_jobs_got_their_gpus_cpus_memory_and_time(slurm_run, rule, gpus):
+    """Each rule's needs (config resources, gpu) and the profile's cpus_per_gpu reached sbatch."""
+    root, _, env = slurm_run
+    shown = scontrol_job(root, env, rule)
+    need = yaml.safe_load((REPO / "config" / "mini.yaml").read_text())["resources"][rule]
+    assert f"TimeLimit={need['runtime'] // 60:02d}:{need['runtime'] % 60:02d}:00" in shown, shown
+    assert re.search(rf"MinMemoryNode={need['mem_mb']}M\b", shown), shown
+    assert re.search(rf"TresPerJob=(gres:)?gpu:{gpus}\b", shown), shown
+    profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
+    assert f"NumCPUs={gpus * profile['set-resources'][rule]['cpus_per_gpu']}" in shown, shown
+    assert "JobState=COMPLETED" in shown
+
+
+def test_multi_gpu_training_ran_as_torchrun_ranks_in_one_job(slurm_run):
+    root, _, _ = slurm_run
+    for metrics in (root / "results" / "tiny" / "translation").rglob("metrics.json"):
+        assert json.loads(metrics.read_text())["spec"]["world_size"] == 2
+        assert "launch: 2 ranks" in (metrics.parent / "train.log").read_text()
 
 
 def test_a_second_run_through_slurm_submits_nothing(slurm_run):

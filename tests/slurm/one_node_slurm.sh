@@ -17,6 +17,11 @@ set -euo pipefail
 
 ACTION=${1:?usage: $0 up|env|down [STATE_DIR]}
 STATE=${2:-${TMPDIR:-/tmp}/resrepro-slurm}
+# The node advertises GPUS stand-in GPUs (empty files as their devices): --gpus requests
+# schedule as on a GPU cluster, and the jobs themselves run on the CPU. CPUS likewise may exceed
+# the real cores (SlurmdParameters=config_overrides), so --cpus-per-gpu requests fit.
+GPUS=${SLURM_FAKE_GPUS:-4}
+CPUS=${SLURM_CPUS:-16}
 CTLD_PORT=${SLURMCTLD_PORT:-6817}
 SLURMD_PORT=${SLURMD_PORT:-6818}
 NODE=$(hostname -s)
@@ -47,8 +52,7 @@ check_loopback() {
 }
 
 write_config() {
-    local addr=$1 cpus mem_mb
-    cpus=$(nproc)
+    local addr=$1 mem_mb
     mem_mb=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
     cat > "$STATE/slurm.conf" <<CONF
 # Written by tests/slurm/one_node_slurm.sh: one node on loopback, no cgroups, no accounting.
@@ -69,6 +73,8 @@ SelectTypeParameters=CR_Core_Memory
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
+GresTypes=gpu
+SlurmdParameters=config_overrides
 MinJobAge=600
 ReturnToService=2
 StateSaveLocation=$STATE/ctld
@@ -77,8 +83,15 @@ SlurmctldPidFile=$STATE/slurmctld.pid
 SlurmdPidFile=$STATE/slurmd.pid
 SlurmctldLogFile=$STATE/log/slurmctld.log
 SlurmdLogFile=$STATE/log/slurmd.log
-NodeName=$NODE NodeAddr=$addr CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
+NodeName=$NODE NodeAddr=$addr CPUs=$CPUS RealMemory=$mem_mb Gres=gpu:$GPUS State=UNKNOWN
 PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
+CONF
+    # Slurm drops GPUs without device files, so empty files stand in for them.
+    mkdir -p "$STATE/fake_gpus"
+    for ((i = 0; i < GPUS; i++)); do : > "$STATE/fake_gpus/nvidia$i"; done
+    cat > "$STATE/gres.conf" <<CONF
+# Stand-in GPUs (empty files): --gpus requests schedule as on a GPU cluster, jobs run on the CPU.
+NodeName=$NODE Name=gpu File=$STATE/fake_gpus/nvidia[0-$((GPUS - 1))]
 CONF
 }
 
@@ -108,12 +121,14 @@ up() {
     # Wait until the node takes jobs.
     for _ in $(seq 60); do
         if sinfo -h -N -o '%T' 2>/dev/null | grep -qx 'idle'; then
-            echo "one_node_slurm: up ($NODE, $(nproc) CPUs) in $STATE" >&2
+            echo "one_node_slurm: up ($NODE: $CPUS CPUs, $GPUS stand-in GPUs) in $STATE" >&2
             return
         fi
         sleep 1
     done
-    die "the node never became idle; see $STATE/log/"
+    tail -n 5 "$STATE"/log/*.log >&2 || true
+    sinfo -N -l >&2 || true
+    die "the node never became idle (logs above, in $STATE/log/)"
 }
 
 stop_pid_file() {
