@@ -39,20 +39,32 @@ def checkpoint_epoch(out) -> int:
         return 0
 
 
-@pytest.mark.parametrize("kill_after_epoch", [1, 4])
-def test_sigkill_mid_epoch_then_rerun_matches_an_uninterrupted_run(tmp_path, kill_after_epoch):
-    data = tmp_path / "digits.pt"
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The data and the final metrics of the run trained without interruption."""
+    root = tmp_path_factory.mktemp("uninterrupted")
+    data = root / "digits.pt"
     prepare_digits(data)
-    subprocess.run(train_cmd(data, tmp_path / "whole"), check=True, capture_output=True)
-    whole = json.loads((tmp_path / "whole" / "metrics.json").read_text())
+    subprocess.run(train_cmd(data, root / "whole"), check=True, capture_output=True)
+    return data, json.loads((root / "whole" / "metrics.json").read_text())
 
-    out = tmp_path / "killed"
+
+def start_and_wait_for_checkpoint(data, out, epoch: int) -> subprocess.Popen:
+    """A training process that has just written the checkpoint of `epoch`."""
     proc = subprocess.Popen(train_cmd(data, out), stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    while checkpoint_epoch(out) < kill_after_epoch and proc.poll() is None and time.monotonic() < deadline:
+    while checkpoint_epoch(out) < epoch and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
+    assert proc.poll() is None, "the run finished before it could be stopped; make it longer"
+    return proc
+
+
+@pytest.mark.parametrize("kill_after_epoch", [1, 4])
+def test_sigkill_mid_epoch_then_rerun_matches_an_uninterrupted_run(tmp_path, uninterrupted, kill_after_epoch):
+    data, whole = uninterrupted
+    out = tmp_path / "killed"
+    proc = start_and_wait_for_checkpoint(data, out, kill_after_epoch)
     time.sleep(0.1)  # into the next epoch
-    assert proc.poll() is None, "the run finished before it could be killed; make it longer"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (out / "metrics.json").exists()
@@ -90,12 +102,8 @@ cli.main(sys.argv[1:])
 
 
 @pytest.mark.parametrize("pause_at_save", [1, 3])
-def test_sigkill_during_the_checkpoint_write_keeps_the_last_complete_one(tmp_path, pause_at_save):
-    data = tmp_path / "digits.pt"
-    prepare_digits(data)
-    subprocess.run(train_cmd(data, tmp_path / "whole"), check=True, capture_output=True)
-    whole = json.loads((tmp_path / "whole" / "metrics.json").read_text())
-
+def test_sigkill_during_the_checkpoint_write_keeps_the_last_complete_one(tmp_path, uninterrupted, pause_at_save):
+    data, whole = uninterrupted
     out = tmp_path / "killed"
     env = {**os.environ, "PAUSE_AT_SAVE": str(pause_at_save)}
     proc = subprocess.Popen([sys.executable, "-c", PAUSING_TRAIN, *train_cmd(data, out)[1:]], env=env,
@@ -116,22 +124,19 @@ def test_sigkill_during_the_checkpoint_write_keeps_the_last_complete_one(tmp_pat
     assert resumed["final"] == whole["final"] and resumed["best"] == whole["best"]
 
 
-def test_sigterm_as_at_a_time_limit_is_recorded_and_the_rerun_resumes(tmp_path):
+def test_sigterm_as_at_a_time_limit_is_recorded_and_the_rerun_resumes(tmp_path, uninterrupted):
     """Slurm ends a job at its time limit with SIGTERM: the job leaves failed.json saying so and
-    fails; the rerun resumes from the last checkpoint, finishes, and removes failed.json."""
-    data = tmp_path / "digits.pt"
-    prepare_digits(data)
+    fails; the rerun resumes from the last checkpoint, finishes as an uninterrupted run, and
+    removes failed.json."""
+    data, whole = uninterrupted
     out = tmp_path / "run"
-    proc = subprocess.Popen(train_cmd(data, out), stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while checkpoint_epoch(out) < 1 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert proc.poll() is None, "the run finished before it could be terminated; make it longer"
+    proc = start_and_wait_for_checkpoint(data, out, 1)
     proc.terminate()
     assert proc.wait(timeout=60) != 0
     failed = json.loads((out / "failed.json").read_text())
     assert "terminated by SIGTERM" in failed["error"] and failed["command"] == "train"
     assert not (out / "metrics.json").exists()
     rerun = subprocess.run(train_cmd(data, out), check=True, capture_output=True, text=True)
-    assert "resuming from" in rerun.stderr
-    assert (out / "metrics.json").exists() and not (out / "failed.json").exists()
+    assert "resuming from" in rerun.stderr and not (out / "failed.json").exists()
+    resumed = json.loads((out / "metrics.json").read_text())
+    assert resumed["final"] == whole["final"] and resumed["best"] == whole["best"]
