@@ -3,10 +3,16 @@
 #   snakemake --cores N --configfile config/paper.yaml    # paper scale
 from snakemake.utils import min_version, validate
 
+from resrepro.config_types import coerce_overrides
+
 min_version("9.0")
 
 
 configfile: "config/mini.yaml"
+
+
+# Nested --config values arrive as strings: give them the schema's types before validating.
+coerce_overrides(config, "workflow/schemas/config.schema.yaml")
 
 
 validate(config, "workflow/schemas/config.schema.yaml")

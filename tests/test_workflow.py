@@ -92,6 +92,15 @@ def test_more_seeds_for_one_table_reruns_only_its_new_runs(workdir):
     assert cfg["seeds"] == 1
 
 
+def test_a_nested_recipe_override_on_the_command_line_reruns_that_task(workdir):
+    """`--config classification='{epochs: 3, lr: 0.05}'`: Snakemake passes "3" and "0.05" as strings;
+    they are typed by the schema, so the override validates and reruns every classification run."""
+    plan = experiments.make_plan(tiny_config(workdir) | {"tables_dir": str(workdir / "config" / "tables")})
+    n_classification = sum(run.task == "classification" for run in plan.runs.values())
+    jobs = planned_jobs(workdir, "--configfile", "tiny.yaml", "--config", "classification={epochs: 3, lr: 0.05}")
+    assert jobs == {"train_classifier": n_classification, "aggregate": 1, "report": 1, "all": 1}
+
+
 def test_changing_one_rows_lam_reruns_only_that_cell(workdir):
     path = workdir / "config" / "tables" / "rskip.yaml"
     original = path.read_text()

@@ -108,7 +108,7 @@ class Plan:
 def seeds_for(config: dict, table_id: str, task: str) -> list[int]:
     """Seeds 0..n-1, n from the table's own entry, else its task's, else the top-level `seeds`."""
     n = config.get("table_seeds", {}).get(table_id, config[task].get("seeds", config["seeds"]))
-    return list(range(int(n)))  # int(): --config passes nested values as strings
+    return list(range(n))
 
 
 def make_plan(config: dict) -> Plan:
@@ -163,7 +163,7 @@ def gpus_for(config: dict, run: Run) -> int:
     """GPUs one run's training job holds: translation.gpus for its dataset, else gpus_per_job."""
     default = config.get("gpus_per_job", 0)
     if run.task == "translation":
-        return int(config["translation"].get("gpus", {}).get(run.dataset, default))  # --config passes strings
+        return config["translation"].get("gpus", {}).get(run.dataset, default)
     return default
 
 

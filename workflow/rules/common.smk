@@ -51,7 +51,7 @@ DEFAULT_NEEDS = {"mem_mb": 2000, "runtime": 60}
 
 def needs(rule_name, key):
     """A rule's memory (mem_mb) or runtime (minutes) at this scale, from config `resources`."""
-    return int(config.get("resources", {}).get(rule_name, {}).get(key, DEFAULT_NEEDS[key]))
+    return config.get("resources", {}).get(rule_name, {}).get(key, DEFAULT_NEEDS[key])
 
 
 def prepared_data(wildcards):
@@ -66,7 +66,7 @@ def all_run_results(wildcards):
         out.append(f"results/{wildcards.scale}/{path}/metrics.json")
         if run.task == "translation":
             out.append(f"results/{wildcards.scale}/{path}/eval.json")
-    if str(config["partial"]).lower() == "true":
+    if config["partial"]:
         out = [f for f in out if os.path.exists(f)]
     return out
 

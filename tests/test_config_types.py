@@ -1,0 +1,40 @@
+"""Nested `--config` overrides arrive as strings; the schema says which become numbers or booleans."""
+
+from pathlib import Path
+
+from resrepro.config_types import coerce_overrides, parse_scalar
+
+SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
+
+
+def test_strings_become_the_types_the_schema_expects():
+    config = {
+        "scale": "2024", "note": "123", "partial": "true", "seeds": 3, "table_seeds": {"rskip-t1": "5"},
+        "classification": {"epochs": "20", "lr": "0.05", "weight_decay": "1e-4", "lr_milestones": ["81", "122"],
+                           "augment_flip": "False", "depths": {"110": "32"}, "datasets": {"cifar10": "digits"}},
+        "translation": {"gpus": {"wmt14_en_de": "4"}, "lr_scale": "2"},
+        "resources": {"train_classifier": {"mem_mb": "8000"}},
+        "download_urls": {"cifar10": "file:///mirror/1"},
+    }
+    coerce_overrides(config, SCHEMA)
+    assert config["scale"] == "2024" and config["note"] == "123"  # strings in the schema stay strings
+    assert config["partial"] is True and config["table_seeds"] == {"rskip-t1": 5}
+    c = config["classification"]
+    assert (c["epochs"], c["lr"], c["weight_decay"], c["lr_milestones"]) == (20, 0.05, 1e-4, [81, 122])
+    assert c["augment_flip"] is False and c["depths"] == {"110": 32} and c["datasets"] == {"cifar10": "digits"}
+    assert config["translation"] == {"gpus": {"wmt14_en_de": 4}, "lr_scale": 2}
+    assert config["resources"] == {"train_classifier": {"mem_mb": 8000}}
+    assert config["download_urls"] == {"cifar10": "file:///mirror/1"}
+
+
+def test_what_does_not_parse_is_left_for_the_schema_to_reject():
+    config = {"classification": {"epochs": "many", "lr": "fast"}, "partial": "maybe", "unknown": "1"}
+    coerce_overrides(config, SCHEMA)
+    assert config == {"classification": {"epochs": "many", "lr": "fast"}, "partial": "maybe", "unknown": "1"}
+
+
+def test_parse_scalar_prefers_the_narrowest_allowed_type():
+    assert parse_scalar("3", {"integer"}) == 3 and type(parse_scalar("3", {"number"})) is int
+    assert parse_scalar("3.5", {"integer"}) == "3.5"  # not an integer: the schema names the key
+    assert parse_scalar("TRUE", {"boolean"}) is True and parse_scalar("1", {"boolean"}) == "1"
+    assert parse_scalar("7", {"string"}) == "7"
