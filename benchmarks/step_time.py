@@ -157,6 +157,45 @@ def load_text() -> str:
         return ""
 
 
+def report_timings(benches: list, ref, rounds_done: int, opts: argparse.Namespace, t_start: float,
+                   with_loss: bool = False) -> list[dict]:
+    """Print the table of median and min step times relative to `ref` (and the last loss when
+    `with_loss`), say when the budget stopped the rounds, and write --csv; returns the rows."""
+    ref_med, ref_min = statistics.median(ref.times), min(ref.times)
+    rows = []
+    for b in benches:
+        med = statistics.median(b.times)
+        rows.append({"variant": b.label, "median_ms": med * 1e3, "min_ms": min(b.times) * 1e3, "ratio": med / ref_med,
+                     "min_ratio": min(b.times) / ref_min, "params": b.params, "steps": len(b.times)})
+        if with_loss:
+            rows[-1]["last_loss"] = float(b.loss)
+
+    w = max(len("variant"), *(len(r["variant"]) for r in rows))
+    vs, vs_min = f"vs {ref.label}", f"min vs {ref.label}"
+    wv, wm = max(8, len(vs)), max(11, len(vs_min))
+    loss_head, loss_rule = (f"  {'last loss':>9}", f"  {'-' * 9}") if with_loss else ("", "")
+    print()
+    print(f"{'variant':<{w}}  {'median ms':>10}  {vs:>{wv}}  {'min ms':>9}  {vs_min:>{wm}}  {'params':>10}  {'steps':>5}{loss_head}")
+    print(f"{'-' * w}  {'-' * 10}  {'-' * wv}  {'-' * 9}  {'-' * wm}  {'-' * 10}  {'-' * 5}{loss_rule}")
+    for r in rows:
+        loss = f"  {r['last_loss']:>9.3f}" if with_loss else ""
+        print(f"{r['variant']:<{w}}  {r['median_ms']:>10.1f}  {r['ratio']:>{wv - 1}.2f}x  {r['min_ms']:>9.1f}  "
+              f"{r['min_ratio']:>{wm - 1}.2f}x  {r['params']:>10,}  {r['steps']:>5}{loss}")
+    if rounds_done < opts.rounds:
+        print(f"\nstopped after {rounds_done} of {opts.rounds} rounds: --budget {opts.budget:g} s reached")
+    print(f"\ntimed phase {time.perf_counter() - t_start:.1f} s (incl. warm-up){load_text()}; "
+          f"vs {ref.label} = median / median of {ref.label}; min vs {ref.label} = min / min of {ref.label}")
+
+    if opts.csv:
+        with open(opts.csv, "w", newline="") as fh:
+            wr = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            wr.writeheader()
+            for r in rows:
+                wr.writerow({k: f"{v:.4f}" if isinstance(v, float) else v for k, v in r.items()})
+        print(f"wrote {opts.csv}")
+    return rows
+
+
 class Bench:
     """One variant's model, optimizer and timings."""
 
@@ -211,41 +250,7 @@ def main(argv=None) -> int:
     rounds_done = time_interleaved(benches, lambda b: step(b, x, y, loss_fn), sync, opts, t_start)
 
     ref = next((b for b in benches if b.label == "add"), benches[0])
-    ref_med, ref_min = statistics.median(ref.times), min(ref.times)
-    rows = []
-    for b in benches:
-        med = statistics.median(b.times)
-        rows.append({
-            "variant": b.label,
-            "median_ms": med * 1e3,
-            "min_ms": min(b.times) * 1e3,
-            "ratio": med / ref_med,
-            "min_ratio": min(b.times) / ref_min,
-            "params": b.params,
-            "steps": len(b.times),
-        })
-
-    w = max(len("variant"), *(len(r["variant"]) for r in rows))
-    print()
-    vs, vs_min = f"vs {ref.label}", f"min vs {ref.label}"
-    print(f"{'variant':<{w}}  {'median ms':>10}  {vs:>8}  {'min ms':>9}  {vs_min:>11}  {'params':>9}  {'steps':>5}")
-    print(f"{'-' * w}  {'-' * 10}  {'-' * 8}  {'-' * 9}  {'-' * 11}  {'-' * 9}  {'-' * 5}")
-    for r in rows:
-        print(f"{r['variant']:<{w}}  {r['median_ms']:>10.1f}  {r['ratio']:>7.2f}x  {r['min_ms']:>9.1f}  "
-              f"{r['min_ratio']:>10.2f}x  {r['params']:>9,}  {r['steps']:>5}")
-    if rounds_done < opts.rounds:
-        print(f"\nstopped after {rounds_done} of {opts.rounds} rounds: --budget {opts.budget:g} s reached")
-    print(f"\ntimed phase {time.perf_counter() - t_start:.1f} s (incl. warm-up){load_text()}; "
-          f"vs {ref.label} = median / median of {ref.label}; min vs {ref.label} = min / min of {ref.label}")
-
-    if opts.csv:
-        with open(opts.csv, "w", newline="") as fh:
-            wr = csv.DictWriter(fh, fieldnames=list(rows[0]))
-            wr.writeheader()
-            for r in rows:
-                wr.writerow({**r, "median_ms": f"{r['median_ms']:.3f}", "min_ms": f"{r['min_ms']:.3f}",
-                             "ratio": f"{r['ratio']:.4f}", "min_ratio": f"{r['min_ratio']:.4f}"})
-        print(f"wrote {opts.csv}")
+    report_timings(benches, ref, rounds_done, opts, t_start)
     return 0
 
 

@@ -45,11 +45,9 @@ the last rounds when a loaded machine makes steps slower, and says so.
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import math
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -61,7 +59,7 @@ from resrepro.models.preact_resnet import count_parameters
 from resrepro.models.transformer import PRESETS, Transformer, TransformerConfig, label_smoothed_loss
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from step_time import add_run_options, time_interleaved, device_text, load_text, pick_device  # noqa: E402  (shared helpers, same folder)
+from step_time import add_run_options, device_text, load_text, pick_device, report_timings, time_interleaved  # noqa: E402  (shared helpers, same folder)
 
 PAD, BOS = 0, 1
 BASELINE: tuple[str, dict] = ("xskip_ln", {"lam": 1})
@@ -192,50 +190,12 @@ def main(argv=None) -> int:
 
     rounds_done = time_interleaved(benches, lambda b: step(b, src, tgt_in, tgt_out, autocast), sync, opts, t_start)
 
-    ref_med, ref_min = statistics.median(ref.times), min(ref.times)
-    rows = []
-    for b in benches:
-        med = statistics.median(b.times)
-        rows.append({
-            "variant": b.label,
-            "median_ms": med * 1e3,
-            "min_ms": min(b.times) * 1e3,
-            "ratio": med / ref_med,
-            "min_ratio": min(b.times) / ref_min,
-            "params": b.params,
-            "steps": len(b.times),
-            "last_loss": float(b.loss),
-        })
-
-    w = max(len("variant"), *(len(r["variant"]) for r in rows))
-    print()
-    vs, vs_min = f"vs {ref.label}", f"min vs {ref.label}"
-    wv, wm = max(8, len(vs)), max(11, len(vs_min))
-    print(f"{'variant':<{w}}  {'median ms':>10}  {vs:>{wv}}  {'min ms':>9}  {vs_min:>{wm}}  {'params':>10}  "
-          f"{'steps':>5}  {'last loss':>9}")
-    print(f"{'-' * w}  {'-' * 10}  {'-' * wv}  {'-' * 9}  {'-' * wm}  {'-' * 10}  {'-' * 5}  {'-' * 9}")
-    for r in rows:
-        print(f"{r['variant']:<{w}}  {r['median_ms']:>10.1f}  {r['ratio']:>{wv - 1}.2f}x  {r['min_ms']:>9.1f}  "
-              f"{r['min_ratio']:>{wm - 1}.2f}x  {r['params']:>10,}  {r['steps']:>5}  {r['last_loss']:>9.3f}")
+    rows = report_timings(benches, ref, rounds_done, opts, t_start, with_loss=True)
     bad = [r["variant"] for r in rows if not math.isfinite(r["last_loss"])]
     if bad:
         print(f"\nnon-finite loss (NaN/inf arithmetic may distort the time): {', '.join(bad)}")
     if skipped:
         print(f"\nskipped (cannot be built for the sequence layout): {'; '.join(skipped)}")
-    if rounds_done < opts.rounds:
-        print(f"\nstopped after {rounds_done} of {opts.rounds} rounds: --budget {opts.budget:g} s reached")
-    print(f"\ntimed phase {time.perf_counter() - t_start:.1f} s (incl. warm-up){load_text()}; "
-          f"vs {ref.label} = median / median of {ref.label}; min vs {ref.label} = min / min of {ref.label}")
-
-    if opts.csv:
-        with open(opts.csv, "w", newline="") as fh:
-            wr = csv.DictWriter(fh, fieldnames=list(rows[0]))
-            wr.writeheader()
-            for r in rows:
-                wr.writerow({**r, "median_ms": f"{r['median_ms']:.3f}", "min_ms": f"{r['min_ms']:.3f}",
-                             "ratio": f"{r['ratio']:.4f}", "min_ratio": f"{r['min_ratio']:.4f}",
-                             "last_loss": f"{r['last_loss']:.4f}"})
-        print(f"wrote {opts.csv}")
     return 0
 
 
