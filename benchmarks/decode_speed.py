@@ -53,7 +53,7 @@ PAD, BOS, EOS = 0, 1, 2
 MODES = (("cache", True), ("no cache", False))
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from step_time import add_run_options, device_text, load_text, pick_device  # noqa: E402  (shared helpers, same folder)
+from step_time import add_run_options, device_text, load_text, setup_device  # noqa: E402  (shared helpers, same folder)
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -76,10 +76,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     opts = parse_args(argv)
-    if opts.threads is not None:
-        torch.set_num_threads(opts.threads)
-    device = pick_device(opts.device)
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    device, sync = setup_device(opts)
 
     torch.manual_seed(opts.seed)
     cfg = TransformerConfig.preset(opts.preset, opts.vocab, pad_id=PAD)

@@ -134,6 +134,15 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def setup_device(opts: argparse.Namespace):
+    """Apply --threads and --device; -> (device, sync), sync waiting for queued GPU work (a no-op on CPU)."""
+    if opts.threads is not None:
+        torch.set_num_threads(opts.threads)
+    device = pick_device(opts.device)
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    return device, sync
+
+
 def device_text(device: torch.device) -> str:
     if device.type == "cuda":
         return f"{device} ({torch.cuda.get_device_name(device)})"
@@ -220,10 +229,7 @@ def step(b: Bench, x: torch.Tensor, y: torch.Tensor, loss_fn: nn.Module) -> None
 
 def main(argv=None) -> int:
     opts = parse_args(argv)
-    if opts.threads is not None:
-        torch.set_num_threads(opts.threads)
-    device = pick_device(opts.device)
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    device, sync = setup_device(opts)
 
     gen = torch.Generator().manual_seed(opts.seed)
     x = torch.randn(opts.batch, 3, opts.size, opts.size, generator=gen).to(device)

@@ -59,7 +59,7 @@ from resrepro.models.preact_resnet import count_parameters
 from resrepro.models.transformer import PRESETS, Transformer, TransformerConfig, label_smoothed_loss
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from step_time import add_run_options, device_text, load_text, pick_device, report_timings, time_interleaved  # noqa: E402  (shared helpers, same folder)
+from step_time import add_run_options, device_text, load_text, report_timings, setup_device, time_interleaved  # noqa: E402  (shared helpers, same folder)
 
 PAD, BOS = 0, 1
 BASELINE: tuple[str, dict] = ("xskip_ln", {"lam": 1})
@@ -148,10 +148,7 @@ def step(b: Bench, src, tgt_in, tgt_out, autocast: bool) -> None:
 
 def main(argv=None) -> int:
     opts = parse_args(argv)
-    if opts.threads is not None:
-        torch.set_num_threads(opts.threads)
-    device = pick_device(opts.device)
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    device, sync = setup_device(opts)
     autocast = opts.precision == "bf16" or (opts.precision == "auto" and device.type == "cuda")
 
     gen = torch.Generator().manual_seed(opts.seed)
