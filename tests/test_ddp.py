@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from resrepro.launch import DDP_ENV
+
 pytestmark = pytest.mark.integration
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
@@ -39,7 +41,7 @@ def torchrun(out_dir: Path, run_spec: dict, nproc: int = 2, timeout_s: float = T
     after ending torchrun and its workers (which torchrun starts in sessions of their own)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "DDP_TEST_TIMEOUT_S": str(gloo_timeout_s)}
-    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
+    for name in DDP_ENV:
         env.pop(name, None)  # from an enclosing torchrun, if any
     cmd = [str(TORCHRUN), "--standalone", "--nproc_per_node", str(nproc), str(WORKER), str(out_dir), json.dumps(run_spec)]
     log = out_dir.parent / f"{out_dir.name}.torchrun.log"
