@@ -6,7 +6,7 @@ VENV := .venv
 CORES ?= all
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: report test test-slurm lint bench clean
+.PHONY: report test test-slurm lint bench mutation clean
 
 $(VENV)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,14 @@ test-slurm: $(VENV)/.installed
 
 lint: $(VENV)/.installed
 	snakemake --lint
+
+# Mutation testing of the modules that compute reported numbers ([tool.mutmut] in pyproject.toml):
+# about an hour on 2 cores, so not in CI. Survivors: `mutmut results`, `mutmut show NAME`.
+mutation: $(VENV)/.installed
+	$(VENV)/bin/pip install --quiet -e '.[test,mutation]'
+	rm -rf mutants
+	mutmut run --max-children 2
+	mutmut results
 
 bench: $(VENV)/.installed
 	python benchmarks/step_time.py

@@ -109,3 +109,55 @@ def test_runs_without_a_result_say_why(tmp_path):
     plan.append({"table": "sas-t7", "row": 2, "label": "SAS with LN", "baseline": "x + F (Baseline)", "runs": [f"{base}/sas/seed0"]})
     no_result = aggregate(plan, tmp_path, "config/tables", "final")["rows"].iloc[1]
     assert no_result["verdict"] == "no result" and no_result["n"] == 0
+
+
+def _write_translation_run(results, run, bleu, sacrebleu, hyps, refs):
+    files.write_json(results / run / "metrics.json", {"diverged": False, "updates": 20, "wall_time_s": 2.0, "parameters": 10,
+                                                      "provenance": {"device": "cpu", "git_commit": "abc"}})
+    files.write_json(results / run / "eval.json", {"bleu_tokenized": {"bleu": bleu}, "sacrebleu": {"bleu": sacrebleu, "signature": "sig"}})
+    from resrepro.evaluate.bleu import write_lines
+
+    write_lines(results / run / "hyp.detok.txt", hyps)
+    write_lines(results / run / "ref.detok.txt", refs)
+
+
+def test_translation_rows_bleu_bootstrap_and_paper_size_parameters(tmp_path):
+    """rskip-t5 at 3 seeds: tokenized BLEU is the row's number, sacreBLEU its own column, each
+    seed's bootstrap p is sacreBLEU's paired test of the row against the baseline's same seed,
+    and the parameter column counts the paper-size model (2rSkip+LN: one LayerNorm, 2 x 512
+    parameters, per sublayer: 30 in 6+6 layers, 10 in 2+2)."""
+    from fake_runs import plan_for
+
+    from resrepro.evaluate.bleu import paired_bootstrap
+
+    plan = plan_for(["rskip-t5"])
+    refs = [f"the cat number {i} sat on the mat today" for i in range(30)]
+    good = list(refs)
+    bad = [r.replace("sat on", "ate") if i % 2 else r for i, r in enumerate(refs)]
+    hyps = {"xskip_ln": bad, "rskip_ln-lam2": good}
+    bleus = {"xskip_ln": [30.0, 31.0, 32.5], "rskip_ln-lam2": [34.0, 34.5, 35.5]}
+    for path, run in plan.runs.items():
+        v = run.variant_id
+        _write_translation_run(tmp_path, path, bleus[v][run.seed], bleus[v][run.seed] - 3, hyps[v][: 20 + run.seed], refs[: 20 + run.seed])
+    rows = aggregate(plan.rows, tmp_path, "config/tables", "final")["rows"].set_index("label")
+    base, prop = rows.loc["1xSkip+LN, 6 blocks"], rows.loc["2rSkip+LN, 6 blocks"]
+    assert base["mean"] == pytest.approx(93.5 / 3) and prop["mean"] == pytest.approx(104 / 3)
+    assert base["sacrebleu"] == pytest.approx(93.5 / 3 - 3) and prop["sacrebleu"] == pytest.approx(104 / 3 - 3)
+    assert prop["verdict"] == "supported" and prop["delta"] == pytest.approx(104 / 3 - 31.45)
+    expected = [round(paired_bootstrap(bad[: 20 + k], good[: 20 + k], refs[: 20 + k])["p_value"], 4) for k in range(3)]
+    assert json.loads(prop["bootstrap_p"]) == expected and max(expected) < 0.05
+    assert base["verdict"] == "baseline" and not isinstance(base["bootstrap_p"], str)  # no test against itself
+    assert prop["paper_parameters"] - base["paper_parameters"] == 30 * 2 * 512
+    two = rows.loc["2rSkip+LN, 2 blocks"]["paper_parameters"] - rows.loc["1xSkip+LN, 2 blocks"]["paper_parameters"]
+    assert two == 10 * 2 * 512
+    assert 60e6 < base["paper_parameters"] < 62e6  # base with the 32k vocabulary (paper: 65M with 37k)
+
+
+def test_a_trained_translation_run_without_eval_json_is_missing(tmp_path):
+    from fake_runs import plan_for
+
+    plan = plan_for(["rskip-t5"], seeds=1)
+    for path in plan.runs:
+        files.write_json(tmp_path / path / "metrics.json", {"diverged": False, "wall_time_s": 1.0, "provenance": {"device": "cpu", "git_commit": "abc"}})
+    runs = aggregate(plan.rows, tmp_path, "config/tables", "final")["runs"]
+    assert set(runs["status"]) == {"missing"} and set(runs["error"]) == {"trained, not evaluated (see evaluate.log)"}

@@ -202,3 +202,22 @@ def test_module_state_dict_loads_strict():
     fresh.load_state_dict(avg, strict=True)
     fresh.eval()
     assert fresh(torch.randn(5, 3)).shape == (5, 2)
+
+
+@pytest.mark.parametrize("last", [1, 3, 5])
+def test_average_command_averages_exactly_the_n_newest(tmp_path, last):
+    """`resrepro average --last N` (the rule's command): the N newest by step, read back from
+    `averaged_from`, and their mean; older and unnumbered files are left out."""
+    from resrepro import cli
+
+    steps = [50, 100, 150, 200, 250, 1000]
+    for step in steps:
+        _write_ckpt(tmp_path / f"step{step}.pt", [float(step), 1.0], step, step)
+    _write_ckpt(tmp_path / "last.pt", [-1.0, -1.0], 999999, 0)  # the resume point, not a step checkpoint
+    out = tmp_path / "averaged.pt"
+    cli.main(["average", "--checkpoints", str(tmp_path), "--last", str(last), "--out", str(out)])
+    saved = torch.load(out, weights_only=True)
+    newest = steps[-last:]
+    assert saved["averaged_from"] == [f"step{s}.pt" for s in newest]
+    assert saved["model"]["w"].tolist() == pytest.approx([sum(newest) / last, 1.0])
+    assert saved["step"] == 1000

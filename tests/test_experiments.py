@@ -117,3 +117,85 @@ def test_seeds_precedence_table_then_task_then_default(mini):
     assert (n["rskip-t1"], n["rskip-t2"], n["rskip-t5"]) == (3, 2, 4)
     run = next(r for r in plan.runs.values() if r.task == "translation")
     assert "seeds" not in experiments.train_spec(cfg, run)  # seeds never rerun existing runs
+
+
+# --------------------------------------------------- --config overrides, as the Snakefile reads them
+
+
+def snakefile_config(*overrides: str, configfile: str = "tests/configs/tiny.yaml") -> dict:
+    """The config the Snakefile sees: config/mini.yaml, then --configfile, then --config entries
+    (parsed by Snakemake's own parser), typed by the schema and validated, as the Snakefile does."""
+    from snakemake.cli import parse_config
+    from snakemake.utils import update_config, validate
+
+    from resrepro.config_types import coerce_overrides
+
+    with open("config/mini.yaml") as f:
+        config = yaml.safe_load(f)
+    with open(configfile) as f:
+        update_config(config, yaml.safe_load(f))
+    update_config(config, parse_config(list(overrides)))
+    coerce_overrides(config, SCHEMA)
+    validate(config, SCHEMA)
+    return config
+
+
+SCHEMA = "workflow/schemas/config.schema.yaml"
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("tables=[rskip-t99]", "unknown table 'rskip-t99'"),
+        ("seeds=two", "seeds"),
+        ("seeds=0", "seeds"),
+        ("report_epoch=last", "report_epoch"),
+        ("table_seeds={rskip-t1: 0}", "table_seeds"),
+        ("gpus_per_job=2", "gpus_per_job"),
+        ("partial=maybe", "partial"),
+        ("classification={epochs: 0}", "epochs"),
+        ("translation={gpus: {wmt14_en_de: 2}}", "translation.gpus: 'wmt14_en_de' is not a dataset this scale runs"),
+        ("resources={train_classifier: {mem_mb: 0}}", "mem_mb"),
+        ("resources={train_classifier: {mem_mb: lots}}", "mem_mb"),
+        ("resources={train_clasifier: {mem_mb: 100}}", "train_clasifier"),
+        ("unknown_key=1", "unknown_key"),
+    ],
+)
+def test_bad_config_override_fails_naming_the_key(override, message):
+    """Each fails in the schema or the plan, both of which run when Snakemake parses the workflow
+    (test_workflow.py shows for some of them that no job starts)."""
+    from snakemake.exceptions import WorkflowError
+
+    with pytest.raises((WorkflowError, ConfigError)) as err:
+        experiments.make_plan(snakefile_config(override))
+    assert message in str(err.value)
+
+
+def test_good_overrides_are_typed_and_planned():
+    config = snakefile_config("classification={epochs: 3, lr: 0.05}", "table_seeds={rskip-t4: 2}", "tables=[rskip-t4]")
+    assert (config["classification"]["epochs"], config["classification"]["lr"]) == (3, 0.05)
+    plan = experiments.make_plan(config)
+    assert {len(r["runs"]) for r in plan.rows} == {2} and len(plan.rows) == 7
+
+
+GOOD_ROW = {"label": "x+F", "dataset": "cifar10", "depth": 20, "variant": "add", "paper": 8.0}
+
+
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        ({"variant": "resnext"}, "rows[0].args: unknown variant 'resnext'"),
+        ({"variant": "xskip", "args": {"lam": -1}}, "lam"),
+        ({"variant": "xskip", "args": {"lamda": 2}}, "xskip has no argument 'lamda'"),
+        ({"dataset": None}, "missing key 'dataset'"),
+        ({"dataset": "imagenet"}, "'imagenet' has no entry in classification.datasets"),
+        ({"depth": 1202}, "1202 has no entry in classification.depths"),
+    ],
+)
+def test_a_table_file_with_one_bad_row_names_table_row_and_key(tmp_path, row, message):
+    row = {k: v for k, v in {**GOOD_ROW, **row}.items() if v is not None}
+    table = {"paper": "rskip", "caption": "c", "source": "s", "task": "classification", "metric": "test_error", "rows": [row]}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump({"bad-t1": table}))
+    with pytest.raises(ConfigError) as err:
+        experiments.make_plan(snakefile_config(f"tables_dir={tmp_path}", "tables=all"))
+    assert message in str(err.value) and "bad-t1" in str(err.value)

@@ -1,0 +1,129 @@
+"""Every measured number against a model whose output is known.
+
+Classification: test loss and error of a model with fixed predictions, batched; the final and
+best epoch of a training log. Translation: beam search settings come from the spec, outputs come
+back in the test set's order, eval.json equals BLEU recomputed from the written files.
+"""
+
+import json
+import math
+
+import pytest
+import torch
+
+from resrepro.evaluate import classification, translation
+from resrepro.evaluate.bleu import read_lines, sacre_bleu, tokenized_bleu
+from resrepro.train.classification import summarize
+
+# --------------------------------------------------------------------------- classification
+
+
+class FirstPixelClassifier(torch.nn.Module):
+    """Predicts class (first pixel value) % classes, with logit `margin` on it and 0 elsewhere."""
+
+    def __init__(self, classes: int, margin: float):
+        super().__init__()
+        self.classes, self.margin = classes, margin
+
+    def forward(self, x):
+        predicted = x[:, 0, 0, 0].round().long() % self.classes
+        return torch.nn.functional.one_hot(predicted, self.classes).float() * self.margin
+
+
+def test_classification_error_and_loss_of_a_known_model():
+    """7 images, 3 wrongly classified, batches of 3 (the last one short): error 3/7 = 42.857 %.
+    Loss per image: correct -log(e^m / (e^m + 3)), wrong -log(1 / (e^m + 3)), 4 classes."""
+    predicted = [0, 1, 2, 3, 0, 1, 2]
+    labels = [0, 1, 3, 3, 1, 1, 0]  # images 2, 4 and 6 are wrong
+    x = torch.tensor(predicted, dtype=torch.uint8).view(7, 1, 1, 1).expand(7, 1, 2, 2).contiguous()
+    # normalize() computes (x / 255 - mean) / std: mean 0, std 1/255 gives back the raw value
+    model = FirstPixelClassifier(classes=4, margin=2.0).train()
+    loss, error = classification.evaluate(model, x, torch.tensor(labels), mean=[0.0], std=[1 / 255], batch_size=3)
+    assert error == pytest.approx(100.0 * 3 / 7)
+    m = 2.0
+    correct, wrong = -math.log(math.exp(m) / (math.exp(m) + 3)), -math.log(1 / (math.exp(m) + 3))
+    assert loss == pytest.approx((4 * correct + 3 * wrong) / 7, rel=1e-6)
+    assert model.training  # evaluate() restores the mode it found
+
+
+def test_a_perfect_model_has_zero_error():
+    x = torch.arange(5, dtype=torch.uint8).view(5, 1, 1, 1)
+    _, error = classification.evaluate(FirstPixelClassifier(5, 1.0), x, torch.arange(5), [0.0], [1 / 255], batch_size=2)
+    assert error == 0.0
+
+
+def test_summarize_reports_final_and_best_epoch():
+    rows = [{"epoch": e, "step": 10 * e, "lr": 0.1, "train_loss": 1.0 / e, "train_error": 50.0 / e, "test_loss": 0.5,
+             "test_error": err, "seconds": 2.0} for e, err in [(1, 50.0), (2, 30.0), (3, 40.0)]]
+    m = summarize({"seed": 4}, rows, None)
+    assert m["final"] == {"epoch": 3, "train_loss": 1.0 / 3, "train_error": 50.0 / 3, "test_loss": 0.5, "test_error": 40.0,
+                          "test_accuracy": 60.0}
+    assert m["best"] == {"epoch": 2, "test_error": 30.0, "test_accuracy": 70.0}
+    assert (m["seed"], m["diverged"], m["epochs_completed"], m["wall_time_s"]) == (4, False, 3, 6.0)
+    diverged = summarize({"seed": 0}, rows[:1], {"epoch": 2, "step": 12, "loss": "nan"})
+    assert diverged["diverged"] and diverged["final"] is None and diverged["best"] is None
+
+
+# --------------------------------------------------------------------------- translation
+
+SPEC = {"beam": 3, "alpha": 0.7, "max_len_a": 1.3, "max_len_b": 7, "pad_id": 0, "bos_id": 1, "eos_id": 2}
+
+
+@pytest.fixture
+def fake_beam_search(monkeypatch):
+    """Replaces beam search by 'translate = reverse the source' and records each call's settings."""
+    calls = []
+
+    def reverse_sources(model, src, bos, eos, beam, alpha, max_len_a, max_len_b):
+        calls.append({"bos": bos, "eos": eos, "beam": beam, "alpha": alpha, "max_len_a": max_len_a, "max_len_b": max_len_b,
+                      "src": src.clone()})
+        out = []
+        for row in src.tolist():
+            tokens = row[: row.index(eos)]  # source ends with EOS, then padding
+            out.append(tokens[::-1])
+        return out
+
+    monkeypatch.setattr(translation, "beam_search", reverse_sources)
+    return calls
+
+
+SOURCES = [[5, 6, 7, 8, 9], [10], [11, 12, 13], [14, 15], [16, 17, 18, 19]]
+
+
+def test_translate_restores_the_test_sets_order_and_uses_the_specs_settings(fake_beam_search):
+    out = translation.translate(None, SOURCES, SPEC, torch.device("cpu"), batch_sentences=2)
+    assert out == [s[::-1] for s in SOURCES]
+    assert len(fake_beam_search) == 3  # 5 sentences in batches of 2
+    for call in fake_beam_search:
+        assert {k: call[k] for k in ("bos", "eos", "beam", "alpha", "max_len_a", "max_len_b")} == {
+            "bos": 1, "eos": 2, "beam": 3, "alpha": 0.7, "max_len_a": 1.3, "max_len_b": 7}
+    # batches of similar length: shortest first; each row is the source, EOS, then padding
+    assert fake_beam_search[0]["src"].tolist() == [[10, 2, 0], [14, 15, 2]]
+    assert fake_beam_search[2]["src"].tolist() == [[5, 6, 7, 8, 9, 2]]
+
+
+WORDS = {i: f"w{i}" for i in range(5, 20)}
+
+
+def test_evaluate_writes_files_in_order_and_scores_them(fake_beam_search, tmp_path):
+    """Hypothesis i is the translation of source i; eval.json is BLEU of the written files."""
+    def decode(ids):
+        return " ".join(WORDS[i] for i in ids)
+
+    refs = [decode(s[::-1]) for s in SOURCES]
+    refs[3] = "w14 w15"  # one reference differs from its hypothesis ("w15 w14")
+    result = translation.evaluate(None, SOURCES, refs, [r.upper() for r in refs], decode, str, str.upper, SPEC,
+                                  torch.device("cpu"), tmp_path)
+    hyps_tok = read_lines(tmp_path / "hyp.tok.txt")
+    assert hyps_tok == [decode(s[::-1]) for s in SOURCES]
+    assert read_lines(tmp_path / "hyp.detok.txt") == [h.upper() for h in hyps_tok]
+    assert read_lines(tmp_path / "ref.tok.txt") == refs
+    assert read_lines(tmp_path / "ref.detok.txt") == [r.upper() for r in refs]
+    saved = json.loads((tmp_path / "eval.json").read_text())
+    assert saved == result
+    assert saved["bleu_tokenized"] == tokenized_bleu(hyps_tok, refs)
+    assert saved["sacrebleu"] == sacre_bleu([h.upper() for h in hyps_tok], [r.upper() for r in refs])
+    assert 0 < saved["bleu_tokenized"]["bleu"] < 100
+    # by hand: 15 tokens all match; 10 bigrams, of which "w15 w14" (reference "w14 w15") is wrong
+    assert saved["bleu_tokenized"]["counts"][:2] == [15, 9] and saved["bleu_tokenized"]["totals"][:2] == [15, 10]
+    assert (saved["sentences"], saved["beam"], saved["alpha"]) == (5, 3, 0.7)

@@ -1,0 +1,148 @@
+"""Golden paper values: every number of every table, typed again from the papers' own tables.
+
+This list is independent of config/tables/*.yaml (it was typed from shared/seeds' paper texts,
+not copied from the YAML), so a slip in either one shows up here. A table added to config/tables
+must add its values here too, or test_every_table_has_golden_values fails.
+
+Each entry: (table id, row label, paper value, where in the paper).
+"""
+
+import pytest
+
+from resrepro.experiments import load_tables
+
+SAS = "SAS (CoNLL 2019)"
+RSKIP = "Liu et al. (COLING 2020)"
+
+GOLDEN = [
+    # --- paper 001, Table 1: CIFAR-10, PreAct-ResNet-110, error %
+    ("rskip-t1", "Baseline (He et al. 2016b)", 6.37, f"{RSKIP}, Table 1, row Baseline"),
+    ("rskip-t1", "1xSkip", 6.31, f"{RSKIP}, Table 1, row 1xSkip"),
+    ("rskip-t1", "2xSkip", 8.41, f"{RSKIP}, Table 1, row 2xSkip"),
+    ("rskip-t1", "3xSkip", 9.23, f"{RSKIP}, Table 1, row 3xSkip"),
+    ("rskip-t1", "1xSkip+LN", 7.72, f"{RSKIP}, Table 1, row 1xSkip+LN"),
+    ("rskip-t1", "2xSkip+LN", 6.29, f"{RSKIP}, Table 1, row 2xSkip+LN"),
+    ("rskip-t1", "3xSkip+LN", 6.07, f"{RSKIP}, Table 1, row 3xSkip+LN"),
+    ("rskip-t1", "1rSkip+LN", 7.72, f"{RSKIP}, Table 1, row 1rSkip+LN"),
+    ("rskip-t1", "2rSkip+LN", 6.02, f"{RSKIP}, Table 1, row 2rSkip+LN (bold)"),
+    ("rskip-t1", "3rSkip+LN", 6.55, f"{RSKIP}, Table 1, row 3rSkip+LN"),
+    # --- paper 001, Table 3: contracted skips, CIFAR-10, error %
+    ("rskip-t3", "x + F", 6.31, f"{RSKIP}, Table 3, row x + F"),
+    ("rskip-t3", "0.5x + F", 18.61, f"{RSKIP}, Table 3, row 0.5x + F"),
+    ("rskip-t3", "LN(0.5x + F)", 29.88, f"{RSKIP}, Table 3, row LN(0.5x + F)"),
+    ("rskip-t3", "LN(x + 2F)", 24.98, f"{RSKIP}, Table 3, row LN(x + 2*F)"),
+    ("rskip-t3", "LN(x + 3F)", 61.02, f"{RSKIP}, Table 3, row LN(x + 3*F)"),
+    # --- paper 001, Table 4: BN, CIFAR-10, error %
+    ("rskip-t4", "1xSkip", 6.31, f"{RSKIP}, Table 4, row 1xSkip"),
+    ("rskip-t4", "1xSkip+BN", 8.23, f"{RSKIP}, Table 4, row 1xSkip+BN"),
+    ("rskip-t4", "2xSkip+BN", 6.43, f"{RSKIP}, Table 4, row 2xSkip+BN"),
+    ("rskip-t4", "3xSkip+BN", 6.50, f"{RSKIP}, Table 4, row 3xSkip+BN"),
+    ("rskip-t4", "1rSkip+BN", 8.23, f"{RSKIP}, Table 4, row 1rSkip+BN"),
+    ("rskip-t4", "2rSkip+BN", 6.77, f"{RSKIP}, Table 4, row 2rSkip+BN"),
+    ("rskip-t4", "3rSkip+BN", 6.68, f"{RSKIP}, Table 4, row 3rSkip+BN"),
+    # --- paper 001, Table 6: CIFAR-100 error %, Baseline / + proposal per depth
+    ("rskip-t6", "ResNet-20 Baseline", 33.38, f"{RSKIP}, Table 6, Baseline x ResNet-20"),
+    ("rskip-t6", "ResNet-20 + 2rSkip+LN", 32.99, f"{RSKIP}, Table 6, + proposal x ResNet-20"),
+    ("rskip-t6", "ResNet-32 Baseline", 32.00, f"{RSKIP}, Table 6, Baseline x ResNet-32"),
+    ("rskip-t6", "ResNet-32 + 2rSkip+LN", 31.39, f"{RSKIP}, Table 6, + proposal x ResNet-32"),
+    ("rskip-t6", "ResNet-44 Baseline", 30.50, f"{RSKIP}, Table 6, Baseline x ResNet-44"),
+    ("rskip-t6", "ResNet-44 + 2rSkip+LN", 29.85, f"{RSKIP}, Table 6, + proposal x ResNet-44"),
+    ("rskip-t6", "ResNet-56 Baseline", 29.81, f"{RSKIP}, Table 6, Baseline x ResNet-56"),
+    ("rskip-t6", "ResNet-56 + 2rSkip+LN", 28.98, f"{RSKIP}, Table 6, + proposal x ResNet-56"),
+    ("rskip-t6", "ResNet-110 Baseline", 28.71, f"{RSKIP}, Table 6, Baseline x ResNet-110"),
+    ("rskip-t6", "ResNet-110 + 2rSkip+LN", 27.69, f"{RSKIP}, Table 6, + proposal x ResNet-110"),
+    # --- paper 001, Table 2: EN-VI, Transformer base, BLEU
+    ("rskip-t2", "Baseline", 30.31, f"{RSKIP}, Table 2, row Baseline"),
+    ("rskip-t2", "1xSkip", 28.98, f"{RSKIP}, Table 2, row 1xSkip"),
+    ("rskip-t2", "1xSkip+LN", 30.31, f"{RSKIP}, Table 2, row 1xSkip+LN"),
+    ("rskip-t2", "2xSkip+LN", 30.99, f"{RSKIP}, Table 2, row 2xSkip+LN"),
+    ("rskip-t2", "3xSkip+LN", 30.92, f"{RSKIP}, Table 2, row 3xSkip+LN"),
+    ("rskip-t2", "1rSkip+LN", 30.31, f"{RSKIP}, Table 2, row 1rSkip+LN"),
+    ("rskip-t2", "2rSkip+LN", 31.45, f"{RSKIP}, Table 2, row 2rSkip+LN (bold)"),
+    ("rskip-t2", "3rSkip+LN", 31.10, f"{RSKIP}, Table 2, row 3rSkip+LN"),
+    # --- paper 001, Table 5: fewer blocks, EN-VI, BLEU
+    ("rskip-t5", "1xSkip+LN, 6 blocks", 30.31, f"{RSKIP}, Table 5, 1xSkip+LN x 6 blocks"),
+    ("rskip-t5", "2rSkip+LN, 6 blocks", 31.45, f"{RSKIP}, Table 5, 2rSkip+LN x 6 blocks"),
+    ("rskip-t5", "1xSkip+LN, 2 blocks", 30.04, f"{RSKIP}, Table 5, 1xSkip+LN x 2 blocks"),
+    ("rskip-t5", "2rSkip+LN, 2 blocks", 30.49, f"{RSKIP}, Table 5, 2rSkip+LN x 2 blocks"),
+    # --- paper 001, Table 7: Transformer-Base/Big and + proposal, BLEU per language pair
+    ("rskip-t7", "EN-VI Base", 30.3, f"{RSKIP}, Table 7, Transformer-Base x EN-VI"),
+    ("rskip-t7", "EN-VI Base + proposal", 31.5, f"{RSKIP}, Table 7, + proposal (Base) x EN-VI"),
+    ("rskip-t7", "EN-VI Big", 31.4, f"{RSKIP}, Table 7, Transformer-Big x EN-VI"),
+    ("rskip-t7", "EN-VI Big + proposal", 32.2, f"{RSKIP}, Table 7, + proposal (Big) x EN-VI"),
+    ("rskip-t7", "EN-DE Base", 27.9, f"{RSKIP}, Table 7, Transformer-Base x EN-DE"),
+    ("rskip-t7", "EN-DE Base + proposal", 28.6, f"{RSKIP}, Table 7, + proposal (Base) x EN-DE"),
+    ("rskip-t7", "EN-DE Big", 28.5, f"{RSKIP}, Table 7, Transformer-Big x EN-DE"),
+    ("rskip-t7", "EN-DE Big + proposal", 29.0, f"{RSKIP}, Table 7, + proposal (Big) x EN-DE"),
+    ("rskip-t7", "EN-FR Base", 38.2, f"{RSKIP}, Table 7, Transformer-Base x EN-FR"),
+    ("rskip-t7", "EN-FR Base + proposal", 39.0, f"{RSKIP}, Table 7, + proposal (Base) x EN-FR"),
+    ("rskip-t7", "EN-FR Big", 41.0, f"{RSKIP}, Table 7, Transformer-Big x EN-FR"),
+    ("rskip-t7", "EN-FR Big + proposal", 41.6, f"{RSKIP}, Table 7, + proposal (Big) x EN-FR"),
+    # --- paper 000, Table 4: CIFAR accuracy %, PreAct-ResNet-110
+    ("sas-t4", "CIFAR-10 Baseline", 93.66, f"{SAS}, Table 4, CIFAR-10 x Baseline"),
+    ("sas-t4", "CIFAR-10 + Proposal", 94.05, f"{SAS}, Table 4, CIFAR-10 x + Proposal"),
+    ("sas-t4", "CIFAR-100 Baseline", 71.29, f"{SAS}, Table 4, CIFAR-100 x Baseline"),
+    ("sas-t4", "CIFAR-100 + Proposal", 72.91, f"{SAS}, Table 4, CIFAR-100 x + Proposal"),
+    # --- paper 000, Table 6: gates, CIFAR-10 accuracy %
+    ("sas-t6", "Baseline (PreAct-ResNet-110)", 93.66, f"{SAS}, Table 6, row Baseline"),
+    ("sas-t6", "+ Transform Gate", 92.15, f"{SAS}, Table 6, row + Transform Gate"),
+    ("sas-t6", "+ Scaling Gate (Single Layer)", 92.73, f"{SAS}, Table 6, row + Scaling Gate (Single Layer)"),
+    ("sas-t6", "+ Scaling Gate (Full Model)", 93.82, f"{SAS}, Table 6, row + Scaling Gate (Full Model)"),
+    # --- paper 000, Table 7: BN vs LN, CIFAR-10 accuracy %
+    ("sas-t7", "x + F (Baseline)", 93.66, f"{SAS}, Table 7, row x + F (Baseline)"),
+    ("sas-t7", "SAS with BN", 93.23, f"{SAS}, Table 7, row ... BN(x + F)"),
+    ("sas-t7", "SAS with LN", 94.05, f"{SAS}, Table 7, row ... LN(x + F)"),
+    # --- paper 000, Sec. 3.2 footnote 1: "94.05 accuracy vs. 93.95 accuracy in CIFAR-10"
+    ("sas-fn1", "free gamma", 93.95, f"{SAS}, footnote 1, gamma"),
+    ("sas-fn1", "tied gamma = (1-a)(1-b)", 94.05, f"{SAS}, footnote 1, (1-a)(1-b)"),
+    # --- paper 000, Table 3: BLEU, Transformer-Base then -Big, EN-VI / EN-DE / EN-FR
+    ("sas-t3", "EN-VI Base", 30.9, f"{SAS}, Table 3, Base Baseline x EN-VI"),
+    ("sas-t3", "EN-VI Base + Proposal", 32.0, f"{SAS}, Table 3, Base + Proposal x EN-VI"),
+    ("sas-t3", "EN-DE Base", 27.5, f"{SAS}, Table 3, Base Baseline x EN-DE"),
+    ("sas-t3", "EN-DE Base + Proposal", 27.6, f"{SAS}, Table 3, Base + Proposal x EN-DE"),
+    ("sas-t3", "EN-FR Base", 38.2, f"{SAS}, Table 3, Base Baseline x EN-FR"),
+    ("sas-t3", "EN-FR Base + Proposal", 38.4, f"{SAS}, Table 3, Base + Proposal x EN-FR"),
+    ("sas-t3", "EN-VI Big", 31.6, f"{SAS}, Table 3, Big Baseline x EN-VI"),
+    ("sas-t3", "EN-VI Big + Proposal", 32.2, f"{SAS}, Table 3, Big + Proposal x EN-VI"),
+    ("sas-t3", "EN-DE Big", 28.5, f"{SAS}, Table 3, Big Baseline x EN-DE"),
+    ("sas-t3", "EN-DE Big + Proposal", 28.7, f"{SAS}, Table 3, Big + Proposal x EN-DE"),
+    ("sas-t3", "EN-FR Big", 41.0, f"{SAS}, Table 3, Big Baseline x EN-FR"),
+    ("sas-t3", "EN-FR Big + Proposal", 41.3, f"{SAS}, Table 3, Big + Proposal x EN-FR"),
+]
+
+
+@pytest.fixture(scope="module")
+def config_values():
+    return [(table_id, row["label"], row["paper"]) for table_id, table in load_tables("config/tables").items() for row in table["rows"]]
+
+
+def test_golden_list_is_well_formed():
+    keys = [(t, label) for t, label, _, _ in GOLDEN]
+    assert len(keys) == len(set(keys)), "a (table, row) appears twice in GOLDEN"
+    assert all(isinstance(v, float) and source for _, _, v, source in GOLDEN)
+
+
+def test_every_table_has_golden_values(config_values):
+    """A table in config/tables without golden values here (a table added later) fails."""
+    assert {t for t, _, _ in config_values} == {t for t, _, _, _ in GOLDEN}
+
+
+def test_config_tables_hold_exactly_the_papers_values(config_values):
+    """Same rows, same order, same values (exact equality: these are typed decimals)."""
+    golden = [(t, label, value) for t, label, value, _ in GOLDEN]
+    by_table = lambda rows, t: [r for r in rows if r[0] == t]  # noqa: E731
+    for table_id in dict.fromkeys(t for t, _, _ in golden):
+        assert by_table(config_values, table_id) == by_table(golden, table_id), table_id
+    assert len(config_values) == len(golden)  # 81 values in 12 tables (2026-11-22)
+
+
+def test_sources_name_the_table_of_the_config_entry():
+    """The golden source and config/tables' `source` cite the same table of the same paper."""
+    tables = load_tables("config/tables")
+    for table_id, _, _, source in GOLDEN:
+        number = table_id.split("-")[1]
+        cited = tables[table_id]["source"]
+        if number.startswith("fn"):
+            assert "footnote 1" in source and "footnote 1" in cited
+        else:
+            assert f"Table {number[1:]}," in source and cited.endswith(f"Table {number[1:]}")

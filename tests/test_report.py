@@ -1,0 +1,102 @@
+"""The report's cells: runs on disk -> `resrepro aggregate` -> `resrepro report` -> the HTML, read
+back cell by cell (a diverged row, a row with failed and missing seeds, a verdict row, a baseline)."""
+
+import json
+
+import pytest
+from fake_runs import plan_for, write_metrics
+from report_html import row_by_label, table_rows
+from scipy import stats as scipy_stats
+
+from resrepro import cli, files
+from resrepro.report.render import fmt, fmt_p
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """sas-t7 and rskip-t3 at 3 seeds: a partial run with diverged, failed and missing seeds."""
+    root = tmp_path_factory.mktemp("report")
+    results = root / "results"
+    plan = plan_for(["sas-t7", "rskip-t3"])
+    errors = {
+        "add": [6.0, 6.3, 6.6],
+        "sas-normbn": [None, None, None],  # every seed diverged
+        "sas": [5.0, "failed", "missing"],
+        "xskip-lam0.5": [20.0, 21.0, 22.5],
+        "xskip_ln-lam0.5": [30.0, None, 31.0],
+        "ln_scale_f-k2": [6.1, 6.4, 6.5],
+        "ln_scale_f-k3": [90.0, 90.0, 90.0],
+    }
+    for path, run in plan.runs.items():
+        value = errors[run.variant_id][run.seed]
+        if value == "failed":
+            files.write_json(results / path / "failed.json", {"error": "RuntimeError: CUDA out of memory", "command": "train"})
+        elif value != "missing":
+            write_metrics(results, path, value)
+    agg = root / "aggregate"
+    cli.main(["aggregate", "--plan", json.dumps(plan.rows), "--results-dir", str(results), "--tables", "config/tables/sas.yaml",
+              "config/tables/rskip.yaml", "--epoch", "final", "--out-dir", str(agg)])
+    out = root / "index.html"
+    cli.main(["report", "--aggregate-dir", str(agg), "--tables", "config/tables/sas.yaml", "config/tables/rskip.yaml",
+              "--template", "report/templates/index.html.j2", "--scale", "tiny", "--out", str(out)])
+    return out.read_text()
+
+
+def test_a_diverged_row_shows_diverged_not_a_number(report):
+    bn = row_by_label(report, "sas-t7", "SAS with BN")
+    assert bn["reproduced"] == "diverged"
+    assert bn["n"] == "0/3 (3 diverged)"
+    assert bn["per seed"] == "diverged, diverged, diverged"
+    assert bn["Δ"] == "–" and bn["verdict"] == "no result" and bn["paper"] == "93.23"
+    half = row_by_label(report, "rskip-t3", "LN(0.5x + F)")  # one seed of three diverged
+    assert half["n"] == "2/3 (1 diverged)" and half["per seed"] == "30.0, diverged, 31.0"
+    assert half["reproduced"] == f"{30.5:.2f} ± {scipy_stats.tstd([30.0, 31.0]):.2f}"
+
+
+def test_a_row_with_failed_and_missing_seeds(report):
+    ln = row_by_label(report, "sas-t7", "SAS with LN")
+    assert ln["reproduced"] == "95.00 ± –"  # one finished seed: no spread
+    assert ln["n"] == "1/3 (2 without result)"
+    assert ln["per seed"] == "95.0, failed, missing"
+    assert ln["Δ"] == f"{95.0 - 94.05:.2f}"
+    assert ln["verdict"] == "inconclusive" and ln["p"] == "–" and ln["resolvable"] == "–"
+
+
+def test_the_baseline_row(report):
+    base = row_by_label(report, "sas-t7", "x + F (Baseline)")
+    assert base["reproduced"] == f"{100 - 6.3:.2f} ± {scipy_stats.tstd([94.0, 93.7, 93.4]):.2f}"
+    assert (base["paper"], base["Δ"], base["vs baseline"], base["verdict"]) == ("93.66", f"{100 - 6.3 - 93.66:.2f}", "(baseline)", "baseline")
+    assert base["diff"] == base["p"] == base["resolvable"] == ""
+
+
+def test_verdict_cells_carry_the_rows_numbers(report):
+    row = row_by_label(report, "rskip-t3", "0.5x + F")
+    values, base = [20.0, 21.0, 22.5], [6.0, 6.3, 6.6]
+    welch = scipy_stats.ttest_ind(values, base, equal_var=False)
+    assert row["verdict"] == "supported" and row["vs baseline"] == "x + F"
+    assert row["diff"] == f"{sum(values) / 3 - 6.3:.2f}"
+    assert row["p"] == fmt_p(welch.pvalue) and welch.pvalue < 0.05
+    tie = row_by_label(report, "rskip-t3", "LN(x + 3F)")  # 90 on every seed: worse, as the paper says
+    assert tie["reproduced"] == "90.00 ± 0.00" and tie["verdict"] == "supported"
+    near = row_by_label(report, "rskip-t3", "LN(x + 2F)")
+    assert near["verdict"] == "inconclusive" and float(near["resolvable"]) > abs(float(near["diff"]))
+
+
+def test_the_partial_report_lists_each_run_without_a_result(report):
+    assert 'id="partial"' in report
+    listed = {r["run"]: r for r in table_rows(report, "unfinished")}
+    assert set(listed) == {p for p in listed if "/sas/" in p} and len(listed) == 2
+    failed = next(r for p, r in listed.items() if p.endswith("seed1"))
+    missing = next(r for p, r in listed.items() if p.endswith("seed2"))
+    assert (failed["status"], failed["why"]) == ("failed", "RuntimeError: CUDA out of memory")
+    assert (missing["status"], missing["why"]) == ("missing", "never ran")
+
+
+@pytest.mark.parametrize("value, text", [(None, "–"), (float("nan"), "–"), (1.005, "1.00"), (-2.5, "-2.50"), (3, "3.00")])
+def test_fmt(value, text):
+    assert fmt(value) == text
+
+
+@pytest.mark.parametrize("value, text", [(None, "–"), (0.0004, "<0.001"), (0.001, "0.001"), (0.0456, "0.046"), (1.0, "1.000")])
+def test_fmt_p(value, text):
+    assert fmt_p(value) == text
