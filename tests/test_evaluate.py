@@ -127,3 +127,115 @@ def test_evaluate_writes_files_in_order_and_scores_them(fake_beam_search, tmp_pa
     # by hand: 15 tokens all match; 10 bigrams, of which "w15 w14" (reference "w14 w15") is wrong
     assert saved["bleu_tokenized"]["counts"][:2] == [15, 9] and saved["bleu_tokenized"]["totals"][:2] == [15, 10]
     assert (saved["sentences"], saved["beam"], saved["alpha"]) == (5, 3, 0.7)
+
+
+# ------------------------------------------------------- evaluate_prepared on a prepared dataset
+
+EN = ["the", "cat", "dog", "sees", "a", "house", "big", "small", "runs", "today", "it", "is", "good"]
+VI = ["con", "mèo", "chó", "thấy", "một", "nhà", "lớn", "nhỏ", "chạy", "hôm", "nay", "tốt", "rất"]
+
+
+def _moses_lines(words, n, seed):
+    """Moses-tokenized lines as IWSLT distributes them: entities, spaced punctuation."""
+    import random
+
+    rng = random.Random(seed)
+    extras = ["", " , isn &apos;t it", " &quot; yes &quot;", " it &apos;s"]
+    return [" ".join(rng.choice(words) for _ in range(rng.randint(3, 8))) + rng.choice(extras) + rng.choice([" .", " ?"])
+            for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """A tokenized (IWSLT-like) dataset in the prepared format, and a tiny model's averaged.pt."""
+    from resrepro.data.translation import write_prepared
+    from resrepro.models.transformer import Transformer, TransformerConfig
+
+    root = tmp_path_factory.mktemp("prepared")
+    pairs = {}
+    for split, n, seed in (("train", 120, 0), ("dev", 6, 1), ("test", 8, 2)):
+        for side, words in (("src", EN), ("tgt", VI)):
+            path = root / "raw" / f"{split}.{side}"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("".join(line + "\n" for line in _moses_lines(words, n, seed + (10 if side == "tgt" else 0))),
+                            encoding="utf-8")
+        pairs[split] = (root / "raw" / f"{split}.src", root / "raw" / f"{split}.tgt")
+    data = root / "data"
+    meta = write_prepared(data, name="iwslt15_en_vi", src_lang="en", tgt_lang="vi", train=[pairs["train"]], dev=[pairs["dev"]],
+                          test=pairs["test"], tokenized=True, vocab_size=400, seed=0)
+    spec = {**SPEC, "size": "mini_2block", "variant": "rskip_ln", "args": {"lam": 2}}
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig.preset("mini_2block", meta["subword"]["vocab_size"], variant="rskip_ln", args={"lam": 2},
+                                                 pad_id=SPEC["pad_id"]))
+    torch.save({"model": model.state_dict(), "averaged_from": ["step1.pt"]}, root / "averaged.pt")
+    return {"data": data, "averaged": root / "averaged.pt", "spec": spec, "state": model.state_dict()}
+
+
+def _with_meta(prepared, tmp_path, **changes):
+    """The same prepared files, with prepared.json saying something else (name, tokenized)."""
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(prepared["data"], data)
+    meta = json.loads((data / "prepared.json").read_text())
+    (data / "prepared.json").write_text(json.dumps({**meta, **changes}))
+    return data
+
+
+def _copy_source(monkeypatch):
+    """Beam search replaced by 'output the source': hypotheses are known without a trained model."""
+    def copy_source(model, src, bos, eos, beam, alpha, max_len_a, max_len_b):
+        return [row[: row.index(eos)] for row in src.tolist()]
+
+    monkeypatch.setattr(translation, "beam_search", copy_source)
+
+
+def test_load_model_rebuilds_the_spec_model_with_the_averaged_weights(prepared):
+    from resrepro.data.subword import SubwordVocab
+
+    vocab = SubwordVocab.load(prepared["data"] / "subword.model")
+    model = translation.load_model(prepared["averaged"], prepared["spec"], vocab.size, torch.device("cpu"))
+    assert not model.training
+    assert (model.cfg.variant, model.cfg.args, model.cfg.pad_id, model.cfg.encoder_layers) == ("rskip_ln", {"lam": 2}, 0, 1)
+    state = model.state_dict()
+    assert state.keys() == prepared["state"].keys()
+    assert all(torch.equal(state[k], prepared["state"][k]) for k in state)
+
+
+@pytest.mark.parametrize("kind", ["iwslt", "synthetic", "raw"])
+def test_evaluate_prepared_scores_each_kind_of_dataset(prepared, tmp_path, monkeypatch, kind):
+    """Tokenized as distributed (IWSLT: Moses-detokenized for sacreBLEU), the synthetic corpus
+    (its own detokenized form), raw text (WMT: Moses-tokenized for tokenized BLEU)."""
+    from resrepro.data.subword import SubwordVocab
+    from resrepro.data.translation import load_encoded
+    from resrepro.evaluate.bleu import detokenize_moses
+
+    _copy_source(monkeypatch)
+    meta_changes = {"iwslt": None, "synthetic": {"name": "synthetic"}, "raw": {"name": "wmt14_en_de", "tokenized": False}}[kind]
+    data = _with_meta(prepared, tmp_path, **meta_changes) if meta_changes else prepared["data"]
+    out = tmp_path / "run"
+    result = translation.evaluate_prepared(prepared["spec"], data, prepared["averaged"], out, device="cpu")
+    vocab = SubwordVocab.load(data / "subword.model")
+    test = load_encoded(data, "test")
+    decoded = [vocab.decode(test[i][0].tolist()) for i in range(len(test))]  # the copied sources, in order
+    refs_as_distributed = read_lines(data / "test.tgt")
+    refs_detok = read_lines(data / "test.ref.detok")
+    if kind == "raw":
+        expected = {"hyp.tok.txt": [translation.moses_tokenize(h, "vi") for h in decoded], "hyp.detok.txt": decoded,
+                    "ref.tok.txt": [translation.moses_tokenize(r, "vi") for r in refs_detok], "ref.detok.txt": refs_detok}
+    else:
+        detok = (lambda h: h) if kind == "synthetic" else (lambda h: detokenize_moses(h, "vi"))
+        expected = {"hyp.tok.txt": decoded, "hyp.detok.txt": [detok(h) for h in decoded],
+                    "ref.tok.txt": refs_as_distributed, "ref.detok.txt": refs_detok}
+    for name, lines in expected.items():
+        assert read_lines(out / name) == lines, name
+    assert result["bleu_tokenized"] == tokenized_bleu(expected["hyp.tok.txt"], expected["ref.tok.txt"])
+    assert result["sacrebleu"] == sacre_bleu(expected["hyp.detok.txt"], expected["ref.detok.txt"])
+    assert result["sentences"] == len(decoded) == 8
+    if kind == "iwslt":
+        assert any("'" in h for h in expected["hyp.detok.txt"]) and all("&apos;" not in h for h in expected["hyp.detok.txt"])
+        assert expected["hyp.detok.txt"] != decoded
+
+
+def test_moses_tokenize_splits_without_escaping():
+    assert translation.moses_tokenize("It's a test, isn't it? A&B", "en") == "It 's a test , isn 't it ? A & B"
