@@ -413,14 +413,14 @@ def test_sas_gate_shapes_and_options():
     (Table 7) uses BatchNorm2d, the default LN is GroupNorm with one group."""
     C = 16
     full = build("sas", C, "conv")
-    assert _n_params(full.gate_a) == 2 * C * C + C + C + 1
+    assert _n_params(full.gate_a) == _n_params(full.gate_b) == 2 * C * C + C + C + 1
     assert full.gate_gamma is None
     assert isinstance(full.norm, nn.GroupNorm) and full.norm.num_groups == 1
     single = build("sas", C, "conv", {"gate": "single"})
     assert _n_params(single.gate_a) == 2 * C + 1
     assert _n_params(single.gate_b) == 2 * C + 1
     free = build("sas", C, "conv", {"gamma": "free"})
-    assert free.gate_gamma is not None
+    assert _n_params(free.gate_gamma) == _n_params(full.gate_a)
     assert _n_params(free) == _n_params(full) + _n_params(full.gate_a)
     x, f = pair("conv")
     x, f = x.repeat(1, 4, 1, 1), f.repeat(1, 4, 1, 1)  # C = 16

@@ -80,7 +80,8 @@ def broadcast_vector(v: torch.Tensor, layout: str) -> torch.Tensor:
 
 
 class Residual(nn.Module):
-    """Base class: `params` declares the variant's arguments (the config's `args`)."""
+    """Base class: `params` declares the variant's arguments (the config's `args`) and holds their
+    defaults, their one home: `build` passes every argument, so constructors declare none."""
 
     name = "?"
     params: dict[str, Param] = {}
@@ -117,7 +118,7 @@ class XSkip(Residual):
 
     params = {"lam": Param(float, 1.0, _positive, "a number > 0")}
 
-    def __init__(self, dim, layout, lam=1.0):
+    def __init__(self, dim, layout, lam):
         super().__init__(dim, layout)
         self.lam = lam
 
@@ -131,7 +132,7 @@ class _NormedXSkip(Residual):
     norm_kind = "ln"
     params = {"lam": Param(float, 1.0, _positive, "a number > 0")}
 
-    def __init__(self, dim, layout, lam=1.0):
+    def __init__(self, dim, layout, lam):
         super().__init__(dim, layout)
         self.lam = lam
         self.norm = make_norm(self.norm_kind, dim, layout)
@@ -158,7 +159,7 @@ class ScaleF(Residual):
 
     params = {"k": Param(float, 1.0, _positive, "a number > 0")}
 
-    def __init__(self, dim, layout, k=1.0):
+    def __init__(self, dim, layout, k):
         super().__init__(dim, layout)
         self.k = k
 
@@ -172,7 +173,7 @@ class LNScaleF(Residual):
 
     params = {"k": Param(float, 1.0, _positive, "a number > 0")}
 
-    def __init__(self, dim, layout, k=1.0):
+    def __init__(self, dim, layout, k):
         super().__init__(dim, layout)
         self.k = k
         self.norm = make_norm("ln", dim, layout)
@@ -192,7 +193,7 @@ class _RecursiveSkip(Residual):
     norm_kind = "ln"
     params = {"lam": Param(int, 1, lambda v: v >= 1, "an integer >= 1")}
 
-    def __init__(self, dim, layout, lam=1):
+    def __init__(self, dim, layout, lam):
         super().__init__(dim, layout)
         self.norms = nn.ModuleList(make_norm(self.norm_kind, dim, layout) for _ in range(lam))
 
@@ -222,7 +223,7 @@ class WSkipLN(Residual):
 
     params = {"init": Param(float, 1.0, rule="a number")}
 
-    def __init__(self, dim, layout, init=1.0):
+    def __init__(self, dim, layout, init):
         super().__init__(dim, layout)
         self.w = nn.Parameter(torch.full((dim,), float(init)))
         self.norm = make_norm("ln", dim, layout)
@@ -279,7 +280,7 @@ class SAS(Residual):
         "bias_gamma": Param(float, -3.0, rule="a number"),
     }
 
-    def __init__(self, dim, layout, norm="ln", gate="full", gamma="tied", bias_a=3.0, bias_b=-3.0, bias_gamma=-3.0):
+    def __init__(self, dim, layout, norm, gate, gamma, bias_a, bias_b, bias_gamma):
         super().__init__(dim, layout)
         hidden = gate == "full"
         self.gate_a = ScalingGate(dim, layout, hidden, bias_a)
@@ -310,7 +311,7 @@ class Highway(Residual):
 
     params = {"bias": Param(float, -3.0, rule="a number")}
 
-    def __init__(self, dim, layout, bias=-3.0):
+    def __init__(self, dim, layout, bias):
         super().__init__(dim, layout)
         self.transform = nn.Linear(dim, dim)
         nn.init.constant_(self.transform.bias, bias)
