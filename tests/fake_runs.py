@@ -25,3 +25,14 @@ def write_metrics(results, run: str, test_error: float | None) -> None:
     else:
         m.update(final={"test_error": test_error}, best={"test_error": test_error, "epoch": 2})
     files.write_json(results / run / "metrics.json", m)
+
+
+def write_translation_run(results, run: str, bleu: float, sacrebleu: float, hyps: list[str], refs: list[str]) -> None:
+    """A trained and evaluated translation run: metrics.json, eval.json and the detokenized texts."""
+    from resrepro.evaluate.bleu import write_lines
+
+    files.write_json(results / run / "metrics.json", {"diverged": False, "updates": 20, "wall_time_s": 2.0, "parameters": 10,
+                                                      "provenance": {"device": "cpu", "git_commit": "abc"}})
+    files.write_json(results / run / "eval.json", {"bleu_tokenized": {"bleu": bleu}, "sacrebleu": {"bleu": sacrebleu, "signature": "sig"}})
+    write_lines(results / run / "hyp.detok.txt", hyps)
+    write_lines(results / run / "ref.detok.txt", refs)

@@ -111,22 +111,12 @@ def test_runs_without_a_result_say_why(tmp_path):
     assert no_result["verdict"] == "no result" and no_result["n"] == 0
 
 
-def _write_translation_run(results, run, bleu, sacrebleu, hyps, refs):
-    files.write_json(results / run / "metrics.json", {"diverged": False, "updates": 20, "wall_time_s": 2.0, "parameters": 10,
-                                                      "provenance": {"device": "cpu", "git_commit": "abc"}})
-    files.write_json(results / run / "eval.json", {"bleu_tokenized": {"bleu": bleu}, "sacrebleu": {"bleu": sacrebleu, "signature": "sig"}})
-    from resrepro.evaluate.bleu import write_lines
-
-    write_lines(results / run / "hyp.detok.txt", hyps)
-    write_lines(results / run / "ref.detok.txt", refs)
-
-
 def test_translation_rows_bleu_bootstrap_and_paper_size_parameters(tmp_path):
     """rskip-t5 at 3 seeds: tokenized BLEU is the row's number, sacreBLEU its own column, each
     seed's bootstrap p is sacreBLEU's paired test of the row against the baseline's same seed,
     and the parameter column counts the paper-size model (2rSkip+LN: one LayerNorm, 2 x 512
     parameters, per sublayer: 30 in 6+6 layers, 10 in 2+2)."""
-    from fake_runs import plan_for
+    from fake_runs import plan_for, write_translation_run
 
     from resrepro.evaluate.bleu import paired_bootstrap
 
@@ -138,7 +128,7 @@ def test_translation_rows_bleu_bootstrap_and_paper_size_parameters(tmp_path):
     bleus = {"xskip_ln": [30.0, 31.0, 32.5], "rskip_ln-lam2": [34.0, 34.5, 35.5]}
     for path, run in plan.runs.items():
         v = run.variant_id
-        _write_translation_run(tmp_path, path, bleus[v][run.seed], bleus[v][run.seed] - 3, hyps[v][: 20 + run.seed], refs[: 20 + run.seed])
+        write_translation_run(tmp_path, path, bleus[v][run.seed], bleus[v][run.seed] - 3, hyps[v][: 20 + run.seed], refs[: 20 + run.seed])
     rows = aggregate(plan.rows, tmp_path, "config/tables", "final")["rows"].set_index("label")
     base, prop = rows.loc["1xSkip+LN, 6 blocks"], rows.loc["2rSkip+LN, 6 blocks"]
     assert base["mean"] == pytest.approx(93.5 / 3) and prop["mean"] == pytest.approx(104 / 3)

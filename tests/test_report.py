@@ -2,9 +2,11 @@
 back cell by cell (a diverged row, a row with failed and missing seeds, a verdict row, a baseline)."""
 
 import json
+from types import SimpleNamespace
 
+import pandas as pd
 import pytest
-from fake_runs import plan_for, write_metrics
+from fake_runs import plan_for, write_metrics, write_translation_run
 from report_html import row_by_label, table_rows
 from scipy import stats as scipy_stats
 
@@ -12,12 +14,17 @@ from resrepro import cli, files
 from resrepro.report.render import fmt, fmt_p
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    """sas-t7 and rskip-t3 at 3 seeds: a partial run with diverged, failed and missing seeds."""
-    root = tmp_path_factory.mktemp("report")
+TRANSLATION_BLEU = {"xskip_ln": [30.0, 31.0, 32.5], "rskip_ln-lam2": [34.0, 34.5, 35.5]}
+
+
+@pytest.fixture
+def report(tmp_path):
+    """sas-t7, rskip-t3 and rskip-t5 at 3 seeds: a partial run with diverged, failed and missing
+    seeds. Built anew for each test (a few seconds), so that mutation testing, which runs the
+    tests that call a function, finds every test that reads the report."""
+    root = tmp_path
     results = root / "results"
-    plan = plan_for(["sas-t7", "rskip-t3"])
+    plan = plan_for(["sas-t7", "rskip-t3", "rskip-t5"])
     errors = {
         "add": [6.0, 6.3, 6.6],
         "sas-normbn": [None, None, None],  # every seed diverged
@@ -27,7 +34,12 @@ def report(tmp_path_factory):
         "ln_scale_f-k2": [6.1, 6.4, 6.5],
         "ln_scale_f-k3": [90.0, 90.0, 90.0],
     }
+    refs = [f"the cat number {i} sat on the mat today" for i in range(20)]
+    hyps = {"xskip_ln": [r.replace("sat on", "ate") if i % 2 else r for i, r in enumerate(refs)], "rskip_ln-lam2": refs}
     for path, run in plan.runs.items():
+        if run.task == "translation":
+            write_translation_run(results, path, TRANSLATION_BLEU[run.variant_id][run.seed], 25.0 + run.seed, hyps[run.variant_id], refs)
+            continue
         value = errors[run.variant_id][run.seed]
         if value == "failed":
             files.write_json(results / path / "failed.json", {"error": "RuntimeError: CUDA out of memory", "command": "train"})
@@ -39,22 +51,22 @@ def report(tmp_path_factory):
     out = root / "index.html"
     cli.main(["report", "--aggregate-dir", str(agg), "--tables", "config/tables/sas.yaml", "config/tables/rskip.yaml",
               "--template", "report/templates/index.html.j2", "--scale", "tiny", "--out", str(out)])
-    return out.read_text()
+    return SimpleNamespace(html=out.read_text(), rows=pd.read_csv(agg / "rows.csv").set_index(["table", "label"]))
 
 
 def test_a_diverged_row_shows_diverged_not_a_number(report):
-    bn = row_by_label(report, "sas-t7", "SAS with BN")
+    bn = row_by_label(report.html, "sas-t7", "SAS with BN")
     assert bn["reproduced"] == "diverged"
     assert bn["n"] == "0/3 (3 diverged)"
     assert bn["per seed"] == "diverged, diverged, diverged"
     assert bn["Δ"] == "–" and bn["verdict"] == "no result" and bn["paper"] == "93.23"
-    half = row_by_label(report, "rskip-t3", "LN(0.5x + F)")  # one seed of three diverged
+    half = row_by_label(report.html, "rskip-t3", "LN(0.5x + F)")  # one seed of three diverged
     assert half["n"] == "2/3 (1 diverged)" and half["per seed"] == "30.0, diverged, 31.0"
     assert half["reproduced"] == f"{30.5:.2f} ± {scipy_stats.tstd([30.0, 31.0]):.2f}"
 
 
 def test_a_row_with_failed_and_missing_seeds(report):
-    ln = row_by_label(report, "sas-t7", "SAS with LN")
+    ln = row_by_label(report.html, "sas-t7", "SAS with LN")
     assert ln["reproduced"] == "95.00 ± –"  # one finished seed: no spread
     assert ln["n"] == "1/3 (2 without result)"
     assert ln["per seed"] == "95.0, failed, missing"
@@ -63,33 +75,53 @@ def test_a_row_with_failed_and_missing_seeds(report):
 
 
 def test_the_baseline_row(report):
-    base = row_by_label(report, "sas-t7", "x + F (Baseline)")
+    base = row_by_label(report.html, "sas-t7", "x + F (Baseline)")
     assert base["reproduced"] == f"{100 - 6.3:.2f} ± {scipy_stats.tstd([94.0, 93.7, 93.4]):.2f}"
     assert (base["paper"], base["Δ"], base["vs baseline"], base["verdict"]) == ("93.66", f"{100 - 6.3 - 93.66:.2f}", "(baseline)", "baseline")
     assert base["diff"] == base["p"] == base["resolvable"] == ""
 
 
 def test_verdict_cells_carry_the_rows_numbers(report):
-    row = row_by_label(report, "rskip-t3", "0.5x + F")
+    row = row_by_label(report.html, "rskip-t3", "0.5x + F")
     values, base = [20.0, 21.0, 22.5], [6.0, 6.3, 6.6]
     welch = scipy_stats.ttest_ind(values, base, equal_var=False)
     assert row["verdict"] == "supported" and row["vs baseline"] == "x + F"
     assert row["diff"] == f"{sum(values) / 3 - 6.3:.2f}"
     assert row["p"] == fmt_p(welch.pvalue) and welch.pvalue < 0.05
-    tie = row_by_label(report, "rskip-t3", "LN(x + 3F)")  # 90 on every seed: worse, as the paper says
+    tie = row_by_label(report.html, "rskip-t3", "LN(x + 3F)")  # 90 on every seed: worse, as the paper says
     assert tie["reproduced"] == "90.00 ± 0.00" and tie["verdict"] == "supported"
-    near = row_by_label(report, "rskip-t3", "LN(x + 2F)")
+    near = row_by_label(report.html, "rskip-t3", "LN(x + 2F)")
     assert near["verdict"] == "inconclusive" and float(near["resolvable"]) > abs(float(near["diff"]))
 
 
 def test_the_partial_report_lists_each_run_without_a_result(report):
-    assert 'id="partial"' in report
-    listed = {r["run"]: r for r in table_rows(report, "unfinished")}
+    assert 'id="partial"' in report.html
+    listed = {r["run"]: r for r in table_rows(report.html, "unfinished")}
     assert set(listed) == {p for p in listed if "/sas/" in p} and len(listed) == 2
     failed = next(r for p, r in listed.items() if p.endswith("seed1"))
     missing = next(r for p, r in listed.items() if p.endswith("seed2"))
     assert (failed["status"], failed["why"]) == ("failed", "RuntimeError: CUDA out of memory")
     assert (missing["status"], missing["why"]) == ("missing", "never ran")
+
+
+def test_translation_cells(report):
+    """rskip-t5: tokenized BLEU as the reproduced number, sacreBLEU, the per-seed bootstrap p and
+    the paper-size parameter count, each in its own cell."""
+    rows = report.rows
+    prop = row_by_label(report.html, "rskip-t5", "2rSkip+LN, 6 blocks")
+    base = row_by_label(report.html, "rskip-t5", "1xSkip+LN, 6 blocks")
+    values = TRANSLATION_BLEU["rskip_ln-lam2"]
+    assert prop["reproduced"] == f"{sum(values) / 3:.2f} ± {scipy_stats.tstd(values):.2f}"
+    assert prop["per seed"] == "34.0, 34.5, 35.5" and prop["paper"] == "31.45"
+    assert prop["sacreBLEU"] == "26.00" and base["sacreBLEU"] == "26.00"  # 25, 26, 27 on every row
+    p = json.loads(rows.loc[("rskip-t5", "2rSkip+LN, 6 blocks"), "bootstrap_p"])
+    assert len(p) == 3 and prop["bootstrap p (per seed)"] == ", ".join(fmt_p(x) for x in p)
+    assert base["bootstrap p (per seed)"] == ""  # a baseline is not tested against itself
+    n_base = rows.loc[("rskip-t5", "1xSkip+LN, 6 blocks"), "paper_parameters"]
+    assert 60e6 < n_base < 61e6 and base["parameters at paper size"] == f"{n_base / 1e6:.2f}M"
+    assert prop["parameters at paper size"] == f"{(n_base + 30720) / 1e6:.2f}M"
+    assert prop["verdict"] == "supported" and prop["vs baseline"] == "1xSkip+LN, 6 blocks"
+    assert row_by_label(report.html, "sas-t7", "SAS with LN").get("sacreBLEU") is None  # only translation tables
 
 
 @pytest.mark.parametrize("value, text", [(None, "–"), (float("nan"), "–"), (1.005, "1.00"), (-2.5, "-2.50"), (3, "3.00")])
