@@ -151,3 +151,19 @@ def test_a_trained_translation_run_without_eval_json_is_missing(tmp_path):
         files.write_json(tmp_path / path / "metrics.json", {"diverged": False, "wall_time_s": 1.0, "provenance": {"device": "cpu", "git_commit": "abc"}})
     runs = aggregate(plan.rows, tmp_path, "config/tables", "final")["runs"]
     assert set(runs["status"]) == {"missing"} and set(runs["error"]) == {"trained, not evaluated (see evaluate.log)"}
+
+
+def test_bootstrap_is_skipped_where_either_seed_has_no_result(tmp_path):
+    """A seed whose run diverged (or whose baseline did) has no outputs to test: None, not a crash."""
+    from fake_runs import plan_for, write_translation_run
+
+    plan = plan_for(["rskip-t5"], seeds=3)
+    refs = [f"sentence {i} of the test set" for i in range(10)]
+    for path, run in plan.runs.items():
+        if (run.variant_id, run.seed) in {("rskip_ln-lam2", 1), ("xskip_ln", 2)}:
+            files.write_json(tmp_path / path / "metrics.json", {"diverged": True, "diverged_at": {"step": 3}, "wall_time_s": 1.0,
+                                                                "provenance": {"device": "cpu", "git_commit": "abc"}})
+        else:
+            write_translation_run(tmp_path, path, 30.0, 27.0, refs, refs)
+    rows = aggregate(plan.rows, tmp_path, "config/tables", "final")["rows"].set_index("label")
+    assert json.loads(rows.loc["2rSkip+LN, 6 blocks", "bootstrap_p"]) == [1.0, None, None]

@@ -185,6 +185,8 @@ def _with_meta(prepared, tmp_path, **changes):
 def _copy_source(monkeypatch):
     """Beam search replaced by 'output the source': hypotheses are known without a trained model."""
     def copy_source(model, src, bos, eos, beam, alpha, max_len_a, max_len_b):
+        assert isinstance(model, torch.nn.Module) and not model.training  # the loaded model, in eval mode
+        assert src.device == next(model.parameters()).device
         return [row[: row.index(eos)] for row in src.tolist()]
 
     monkeypatch.setattr(translation, "beam_search", copy_source)
