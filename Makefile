@@ -29,7 +29,7 @@ lint: $(VENV)/.installed
 	snakemake --lint
 
 # Mutation testing of the modules that compute reported numbers ([tool.mutmut] in pyproject.toml):
-# about an hour on 2 cores, so not in CI. Survivors: `mutmut results`, `mutmut show NAME`.
+# hours on 2 cores, so not in CI. Survivors: `mutmut results`, `mutmut show NAME`.
 mutation: $(VENV)/.installed
 	$(VENV)/bin/pip install --quiet -e '.[test,mutation]'
 	rm -rf mutants
