@@ -97,7 +97,7 @@ def test_verdict_cells_carry_the_rows_numbers(report):
 def test_the_partial_report_lists_each_run_without_a_result(report):
     assert 'id="partial"' in report.html
     listed = {r["run"]: r for r in table_rows(report.html, "unfinished")}
-    assert set(listed) == {p for p in listed if "/sas/" in p} and len(listed) == 2
+    assert len(listed) == 2 and all("/sas/" in p for p in listed)  # sas seeds 1 and 2
     failed = next(r for p, r in listed.items() if p.endswith("seed1"))
     missing = next(r for p, r in listed.items() if p.endswith("seed2"))
     assert (failed["status"], failed["why"]) == ("failed", "RuntimeError: CUDA out of memory")
