@@ -9,6 +9,7 @@ RESREPRO_REQUIRE_SLURM=1 (CI sets it), which turns the skip into a failure. Run 
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -24,7 +25,9 @@ from test_workflow import BIN, COPIED, REPO, snakemake
 
 pytestmark = pytest.mark.slurm
 SCRIPT = REPO / "tests" / "slurm" / "one_node_slurm.sh"
-TABLES = ["sas-fn1", "rskip-t5"]  # classification (2 rows) and translation (4 rows: train, average, evaluate)
+TABLES = ["sas-fn1", "rskip-t5"]  # classification (2 rows) and translation (2 rows: train, average, evaluate)
+TINY = yaml.safe_load((REPO / "tests" / "configs" / "tiny.yaml").read_text())
+TRANSLATION_RUNS = 2 * TINY["translation"]["seeds"]  # rskip-t5: 2 cells x the tiny config's seeds
 
 
 def free_port() -> int:
@@ -66,7 +69,7 @@ def slurm_run(cluster, tmp_path_factory):
     for item in COPIED:
         src = REPO / item
         (shutil.copytree if src.is_dir() else shutil.copy)(src, root / item)
-    config = yaml.safe_load((REPO / "tests" / "configs" / "tiny.yaml").read_text())
+    config = copy.deepcopy(TINY)
     config["tables"] = TABLES
     config["gpus_per_job"] = 1
     config["translation"]["gpus"] = {"synthetic": 2}
@@ -86,7 +89,7 @@ def test_pipeline_runs_to_the_report_through_slurm(slurm_run):
     for table_id in TABLES:
         assert f'id="{table_id}"' in html
     runs = (root / "results" / "tiny" / "aggregate" / "runs.csv").read_text().splitlines()
-    assert len(runs) == 1 + 2 + 4  # header, sas-fn1's 2 runs, rskip-t5's 4
+    assert len(runs) == 1 + 2 + TRANSLATION_RUNS  # header, sas-fn1's 2 runs, rskip-t5's runs
 
 
 def slurm_logs(root: Path) -> dict[str, list[Path]]:
@@ -102,7 +105,7 @@ def test_compute_rules_ran_as_slurm_jobs_and_local_rules_did_not(slurm_run):
     logs = slurm_logs(root)
     assert len(logs.get("train_classifier", [])) == 2 * 1  # sas-fn1: 2 cells x 1 seed
     for rule in ("train_translator", "average_checkpoints", "evaluate_translation"):
-        assert len(logs.get(rule, [])) == 4, (rule, logs.get(rule))
+        assert len(logs.get(rule, [])) == TRANSLATION_RUNS, (rule, logs.get(rule))
     for rule in ("prepare_digits", "synthesize_translation", "aggregate"):
         assert len(logs.get(rule, [])) == 1, rule
     assert "report" not in logs  # a local rule: renders on the submitting host
