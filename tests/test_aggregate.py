@@ -134,7 +134,7 @@ def test_translation_rows_bleu_bootstrap_and_paper_size_parameters(tmp_path):
     assert base["mean"] == pytest.approx(93.5 / 3) and prop["mean"] == pytest.approx(104 / 3)
     assert base["sacrebleu"] == pytest.approx(93.5 / 3 - 3) and prop["sacrebleu"] == pytest.approx(104 / 3 - 3)
     assert prop["verdict"] == "supported" and prop["delta"] == pytest.approx(104 / 3 - 31.45)
-    expected = [round(paired_bootstrap(bad[: 20 + k], good[: 20 + k], refs[: 20 + k])["p_value"], 4) for k in range(3)]
+    expected = [paired_bootstrap(bad[: 20 + k], good[: 20 + k], refs[: 20 + k])["p_value"] for k in range(3)]
     assert json.loads(prop["bootstrap_p"]) == expected and max(expected) < 0.05
     assert base["verdict"] == "baseline" and not isinstance(base["bootstrap_p"], str)  # no test against itself
     assert prop["paper_parameters"] - base["paper_parameters"] == 30 * 2 * 512
@@ -167,3 +167,77 @@ def test_bootstrap_is_skipped_where_either_seed_has_no_result(tmp_path):
             write_translation_run(tmp_path, path, 30.0, 27.0, refs, refs)
     rows = aggregate(plan.rows, tmp_path, "config/tables", "final")["rows"].set_index("label")
     assert json.loads(rows.loc["2rSkip+LN, 6 blocks", "bootstrap_p"]) == [1.0, None, None]
+
+
+def test_read_run_fills_every_runs_csv_column(tmp_path):
+    """runs.csv, one line per run: each status's line in full, read from the files train and
+    evaluate write (a field lost or misnamed here is a blank column in the report's run list)."""
+    from fake_runs import write_metrics, write_translation_run
+
+    from resrepro.analysis.aggregate import read_run
+
+    cls = "classification/digits/preact_resnet8/sas"
+    write_metrics(tmp_path, f"{cls}/seed0", 4.5)
+    write_metrics(tmp_path, f"{cls}/seed1", None)
+    files.write_json(tmp_path / f"{cls}/seed2" / "failed.json", {"error": "CUDA out of memory"})
+    files.write_text(tmp_path / f"{cls}/seed3" / "checkpoints" / "step10.pt", "")
+    tr = "translation/synthetic/transformer_mini/xskip_ln"
+    write_translation_run(tmp_path, f"{tr}/seed0", 30.5, 27.25, ["a b"], ["a b"])
+    names = {"task": "classification", "dataset": "digits", "arch": "preact_resnet8", "variant_id": "sas"}
+    done = {"parameters": 10, "wall_time_s": 1.0, "device": "cpu", "git_commit": "abc"}
+    assert read_run(tmp_path, f"{cls}/seed0") == {"run": f"{cls}/seed0", **names, "seed": 0, "status": "ok", "epochs_completed": 2, **done,
+                                                  "final_test_error": 4.5, "best_test_error": 4.5, "best_epoch": 2}
+    assert read_run(tmp_path, f"{cls}/seed1") == {"run": f"{cls}/seed1", **names, "seed": 1, "status": "diverged", "epochs_completed": 2, **done,
+                                                  "diverged_step": 3}
+    assert read_run(tmp_path, f"{cls}/seed2") == {"run": f"{cls}/seed2", **names, "seed": 2, "status": "failed", "error": "CUDA out of memory"}
+    assert read_run(tmp_path, f"{cls}/seed3") == {"run": f"{cls}/seed3", **names, "seed": 3, "status": "incomplete",
+                                                  "error": "checkpoints but no result: killed, or still running (see train.log)"}
+    assert read_run(tmp_path, f"{cls}/seed4") == {"run": f"{cls}/seed4", **names, "seed": 4, "status": "missing", "error": "never ran"}
+    assert read_run(tmp_path, f"{tr}/seed0") == {"run": f"{tr}/seed0", "task": "translation", "dataset": "synthetic", "arch": "transformer_mini",
+                                                 "variant_id": "xskip_ln", "seed": 0, "status": "ok", "epochs_completed": None, **done, "wall_time_s": 2.0,
+                                                 "bleu": 30.5, "sacrebleu": 27.25, "sacrebleu_signature": "sig"}
+
+
+def test_runs_columns_rows_cells_and_per_seed_values(tmp_path):
+    """runs.csv has RUN_COLUMNS in order even where no run fills one (no translation run here);
+    each row names the cell it ran; per-seed values are shown to 2 decimals."""
+    from fake_runs import plan_for, write_metrics
+
+    from resrepro.analysis.aggregate import RUN_COLUMNS
+
+    plan = plan_for(["sas-t7"], seeds=1)
+    for path in plan.runs:
+        write_metrics(tmp_path, path, 4.5678)
+    out = aggregate(plan.rows, tmp_path, "config/tables", "final")
+    assert list(out["runs"].columns) == RUN_COLUMNS
+    row = out["rows"].iloc[1]
+    first = plan.runs[plan.rows[1]["runs"][0]]
+    assert (row["dataset"], row["arch"], row["variant_id"]) == (first.dataset, first.arch, first.variant_id)
+    assert json.loads(row["values"]) == [95.43]  # 100 - 4.5678, rounded for display; the mean is not
+    assert row["mean"] == pytest.approx(100 - 4.5678)
+
+
+def test_rows_name_their_table_row_and_the_papers_cell(tmp_path):
+    """rows.csv's identity columns, which the report's tables are built from: a translation row
+    (a model size) and a classification row (a depth) whose table gives no formula."""
+    import yaml
+    from fake_runs import plan_for, write_metrics, write_translation_run
+
+    plan = plan_for(["rskip-t5", "sas-t7"], seeds=1)
+    for path, run in plan.runs.items():
+        if run.task == "translation":
+            write_translation_run(tmp_path / "results", path, 30.0, 27.0, ["a b c d"], ["a b c d"])
+        else:
+            write_metrics(tmp_path / "results", path, 5.0)
+    tables = yaml.safe_load(open("config/tables/sas.yaml"))
+    del tables["sas-t7"]["rows"][1]["formula"]
+    files.write_text(tmp_path / "sas.yaml", yaml.safe_dump(tables, sort_keys=False))
+    rows = aggregate(plan.rows, tmp_path / "results", ["config/tables/rskip.yaml", tmp_path / "sas.yaml"], "best")["rows"]
+    rows = rows.set_index(["table", "row"], drop=False)
+    identity = ["table", "row", "label", "formula", "paper_dataset", "paper_arch", "metric", "higher_is_better", "epoch_basis",
+                "paper", "n", "n_runs", "baseline"]
+    assert list(rows.loc[("rskip-t5", 1), identity]) == ["rskip-t5", 1, "2rSkip+LN, 6 blocks", "LN(x + LN(x + F))", "iwslt15_en_vi", "base",
+                                                         "bleu", True, "best", 31.45, 1, 1, "1xSkip+LN, 6 blocks"]
+    sas = rows.loc[("sas-t7", 1)]
+    assert list(sas[identity]) == ["sas-t7", 1, "SAS with BN", "", "cifar10", 110, "test_accuracy", True, "best", sas["paper"], 1, 1,
+                                   "x + F (Baseline)"]

@@ -8,6 +8,7 @@ scipy's Welch test and a hand computation (two-sided alpha 0.05, 80% power).
 
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 from fake_runs import plan_for, write_metrics
@@ -85,6 +86,13 @@ def test_significance_threshold_is_alpha_strictly():
     assert (below.verdict, above.verdict) == ("supported", "inconclusive")
 
 
+def test_p_equal_to_alpha_is_not_significant(monkeypatch):
+    """The rule is p < alpha; no data gives p = 0.05 exactly, so the test's p is set."""
+    monkeypatch.setattr(stats.stats, "ttest_ind", lambda a, b, equal_var: SimpleNamespace(pvalue=stats.ALPHA))
+    v = stats.compare([2.0, 3.0, 4.0], [0.0, 1.0, 2.0], 1.0, 0.0, higher_is_better=True)
+    assert (v.verdict, v.p_value) == ("inconclusive", 0.05)
+
+
 @pytest.mark.parametrize(
     "paper_row, paper_base, higher, word",
     [(6.0, 6.3, False, "better"), (6.6, 6.3, False, "worse"), (94.0, 93.5, True, "better"), (93.0, 93.5, True, "worse")],
@@ -100,8 +108,10 @@ def test_fewer_than_two_seeds_and_no_claim():
     assert one.difference == pytest.approx(5.0 - 6.1)
     assert stats.compare([5.0, 5.1], [6.0], 5.0, 6.0, False).verdict == "inconclusive"
     assert stats.compare([5.0], [], 5.0, 6.0, False).difference is None
+    assert one.reason == "needs at least 2 finished seeds on each side"  # the report's reason cell
     same = stats.compare([5.0, 5.1], [6.0, 6.1], 6.0, 6.0, False)
     assert (same.verdict, same.p_value, same.difference) == ("no claim", None, None)
+    assert same.reason == "the paper reports the same value as its baseline"
 
 
 # ------------------------------------------------------------------- end to end: aggregate()

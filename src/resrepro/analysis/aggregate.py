@@ -38,7 +38,7 @@ def read_run(results_dir: Path, run: str) -> dict:
     m = json.loads(path.read_text())
     out.update(
         status="diverged" if m["diverged"] else "ok",
-        epochs_completed=m.get("epochs_completed", m.get("epochs")),
+        epochs_completed=m.get("epochs_completed"),  # classification only; translation counts updates
         parameters=m.get("parameters"),
         wall_time_s=m["wall_time_s"],
         device=m["provenance"]["device"],
@@ -97,7 +97,7 @@ def bootstrap_p_values(results_dir: Path, runs: pd.DataFrame, row_runs: list[str
             continue
         hyp, base_hyp = (read_lines(results_dir / r / "hyp.detok.txt") for r in (run, base))
         refs = read_lines(results_dir / run / "ref.detok.txt")
-        out.append(round(paired_bootstrap(base_hyp, hyp, refs)["p_value"], 4))
+        out.append(paired_bootstrap(base_hyp, hyp, refs)["p_value"])
     return out
 
 
@@ -115,7 +115,7 @@ def paper_parameters(row: dict) -> int:
         return count_parameters(Transformer(cfg))
 
 
-def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path | list, epoch_basis: str = "final") -> dict[str, pd.DataFrame]:
+def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path | list, epoch_basis: str) -> dict[str, pd.DataFrame]:
     results_dir = Path(results_dir)
     tables = load_tables(tables)
     run_ids = list(dict.fromkeys(r for row in plan_rows for r in row["runs"]))
@@ -130,12 +130,11 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
         metric = table["metric"]
         higher = METRICS[metric]
         values, shown = metric_values(runs, plan_row["runs"], metric, epoch_basis)
-        first = runs.loc[plan_row["runs"][0]] if plan_row["runs"] else None
+        first = runs.loc[plan_row["runs"][0]]  # every row has >= 1 run: seeds >= 1 (config schema)
         line = {
             "table": plan_row["table"], "row": plan_row["row"], "label": plan_row["label"], "formula": spec.get("formula", ""),
             "paper_dataset": spec["dataset"], "paper_arch": spec.get("depth", spec.get("size")),
-            "dataset": None if first is None else first["dataset"], "arch": None if first is None else first["arch"],
-            "variant_id": None if first is None else first["variant_id"],
+            "dataset": first["dataset"], "arch": first["arch"], "variant_id": first["variant_id"],
             "metric": metric, "higher_is_better": higher, "epoch_basis": epoch_basis, "paper": spec["paper"],
             "n": len(values), "n_runs": len(plan_row["runs"]),
             "n_diverged": shown.count("diverged"), "n_unfinished": sum(shown.count(s) for s in UNFINISHED),

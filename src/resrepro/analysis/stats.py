@@ -41,12 +41,11 @@ def compare(row: list[float], baseline: list[float], paper_row: float, paper_bas
     se = math.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b))
     if se == 0:  # identical runs on both sides (e.g. a deterministic tie): nothing to test
         p = 1.0 if diff == 0 else 0.0
-        df = len(a) + len(b) - 2
+        resolvable = 0.0
     else:
-        res = stats.ttest_ind(a, b, equal_var=False)
-        p = float(res.pvalue)
+        p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
         df = (se**4) / ((a.var(ddof=1) / len(a)) ** 2 / (len(a) - 1) + (b.var(ddof=1) / len(b)) ** 2 / (len(b) - 1))
-    resolvable = (stats.t.ppf(1 - ALPHA / 2, df) + stats.t.ppf(POWER, df)) * se
+        resolvable = float((stats.t.ppf(1 - ALPHA / 2, df) + stats.t.ppf(POWER, df)) * se)
     direction = "better" if (paper_diff > 0) == higher_is_better else "worse"
     if p < ALPHA and (diff > 0) == (paper_diff > 0):
         return Verdict("supported", p, diff, resolvable, f"the paper reports {direction}; reproduced the same direction")
