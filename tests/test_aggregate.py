@@ -1,6 +1,7 @@
 """Verdicts and the tidy tables, on hand-made metrics files (diverged and missing runs included)."""
 
 import json
+import math
 
 import pytest
 from scipy import stats as scipy_stats
@@ -70,6 +71,7 @@ def test_aggregate_rows_runs_and_curves(tmp_path):
     runs = out["runs"].set_index("run")
     assert runs.loc[f"{base}/sas-normbn/seed0", "status"] == "diverged"
     assert runs.loc[f"{base}/sas/seed1", "status"] == "missing"
+    assert list(out["curves"].columns[:2]) == ["run", "epoch"] and list(out["curves"].index) == list(range(5 * 2))
     assert set(out["curves"]["run"]) == {f"{base}/add/seed0", f"{base}/add/seed1", f"{base}/sas-normbn/seed0", f"{base}/sas-normbn/seed1", f"{base}/sas/seed0"}
     best = aggregate(plan, tmp_path, "config/tables", "best")["rows"].set_index("label")
     assert best.loc["x + F (Baseline)", "mean"] == pytest.approx(95.5)
@@ -108,7 +110,9 @@ def test_runs_without_a_result_say_why(tmp_path):
     assert json.loads(row["values"]) == [96.0, "failed", "incomplete", "missing"]
     plan.append({"table": "sas-t7", "row": 2, "label": "SAS with LN", "baseline": "x + F (Baseline)", "runs": [f"{base}/sas/seed0"]})
     no_result = aggregate(plan, tmp_path, "config/tables", "final")["rows"].iloc[1]
-    assert no_result["verdict"] == "no result" and no_result["n"] == 0
+    assert (no_result["verdict"], no_result["reason"], no_result["n"]) == ("no result", "no finished seed in this row or its baseline", 0)
+    assert math.isnan(no_result["mean"]) and math.isnan(no_result["std"]) and math.isnan(no_result["delta"])  # empty cells
+    assert math.isnan(out["rows"].iloc[0]["std"])  # one finished seed: no spread
 
 
 def test_translation_rows_bleu_bootstrap_and_paper_size_parameters(tmp_path):
@@ -210,6 +214,7 @@ def test_runs_columns_rows_cells_and_per_seed_values(tmp_path):
         write_metrics(tmp_path, path, 4.5678)
     out = aggregate(plan.rows, tmp_path, "config/tables", "final")
     assert list(out["runs"].columns) == RUN_COLUMNS
+    assert out["curves"].empty and list(out["curves"].columns) == ["run", "epoch"]  # no train_log.csv written
     row = out["rows"].iloc[1]
     first = plan.runs[plan.rows[1]["runs"][0]]
     assert (row["dataset"], row["arch"], row["variant_id"]) == (first.dataset, first.arch, first.variant_id)
@@ -241,3 +246,23 @@ def test_rows_name_their_table_row_and_the_papers_cell(tmp_path):
     sas = rows.loc[("sas-t7", 1)]
     assert list(sas[identity]) == ["sas-t7", 1, "SAS with BN", "", "cifar10", 110, "test_accuracy", True, "best", sas["paper"], 1, 1,
                                    "x + F (Baseline)"]
+
+
+def test_a_row_without_a_baseline_has_no_verdict(tmp_path):
+    """A row that names no baseline and that no row names as its own: an empty verdict and reason,
+    not "baseline"."""
+    import yaml
+
+    table = {"t": {"paper": "sas", "caption": "c", "source": "s", "task": "classification", "metric": "test_error", "rows": [
+        {"label": "A", "dataset": "cifar10", "depth": 110, "variant": "add", "paper": 6.0},
+        {"label": "B", "dataset": "cifar10", "depth": 110, "variant": "sas", "paper": 5.0, "baseline": "A"},
+        {"label": "C", "dataset": "cifar10", "depth": 110, "variant": "sas", "paper": 5.5}]}}
+    files.write_text(tmp_path / "t.yaml", yaml.safe_dump(table))
+    base = "classification/digits/preact_resnet8"
+    plan = [{"table": "t", "row": i, "label": label, "baseline": baseline, "runs": [f"{base}/{v}/seed0"]}
+            for i, (label, baseline, v) in enumerate([("A", None, "add"), ("B", "A", "sas"), ("C", None, "sas")])]
+    _write_run(tmp_path / "results", f"{base}/add/seed0", 4.0)
+    _write_run(tmp_path / "results", f"{base}/sas/seed0", 3.0)
+    rows = aggregate(plan, tmp_path / "results", [tmp_path / "t.yaml"], "final")["rows"].set_index("label")
+    assert list(rows["verdict"]) == ["baseline", "inconclusive", ""]
+    assert list(rows["reason"]) == ["", "needs at least 2 finished seeds on each side", ""]

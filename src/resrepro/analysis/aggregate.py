@@ -138,11 +138,11 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
             "metric": metric, "higher_is_better": higher, "epoch_basis": epoch_basis, "paper": spec["paper"],
             "n": len(values), "n_runs": len(plan_row["runs"]),
             "n_diverged": shown.count("diverged"), "n_unfinished": sum(shown.count(s) for s in UNFINISHED),
-            "mean": pd.Series(values).mean() if values else None,
-            "std": pd.Series(values).std(ddof=1) if len(values) > 1 else None,
+            # NaN (an empty cell in rows.csv) without a finished seed; std also with only one
+            "mean": pd.Series(values, dtype=float).mean(), "std": pd.Series(values, dtype=float).std(ddof=1),
             "values": json.dumps(shown), "baseline": plan_row["baseline"],
         }
-        line["delta"] = None if line["mean"] is None else line["mean"] - spec["paper"]
+        line["delta"] = line["mean"] - spec["paper"]
         baseline = by_label.get((plan_row["table"], plan_row["baseline"]))
         if baseline is None or baseline is plan_row:
             is_baseline = (plan_row["table"], plan_row["label"]) in baseline_labels
@@ -158,7 +158,7 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
                 line["bootstrap_p"] = json.dumps(bootstrap_p_values(results_dir, runs, plan_row["runs"], baseline["runs"]))
         if table["task"] == "translation":
             ok = [r for r in plan_row["runs"] if runs.loc[r, "status"] == "ok"]
-            line["sacrebleu"] = runs.loc[ok, "sacrebleu"].mean() if ok else None
+            line["sacrebleu"] = runs.loc[ok, "sacrebleu"].astype(float).mean()
             line["paper_parameters"] = paper_parameters(spec)
         out_rows.append(line)
 
