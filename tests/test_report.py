@@ -1,7 +1,10 @@
 """The report's cells: runs on disk -> `resrepro aggregate` -> `resrepro report` -> the HTML, read
 back cell by cell (a diverged row, a row with failed and missing seeds, a verdict row, a baseline)."""
 
+import base64
 import json
+import re
+import shutil
 from types import SimpleNamespace
 
 import pandas as pd
@@ -11,7 +14,7 @@ from report_html import row_by_label, table_rows
 from scipy import stats as scipy_stats
 
 from resrepro import cli, files
-from resrepro.report.render import fmt, fmt_p
+from resrepro.report.render import data_uri, fmt, fmt_p
 
 
 TRANSLATION_BLEU = {"xskip_ln": [30.0, 31.0, 32.5], "rskip_ln-lam2": [34.0, 34.5, 35.5]}
@@ -45,13 +48,21 @@ def report(tmp_path):
             files.write_json(results / path / "failed.json", {"error": "RuntimeError: CUDA out of memory", "command": "train"})
         elif value != "missing":
             write_metrics(results, path, value)
+            if value is not None:  # a training log, for the learning-curve figures
+                files.write_text(results / path / "train_log.csv", f"epoch,train_loss,test_error\n1,1.0,50\n2,0.5,{value}\n")
     agg = root / "aggregate"
     cli.main(["aggregate", "--plan", json.dumps(plan.rows), "--results-dir", str(results), "--tables", "config/tables/sas.yaml",
               "config/tables/rskip.yaml", "--epoch", "final", "--out-dir", str(agg)])
     out = root / "index.html"
     cli.main(["report", "--aggregate-dir", str(agg), "--tables", "config/tables/sas.yaml", "config/tables/rskip.yaml",
               "--template", "report/templates/index.html.j2", "--scale", "tiny", "--out", str(out)])
-    return SimpleNamespace(html=out.read_text(), rows=pd.read_csv(agg / "rows.csv").set_index(["table", "label"]))
+    return SimpleNamespace(html=out.read_text(), rows=pd.read_csv(agg / "rows.csv").set_index(["table", "label"]), aggregate=agg)
+
+
+def render_again(aggregate_dir, out) -> str:
+    cli.main(["report", "--aggregate-dir", str(aggregate_dir), "--tables", "config/tables/sas.yaml", "config/tables/rskip.yaml",
+              "--template", "report/templates/index.html.j2", "--scale", "tiny", "--out", str(out)])
+    return out.read_text()
 
 
 def test_a_diverged_row_shows_diverged_not_a_number(report):
@@ -132,3 +143,31 @@ def test_fmt(value, text):
 @pytest.mark.parametrize("value, text", [(None, "–"), (0.0004, "<0.001"), (0.001, "0.001"), (0.0456, "0.046"), (1.0, "1.000")])
 def test_fmt_p(value, text):
     assert fmt_p(value) == text
+
+
+def test_the_header_counts_runs_by_status_and_names_the_epoch(report, tmp_path):
+    """9 cells at 3 seeds (sas-t7 and rskip-t3: 7, rskip-t5: 2 at tiny scale): 27 runs, of which 4
+    diverged (sas-normbn's 3, one of xskip_ln-lam0.5's), 1 failed and 1 missing."""
+    header = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", report.html))
+    assert "27 runs: 21 finished, 4 diverged, 1 failed, 0 incomplete, 1 missing." in header
+    assert "Reproduced numbers are final-epoch test metrics" in header
+    rows = pd.read_csv(report.aggregate / "rows.csv")
+    rows["epoch_basis"] = "best"  # as `--epoch best` writes it
+    best = shutil.copytree(report.aggregate, tmp_path / "best")
+    files.write_text(best / "rows.csv", rows.to_csv(index=False))
+    assert "Reproduced numbers are <b>best-epoch</b> test metrics" in render_again(best, tmp_path / "best.html")
+
+
+def test_each_table_with_training_logs_has_its_learning_curves(report):
+    """The figure is embedded as a PNG data URI under its table; a table none of whose runs has a
+    training log (rskip-t5 here) has no figure rather than empty axes."""
+    assert 'alt="learning curves of rskip-t5"' not in report.html
+    for table_id in ("sas-t7", "rskip-t3"):
+        found = re.search(rf'<img src="data:image/png;base64,([^"]+)" alt="learning curves of {table_id}">', report.html)
+        assert found, table_id
+        assert base64.b64decode(found.group(1)).startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_data_uri():
+    assert data_uri(b"\x89PNG") == "data:image/png;base64,iVBORw=="
+    assert data_uri(None) is None

@@ -32,7 +32,7 @@ def learning_curves(table_rows: pd.DataFrame, curves: pd.DataFrame, runs_by_row:
         return None
     x, panels = CURVES[task]
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    drawn = set()
+    drawn, plotted = set(), 0
     for _, row in table_rows.iterrows():
         run_ids = tuple(runs_by_row[row["label"]])
         if run_ids in drawn:
@@ -41,11 +41,15 @@ def learning_curves(table_rows: pd.DataFrame, curves: pd.DataFrame, runs_by_row:
         frame = curves[curves["run"].isin(run_ids)]
         if frame.empty:
             continue
+        plotted += 1
         mean = frame.groupby(x)[[column for column, _ in panels]].mean()
         for ax, (column, _) in zip(axes, panels):
             ax.plot(mean.index, mean[column], label=row["label"])
+    if not plotted:  # no run of this table has a training log yet: no empty axes in the report
+        plt.close(fig)
+        return None
     for ax, (column, label) in zip(axes, panels):
         ax.set(xlabel=x, ylabel=label, yscale="log", title=f"{title}: {label}")
         ax.grid(alpha=0.3)
-    axes[1].legend(fontsize=7, loc="upper right", ncol=1 if len(drawn) < 7 else 2)
+    axes[1].legend(fontsize=7, loc="upper right", ncol=1 if plotted < 7 else 2)
     return to_png(fig)
