@@ -33,6 +33,18 @@ def test_float64_stays_float64():
     out = average_state_dicts([{"x": torch.tensor([1.0], dtype=torch.float64)},
                                {"x": torch.tensor([2.0], dtype=torch.float64)}])
     assert out["x"].dtype == torch.float64 and out["x"].item() == 1.5
+    fine = average_state_dicts([{"x": torch.tensor([1 + 2e-12], dtype=torch.float64)},
+                                {"x": torch.tensor([1 + 4e-12], dtype=torch.float64)}])
+    assert fine["x"].item() == pytest.approx(1 + 3e-12, abs=1e-15)  # not summed in float32 (which gives 1.0)
+
+
+def test_bool_tensors_are_copied_when_equal_and_refused_when_not():
+    mask = torch.tensor([True, False])
+    out = average_state_dicts([{"m": mask, "w": torch.tensor(1.0)}, {"m": mask.clone(), "w": torch.tensor(3.0)},
+                               {"m": mask.clone(), "w": torch.tensor(5.0)}])
+    assert out["m"].tolist() == [True, False] and out["m"].dtype == torch.bool and out["m"] is not mask
+    with pytest.raises(ValueError, match=r"^bool tensor 'm' differs between checkpoint 0 and 2$"):
+        average_state_dicts([{"m": mask}, {"m": mask.clone()}, {"m": ~mask}])
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -66,10 +78,16 @@ def test_small_integer_types_do_not_overflow():
 
 def test_missing_and_extra_keys_raise_naming_key_and_checkpoint():
     a = {"w": torch.zeros(2), "b": torch.zeros(1)}
-    with pytest.raises(ValueError, match=r"checkpoint 1 is missing key 'b'"):
+    with pytest.raises(ValueError, match=r"^checkpoint 1 is missing key 'b' \(present in checkpoint 0\)$"):
         average_state_dicts([a, {"w": torch.zeros(2)}])
-    with pytest.raises(ValueError, match=r"checkpoint 2 has extra key 'extra'"):
+    with pytest.raises(ValueError, match=r"^checkpoint 1 is missing key 'w' \(present in checkpoint 0\) and 1 more$"):
+        average_state_dicts([a, {}])
+    with pytest.raises(ValueError, match=r"^checkpoint 2 has extra key 'extra' \(absent from checkpoint 0\)$"):
         average_state_dicts([a, dict(a), {**a, "extra": torch.zeros(1)}])
+    with pytest.raises(ValueError, match=r"^checkpoint 1 has extra key 'x' \(absent from checkpoint 0\) and 1 more$"):
+        average_state_dicts([a, {**a, "x": torch.zeros(1), "y": torch.zeros(1)}])
+    with pytest.raises(ValueError, match=r"^'w' in checkpoint 1 is a float, not a tensor$"):
+        average_state_dicts([a, {**a, "w": 1.0}])
 
 
 def test_shape_and_dtype_mismatch_raise_naming_key():
@@ -80,7 +98,7 @@ def test_shape_and_dtype_mismatch_raise_naming_key():
 
 
 def test_empty_list_raises():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^no state dicts to average$"):
         average_state_dicts([])
 
 
@@ -139,24 +157,30 @@ def _write_ckpt(path, w, step, num_batches):
 
 
 def test_average_checkpoints_round_trip(tmp_path):
-    # written out of order on purpose: the newest is found by step, not by list position
-    _write_ckpt(tmp_path / "step2000.pt", [3.0, 5.0], 2000, 4)
     _write_ckpt(tmp_path / "step1000.pt", [1.0, 1.0], 1000, 3)
-    paths = [tmp_path / "step2000.pt", tmp_path / "step1000.pt"]
+    _write_ckpt(tmp_path / "step2000.pt", [3.0, 5.0], 2000, 4)
+    paths = [tmp_path / "step1000.pt", tmp_path / "step2000.pt"]  # oldest first
     out = tmp_path / "avg" / "averaged.pt"
     summary = average_checkpoints(paths, out)
-    assert summary["n"] == 2
-    assert summary["files"] == ["step2000.pt", "step1000.pt"]
-    assert summary["steps"] == [2000, 1000]
+    assert summary == {"files": ["step1000.pt", "step2000.pt"], "n": 2, "step": 2000, "out": str(out)}
 
     saved = torch.load(out, map_location="cpu", weights_only=True)
     assert saved["model"]["w"].tolist() == [2.0, 3.0]
     assert saved["model"]["bn.num_batches_tracked"].item() == 3
-    assert saved["averaged_from"] == ["step2000.pt", "step1000.pt"]
-    assert saved["step"] == 2000
-    assert saved["epoch"] == 2 and saved["log"] == [{"step": 2000}]  # from the newest
+    assert saved["averaged_from"] == ["step1000.pt", "step2000.pt"]
+    assert saved["step"] == 2000 and saved["epoch"] == 2 and saved["log"] == [{"step": 2000}]  # from the newest
     assert "optimizer" not in saved
     assert not list(out.parent.glob(".*.tmp"))  # atomic write left no temp file
+
+
+def test_average_checkpoints_errors_name_the_files(tmp_path):
+    _write_ckpt(tmp_path / "step1000.pt", [1.0, 1.0], 1000, 3)
+    _write_ckpt(tmp_path / "step2000.pt", [1.0], 2000, 3)
+    with pytest.raises(ValueError, match=r"^shape mismatch for 'w': checkpoint 0 has \(2,\), checkpoint 1 has \(1,\) "
+                                         r"\(checkpoints: 0=step1000.pt, 1=step2000.pt\)$"):
+        average_checkpoints([tmp_path / "step1000.pt", tmp_path / "step2000.pt"], tmp_path / "avg.pt")
+    with pytest.raises(ValueError, match="^no checkpoints to average$"):
+        average_checkpoints([], tmp_path / "avg.pt")
 
 
 def test_average_checkpoints_with_selection(tmp_path):

@@ -52,6 +52,42 @@ def test_a_perfect_model_has_zero_error():
     assert error == 0.0
 
 
+class InputProbe(torch.nn.Module):
+    """Records, per batch, whether its input is channels-last and the dtype a linear layer computes in."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear, self.seen = torch.nn.Linear(12, 2), []
+
+    def forward(self, x):
+        out = self.linear(x.flatten(1))
+        self.seen.append((x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous(), out.dtype))
+        return out
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+def test_device_paths_channels_last_on_cuda_and_bfloat16_autocast_only_with_amp(monkeypatch, cuda):
+    """The GPU path on CPU: with `is_cuda` patched, batches go channels-last as on a GPU; autocast
+    is asked for bfloat16 on the batch's device and is on only with amp (off by default)."""
+    calls = []
+    real_autocast = torch.autocast
+
+    def spy(device_type, dtype=None, enabled=True):
+        calls.append((device_type, dtype, enabled))
+        return real_autocast(device_type, dtype=dtype, enabled=enabled)
+
+    monkeypatch.setattr(torch, "autocast", spy)
+    if cuda:
+        monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    x, y = torch.zeros(3, 3, 2, 2, dtype=torch.uint8), torch.zeros(3, dtype=torch.long)
+    for amp, dtype in [(None, torch.float32), (True, torch.bfloat16)]:
+        probe = InputProbe()
+        kwargs = {} if amp is None else {"amp": amp}
+        classification.evaluate(probe, x, y, [0.0] * 3, [1.0] * 3, batch_size=2, **kwargs)
+        assert probe.seen == [(cuda, dtype)] * 2
+    assert calls == [("cpu", torch.bfloat16, False)] * 2 + [("cpu", torch.bfloat16, True)] * 2
+
+
 def test_summarize_reports_final_and_best_epoch():
     rows = [{"epoch": e, "step": 10 * e, "lr": 0.1, "train_loss": 1.0 / e, "train_error": 50.0 / e, "test_loss": 0.5,
              "test_error": err, "seconds": 2.0} for e, err in [(1, 50.0), (2, 30.0), (3, 40.0)]]
@@ -237,6 +273,19 @@ def test_evaluate_prepared_scores_each_kind_of_dataset(prepared, tmp_path, monke
     if kind == "iwslt":
         assert any("'" in h for h in expected["hyp.detok.txt"]) and all("&apos;" not in h for h in expected["hyp.detok.txt"])
         assert expected["hyp.detok.txt"] != decoded
+
+
+def test_evaluate_prepared_loads_and_decodes_on_the_picked_device(prepared, tmp_path, monkeypatch):
+    """The device comes from pick_device ("auto" unless the rule says otherwise), and both the
+    model and the decoding get it (on a GPU machine: cuda, not wherever the checkpoint was saved)."""
+    picked, seen = [], {}
+    device = torch.device("cpu")
+    monkeypatch.setattr("resrepro.train.classification.pick_device", lambda name: picked.append(name) or device)
+    real_load = translation.load_model
+    monkeypatch.setattr(translation, "load_model", lambda *args: seen.update(load=args[3]) or real_load(*args))
+    monkeypatch.setattr(translation, "evaluate", lambda model, *args: seen.update(decode=args[-2]) or {})
+    translation.evaluate_prepared(prepared["spec"], prepared["data"], prepared["averaged"], tmp_path / "run")
+    assert picked == ["auto"] and seen["load"] is device and seen["decode"] is device
 
 
 def test_moses_tokenize_splits_without_escaping():

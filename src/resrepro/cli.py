@@ -97,7 +97,7 @@ def cmd_average(a) -> None:
     from .train.average import average_checkpoints, checkpoints_to_average
 
     summary = average_checkpoints(checkpoints_to_average(Path(a.checkpoints), a.last), Path(a.out))
-    print(f"averaged {summary['n']} checkpoints (steps {summary['steps']}) -> {a.out}", file=sys.stderr)
+    print(f"averaged {summary['n']} checkpoints ({', '.join(summary['files'])}) -> {a.out}", file=sys.stderr)
 
 
 def cmd_evaluate_translation(a) -> None:

@@ -148,39 +148,25 @@ def _load(path: Path) -> dict:
 
 
 def average_checkpoints(paths: list[Path], out: Path) -> dict:
-    """Average the models of the checkpoints at `paths` and write them to `out` atomically.
+    """Average the models of the checkpoints at `paths`, oldest first (as checkpoints_to_average
+    returns them), and write them to `out` atomically.
 
-    The output holds {"model": averaged state dict, "averaged_from": [file names], "step": the
-    newest checkpoint's step} plus the newest checkpoint's other entries, minus optimizer state
-    (DROPPED_KEYS). "Newest" is the largest "step" entry (falling back to the step in the file
-    name, then to the last path). Returns {"files", "steps", "n", "step", "out"}.
+    The output holds {"model": the averaged state dict, "averaged_from": [file names]} plus the
+    newest (last) checkpoint's other entries, its "step" included, minus optimizer state
+    (DROPPED_KEYS). Returns {"files", "n", "step", "out"}.
     """
     paths = [Path(p) for p in paths]
     if not paths:
         raise ValueError("no checkpoints to average")
     ckpts = [_load(p) for p in paths]
-    steps = []
-    for p, c in zip(paths, ckpts):
-        s = c.get("step")
-        steps.append(int(s) if isinstance(s, int) and not isinstance(s, bool) else step_of(p))
-    order = [(s if s is not None else -1, i) for i, s in enumerate(steps)]
-    newest = max(order)[1]
-
     try:
         model = average_state_dicts([c["model"] for c in ckpts])
     except ValueError as e:
         names = ", ".join(f"{i}={p.name}" for i, p in enumerate(paths))
         raise ValueError(f"{e} (checkpoints: {names})") from None
 
-    result = {k: v for k, v in ckpts[newest].items() if k not in DROPPED_KEYS}
+    result = {k: v for k, v in ckpts[-1].items() if k not in DROPPED_KEYS}
     result["model"] = model
     result["averaged_from"] = [p.name for p in paths]
-    result["step"] = steps[newest]
     files.save_torch(out, result)
-    return {
-        "files": [p.name for p in paths],
-        "steps": steps,
-        "n": len(paths),
-        "step": steps[newest],
-        "out": str(out),
-    }
+    return {"files": result["averaged_from"], "n": len(paths), "step": result.get("step"), "out": str(out)}
