@@ -32,7 +32,6 @@ lint: $(VENV)/.installed
 # hours on 2 cores, so not in CI. Survivors: `mutmut results`, `mutmut show NAME`.
 mutation: $(VENV)/.installed
 	$(VENV)/bin/pip install --quiet -e '.[test,mutation]'
-	rm -rf mutants
 	mutmut run --max-children 2
 	mutmut results
 
