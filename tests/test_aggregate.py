@@ -33,14 +33,10 @@ def test_resolvable_effect_shrinks_with_more_seeds():
 
 
 def _write_run(results, run, error=None, diverged=False):
-    m = {"diverged": diverged, "epochs_completed": 2, "wall_time_s": 1.5, "parameters": 10,
-         "provenance": {"device": "cpu", "git_commit": "abc"}}
-    if diverged:
-        m.update(final=None, best=None, diverged_at={"epoch": 1, "step": 3, "loss": "nan"})
-    else:
-        m.update(final={"test_error": error}, best={"test_error": error - 0.5, "epoch": 1})
-    files.write_json(results / run / "metrics.json", m)
-    files.write_text(results / run / "train_log.csv", "epoch,train_loss,test_error\n1,1.0,50\n2,0.5,%s\n" % error)
+    """A finished run whose best epoch (1) is 0.5 better than its final one, with a training log."""
+    from fake_runs import write_metrics
+
+    write_metrics(results, run, None if diverged else error, best=None if diverged else (error - 0.5, 1), train_log=True)
 
 
 def test_aggregate_rows_runs_and_curves(tmp_path):

@@ -47,19 +47,15 @@ def report(tmp_path):
         if value == "failed":
             files.write_json(results / path / "failed.json", {"error": "RuntimeError: CUDA out of memory", "command": "train"})
         elif value != "missing":
-            write_metrics(results, path, value)
-            if value is not None:  # a training log, for the learning-curve figures
-                files.write_text(results / path / "train_log.csv", f"epoch,train_loss,test_error\n1,1.0,50\n2,0.5,{value}\n")
+            write_metrics(results, path, value, train_log=value is not None)  # logs: the learning-curve figures
     agg = root / "aggregate"
     cli.main(["aggregate", "--plan", json.dumps(plan.rows), "--results-dir", str(results), "--tables", "config/tables/sas.yaml",
               "config/tables/rskip.yaml", "--epoch", "final", "--out-dir", str(agg)])
-    out = root / "index.html"
-    cli.main(["report", "--aggregate-dir", str(agg), "--tables", "config/tables/sas.yaml", "config/tables/rskip.yaml",
-              "--template", "report/templates/index.html.j2", "--scale", "tiny", "--out", str(out)])
-    return SimpleNamespace(html=out.read_text(), rows=pd.read_csv(agg / "rows.csv").set_index(["table", "label"]), aggregate=agg)
+    html = render_report(agg, root / "index.html")
+    return SimpleNamespace(html=html, rows=pd.read_csv(agg / "rows.csv").set_index(["table", "label"]), aggregate=agg)
 
 
-def render_again(aggregate_dir, out) -> str:
+def render_report(aggregate_dir, out) -> str:
     cli.main(["report", "--aggregate-dir", str(aggregate_dir), "--tables", "config/tables/sas.yaml", "config/tables/rskip.yaml",
               "--template", "report/templates/index.html.j2", "--scale", "tiny", "--out", str(out)])
     return out.read_text()
@@ -155,7 +151,7 @@ def test_the_header_counts_runs_by_status_and_names_the_epoch(report, tmp_path):
     rows["epoch_basis"] = "best"  # as `--epoch best` writes it
     best = shutil.copytree(report.aggregate, tmp_path / "best")
     files.write_text(best / "rows.csv", rows.to_csv(index=False))
-    assert "Reproduced numbers are <b>best-epoch</b> test metrics" in render_again(best, tmp_path / "best.html")
+    assert "Reproduced numbers are <b>best-epoch</b> test metrics" in render_report(best, tmp_path / "best.html")
 
 
 def test_each_table_with_training_logs_has_its_learning_curves(report):
