@@ -23,9 +23,13 @@ TRANSLATION_BLEU = {"xskip_ln": [30.0, 31.0, 32.5], "rskip_ln-lam2": [34.0, 34.5
 @pytest.fixture
 def report(tmp_path):
     """sas-t7, rskip-t3 and rskip-t5 at 3 seeds: a partial run with diverged, failed and missing
-    seeds. Built anew for each test (a few seconds), so that mutation testing, which runs the
-    tests that call a function, finds every test that reads the report."""
-    root = tmp_path
+    seeds. Built anew for each test (about a second), so that mutation testing, which runs the
+    tests that call a function, finds every test that reads the report. No training logs: drawing
+    the learning curves would triple the cost, and one test checks them (`build_report`)."""
+    return build_report(tmp_path, train_logs=False)
+
+
+def build_report(root, train_logs: bool) -> SimpleNamespace:
     results = root / "results"
     plan = plan_for(["sas-t7", "rskip-t3", "rskip-t5"])
     errors = {
@@ -47,7 +51,7 @@ def report(tmp_path):
         if value == "failed":
             files.write_json(results / path / "failed.json", {"error": "RuntimeError: CUDA out of memory", "command": "train"})
         elif value != "missing":
-            write_metrics(results, path, value, train_log=value is not None)  # logs: the learning-curve figures
+            write_metrics(results, path, value, train_log=train_logs and value is not None)
     agg = root / "aggregate"
     cli.main(["aggregate", "--plan", json.dumps(plan.rows), "--results-dir", str(results), "--tables", "config/tables/sas.yaml",
               "config/tables/rskip.yaml", "--epoch", "final", "--out-dir", str(agg)])
@@ -154,9 +158,12 @@ def test_the_header_counts_runs_by_status_and_names_the_epoch(report, tmp_path):
     assert "Reproduced numbers are <b>best-epoch</b> test metrics" in render_report(best, tmp_path / "best.html")
 
 
-def test_each_table_with_training_logs_has_its_learning_curves(report):
+def test_each_table_with_training_logs_has_its_learning_curves(report, tmp_path):
     """The figure is embedded as a PNG data URI under its table; a table none of whose runs has a
-    training log (rskip-t5 here) has no figure rather than empty axes."""
+    training log (rskip-t5 here, and every table of the `report` fixture) has no figure rather
+    than empty axes."""
+    assert "<img" not in report.html
+    report = build_report(tmp_path / "with-logs", train_logs=True)
     assert 'alt="learning curves of rskip-t5"' not in report.html
     for table_id in ("sas-t7", "rskip-t3"):
         found = re.search(rf'<img src="data:image/png;base64,([^"]+)" alt="learning curves of {table_id}">', report.html)
