@@ -3,7 +3,7 @@
 #   snakemake --cores N --configfile config/paper.yaml    # paper scale
 from snakemake.utils import min_version, validate
 
-from resrepro.config_types import coerce_overrides
+from resrepro.config_types import coerce_overrides, validate_refinements
 
 min_version("9.0")
 
@@ -16,6 +16,7 @@ coerce_overrides(config, "workflow/schemas/config.schema.yaml")
 
 
 validate(config, "workflow/schemas/config.schema.yaml")
+validate_refinements(config, "workflow/schemas/config.schema.yaml")
 
 
 include: "workflow/rules/common.smk"

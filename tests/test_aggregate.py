@@ -40,7 +40,7 @@ def _write_run(results, run, error=None, diverged=False):
 
 
 def test_aggregate_rows_runs_and_curves(tmp_path):
-    base = "classification/digits/preact_resnet8"
+    base = "classification/digits/preact_resnet8/default"
     plan = [
         {"table": "sas-t7", "row": 0, "label": "x + F (Baseline)", "baseline": "x + F (Baseline)", "runs": [f"{base}/add/seed0", f"{base}/add/seed1"]},
         {"table": "sas-t7", "row": 1, "label": "SAS with BN", "baseline": "x + F (Baseline)", "runs": [f"{base}/sas-normbn/seed0", f"{base}/sas-normbn/seed1"]},
@@ -75,7 +75,7 @@ def test_aggregate_rows_runs_and_curves(tmp_path):
 
 def test_rows_named_as_baseline_by_others_are_marked_baseline(tmp_path):
     """sas-t4 has no table-wide baseline: each proposal row names its own."""
-    base = "classification/digits/preact_resnet8"
+    base = "classification/digits/preact_resnet8/default"
     plan = [
         {"table": "sas-t4", "row": 0, "label": "CIFAR-10 Baseline", "baseline": None, "runs": [f"{base}/add/seed0"]},
         {"table": "sas-t4", "row": 1, "label": "CIFAR-10 + Proposal", "baseline": "CIFAR-10 Baseline", "runs": [f"{base}/sas/seed0"]},
@@ -90,7 +90,7 @@ def test_rows_named_as_baseline_by_others_are_marked_baseline(tmp_path):
 def test_runs_without_a_result_say_why(tmp_path):
     """failed (failed.json), incomplete (checkpoints, no metrics), missing (nothing): each its own
     status and reason in runs.csv, counted as unfinished in its row."""
-    base = "classification/digits/preact_resnet8"
+    base = "classification/digits/preact_resnet8/default"
     runs = [f"{base}/add/seed{k}" for k in range(4)]
     plan = [{"table": "sas-t7", "row": 0, "label": "x + F (Baseline)", "baseline": "x + F (Baseline)", "runs": runs}]
     _write_run(tmp_path, runs[0], 4.0)
@@ -176,14 +176,14 @@ def test_read_run_fills_every_runs_csv_column(tmp_path):
 
     from resrepro.analysis.aggregate import read_run
 
-    cls = "classification/digits/preact_resnet8/sas"
+    cls = "classification/digits/preact_resnet8/default/sas"
     write_metrics(tmp_path, f"{cls}/seed0", 4.5)
     write_metrics(tmp_path, f"{cls}/seed1", None)
     files.write_json(tmp_path / f"{cls}/seed2" / "failed.json", {"error": "CUDA out of memory"})
     files.write_text(tmp_path / f"{cls}/seed3" / "checkpoints" / "step10.pt", "")
-    tr = "translation/synthetic/transformer_mini/xskip_ln"
+    tr = "translation/synthetic/transformer_mini/default/xskip_ln"
     write_translation_run(tmp_path, f"{tr}/seed0", 30.5, 27.25, ["a b"], ["a b"])
-    names = {"task": "classification", "dataset": "digits", "arch": "preact_resnet8", "variant_id": "sas"}
+    names = {"task": "classification", "dataset": "digits", "arch": "preact_resnet8", "recipe": "default", "variant_id": "sas"}
     done = {"parameters": 10, "wall_time_s": 1.0, "device": "cpu", "git_commit": "abc"}
     assert read_run(tmp_path, f"{cls}/seed0") == {"run": f"{cls}/seed0", **names, "seed": 0, "status": "ok", "epochs_completed": 2, **done,
                                                   "final_test_error": 4.5, "best_test_error": 4.5, "best_epoch": 2}
@@ -193,7 +193,7 @@ def test_read_run_fills_every_runs_csv_column(tmp_path):
     assert read_run(tmp_path, f"{cls}/seed3") == {"run": f"{cls}/seed3", **names, "seed": 3, "status": "incomplete",
                                                   "error": "checkpoints but no result: killed, or still running (see train.log)"}
     assert read_run(tmp_path, f"{cls}/seed4") == {"run": f"{cls}/seed4", **names, "seed": 4, "status": "missing", "error": "never ran"}
-    assert read_run(tmp_path, f"{tr}/seed0") == {"run": f"{tr}/seed0", "task": "translation", "dataset": "synthetic", "arch": "transformer_mini",
+    assert read_run(tmp_path, f"{tr}/seed0") == {"run": f"{tr}/seed0", "task": "translation", "dataset": "synthetic", "arch": "transformer_mini", "recipe": "default",
                                                  "variant_id": "xskip_ln", "seed": 0, "status": "ok", "epochs_completed": None, **done, "wall_time_s": 2.0,
                                                  "bleu": 30.5, "sacrebleu": 27.25, "sacrebleu_signature": "sig"}
 
@@ -213,7 +213,7 @@ def test_runs_columns_rows_cells_and_per_seed_values(tmp_path):
     assert out["curves"].empty and list(out["curves"].columns) == ["run", "epoch"]  # no train_log.csv written
     row = out["rows"].iloc[1]
     first = plan.runs[plan.rows[1]["runs"][0]]
-    assert (row["dataset"], row["arch"], row["variant_id"]) == (first.dataset, first.arch, first.variant_id)
+    assert (row["dataset"], row["arch"], row["recipe"], row["variant_id"]) == (first.dataset, first.arch, "default", first.variant_id)
     assert json.loads(row["values"]) == [95.43]  # 100 - 4.5678, rounded for display; the mean is not
     assert row["mean"] == pytest.approx(100 - 4.5678)
 
@@ -254,7 +254,7 @@ def test_a_row_without_a_baseline_has_no_verdict(tmp_path):
         {"label": "B", "dataset": "cifar10", "depth": 110, "variant": "sas", "paper": 5.0, "baseline": "A"},
         {"label": "C", "dataset": "cifar10", "depth": 110, "variant": "sas", "paper": 5.5}]}}
     files.write_text(tmp_path / "t.yaml", yaml.safe_dump(table))
-    base = "classification/digits/preact_resnet8"
+    base = "classification/digits/preact_resnet8/default"
     plan = [{"table": "t", "row": i, "label": label, "baseline": baseline, "runs": [f"{base}/{v}/seed0"]}
             for i, (label, baseline, v) in enumerate([("A", None, "add"), ("B", "A", "sas"), ("C", None, "sas")])]
     _write_run(tmp_path / "results", f"{base}/add/seed0", 4.0)

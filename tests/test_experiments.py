@@ -128,7 +128,7 @@ def snakefile_config(*overrides: str, configfile: str = "tests/configs/tiny.yaml
     from snakemake.cli import parse_config
     from snakemake.utils import update_config, validate
 
-    from resrepro.config_types import coerce_overrides
+    from resrepro.config_types import coerce_overrides, validate_refinements
 
     with open("config/mini.yaml") as f:
         config = yaml.safe_load(f)
@@ -137,6 +137,7 @@ def snakefile_config(*overrides: str, configfile: str = "tests/configs/tiny.yaml
     update_config(config, parse_config(list(overrides)))
     coerce_overrides(config, SCHEMA)
     validate(config, SCHEMA)
+    validate_refinements(config, SCHEMA)
     return config
 
 

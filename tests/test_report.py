@@ -85,11 +85,30 @@ def test_a_row_with_failed_and_missing_seeds(report):
     assert ln["verdict"] == "inconclusive" and ln["p"] == "–" and ln["resolvable"] == "–"
 
 
+def test_a_rows_note_is_shown_beside_it(report):
+    """sas-t7's SAS with LN is the cell of Table 4's proposal and Table 6's Full Model: its note
+    says so; rows without a note show an empty cell, and a table without notes has no column."""
+    assert row_by_label(report.html, "sas-t7", "SAS with LN")["note"].startswith("The same configuration as Table 4's CIFAR-10 proposal")
+    assert row_by_label(report.html, "sas-t7", "SAS with BN")["note"] == ""
+    assert "note" not in row_by_label(report.html, "rskip-t3", "x + F")
+
+
 def test_the_baseline_row(report):
     base = row_by_label(report.html, "sas-t7", "x + F (Baseline)")
     assert base["reproduced"] == f"{100 - 6.3:.2f} ± {scipy_stats.tstd([94.0, 93.7, 93.4]):.2f}"
     assert (base["paper"], base["Δ"], base["vs baseline"], base["verdict"]) == ("93.66", f"{100 - 6.3 - 93.66:.2f}", "(baseline)", "baseline")
     assert base["diff"] == base["p"] == base["resolvable"] == ""
+    assert base["run as"] == "digits / preact_resnet8 / add"  # the default recipe goes unnamed
+
+
+def test_run_as_names_a_refined_recipe(report):
+    """A run trained under a paper's own protocol (recipes.py) says so in the "run as" cell."""
+    rows = pd.read_csv(report.aggregate / "rows.csv")
+    rows.loc[rows["label"] == "SAS with LN", "recipe"] = "sas-long+sas-big"
+    files.write_text(report.aggregate / "rows.csv", rows.to_csv(index=False))
+    html = render_report(report.aggregate, report.aggregate / "refined.html")
+    assert row_by_label(html, "sas-t7", "SAS with LN")["run as"] == "digits / preact_resnet8 / sas-long+sas-big / sas"
+    assert row_by_label(html, "sas-t7", "x + F (Baseline)")["run as"] == "digits / preact_resnet8 / add"
 
 
 def test_verdict_cells_carry_the_rows_numbers(report):

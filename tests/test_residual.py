@@ -432,6 +432,36 @@ def test_sas_gate_shapes_and_options():
     assert isinstance(build("sas", C, "seq").norm, nn.LayerNorm)
 
 
+@pytest.mark.parametrize("layout", residual.LAYOUTS)
+def test_sas_with_the_transform_gate_predicts_a_and_b_from_x_alone(layout):
+    """Paper 000 Table 6, "+ Transform Gate": SAS's block, with Highway's transform gate
+    T(x) = sigmoid(x W^T + b) predicting a and b, per channel (conv: from mean_HW(x)) or feature,
+    each with h*h + h parameters; F does not enter the gates; gamma stays (1-a)(1-b)."""
+    torch.manual_seed(0)
+    m = build("sas", DIM, layout, {"gate": "transform"})
+    assert isinstance(m.gate_a, residual.TransformGate) and isinstance(m.gate_b, residual.TransformGate)
+    assert _n_params(m.gate_a) == _n_params(m.gate_b) == DIM * DIM + DIM
+    assert torch.all(m.gate_a.bias == 3.0) and torch.all(m.gate_b.bias == -3.0)  # the SAS biases
+    x, f = pair(layout, scale=2.0)
+    pooled = x.mean(dim=(2, 3)) if layout == "conv" else x
+    with torch.no_grad():
+        a = per_channel_gate(torch.sigmoid(pooled @ m.gate_a.weight.T + m.gate_a.bias), layout)
+        b = per_channel_gate(torch.sigmoid(pooled @ m.gate_b.weight.T + m.gate_b.bias), layout)
+        close(m(x, f), a * x + b * f + (1 - a) * (1 - b) * m.norm(x + f))
+        close(m.gates(x, 5 * f)[0], a)
+        assert a.shape == ((2, DIM, 1, 1) if layout == "conv" else x.shape)
+
+
+def per_channel_gate(g, layout):
+    return g[:, :, None, None] if layout == "conv" else g
+
+
+def test_highway_keeps_its_parameter_names():
+    """Highway's gate is the shared TransformGate, under the name checkpoints already hold."""
+    m = build("highway", DIM, "conv")
+    assert sorted(name for name, _ in m.named_parameters()) == ["transform.bias", "transform.weight"]
+
+
 # --------------------------------------------------------------------------- validate / variant_id
 
 

@@ -78,7 +78,7 @@ def test_report_holds_every_table_with_paper_and_reproduced_values(workdir):
         assert f'id="paper-{paper}"' in html
     assert "data:image/png;base64," in html  # learning curves are embedded
     assert "Provenance" in html and "final-epoch" in html
-    metrics = list((workdir / "results" / "tiny").glob("*/*/*/*/seed0/metrics.json"))
+    metrics = list((workdir / "results" / "tiny").glob("*/*/*/*/*/seed0/metrics.json"))
     plan = experiments.make_plan(tiny_config(workdir) | {"tables_dir": str(workdir / "config" / "tables")})
     assert len(metrics) == len(plan.runs)
     assert all(path.endswith("seed0") for path in plan.runs), "the tiny config trains one seed per cell"
@@ -137,6 +137,39 @@ def test_changing_one_rows_lam_reruns_only_that_cell(workdir):
     assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {}
 
 
+def _n_translation_runs(workdir):
+    plan = experiments.make_plan(tiny_config(workdir) | {"tables_dir": str(workdir / "config" / "tables")})
+    return sum(run.task == "translation" for run in plan.runs.values())
+
+
+@pytest.mark.parametrize(
+    "override, evaluation_rules",
+    [
+        ("translation={beam: 3}", ["evaluate_translation"]),
+        ("translation={alpha: 1.0, max_len_b: 4}", ["evaluate_translation"]),
+        ("translation={average_last: 1}", ["average_checkpoints", "evaluate_translation"]),
+        ("report_epoch=best", []),
+    ],
+)
+def test_an_evaluation_setting_never_retrains(workdir, override, evaluation_rules):
+    """Beam, length penalty and limits rerun decoding; average_last reruns averaging too; the
+    report's epoch only the aggregate. No training job is planned, so no checkpoint is lost."""
+    n = _n_translation_runs(workdir)
+    jobs = planned_jobs(workdir, "--configfile", "tiny.yaml", "--config", override)
+    assert jobs == {**{rule: n for rule in evaluation_rules}, "aggregate": 1, "report": 1, "all": 1}
+
+
+def test_editing_a_caption_reruns_only_the_aggregate_and_the_report(workdir):
+    path = workdir / "config" / "tables" / "sas.yaml"
+    original = path.read_text()
+    try:
+        path.write_text(original.replace("Higher means better.", "Higher is better.", 1))
+        assert path.read_text() != original
+        assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {"aggregate": 1, "report": 1, "all": 1}
+    finally:
+        path.write_text(original)
+
+
 def test_editing_the_template_reruns_only_the_report(workdir):
     path = workdir / "report" / "templates" / "index.html.j2"
     original = path.read_text()
@@ -192,8 +225,9 @@ def test_paper_scale_dry_run_lists_every_job(workdir):
     plan = experiments.make_plan(cfg | {"tables_dir": str(workdir / "config" / "tables")})
     jobs = planned_jobs(workdir, "--configfile", "config/paper.yaml")
     n_mt = sum(run.task == "translation" for run in plan.runs.values())
-    # 7 cells on EN-VI base (rskip-t2 and sas), 3 on each other dataset x size, 2 two-block; 5 seeds
-    assert n_mt == (7 + 3 * 5 + 2) * 5
+    # paper 001: 6 cells on EN-VI base, 2 two-block, 2 on each other dataset x size; SAS: 2 on
+    # each dataset x size. Each paper's protocol differs (refine:), so no cell is shared; 5 seeds.
+    assert n_mt == (6 + 2 + 2 * 5 + 2 * 6) * 5
     assert jobs == {"download_cifar": 2, "prepare_cifar": 2, "train_classifier": len(plan.runs) - n_mt,
                     "fetch_translation": 3, "prepare_translation": 3, "train_translator": n_mt, "average_checkpoints": n_mt,
                     "evaluate_translation": n_mt, "aggregate": 1, "report": 1, "all": 1}
@@ -239,7 +273,7 @@ def test_a_failed_run_is_listed_in_a_partial_report_and_a_rerun_completes(tmp_pa
         (shutil.copytree if src.is_dir() else shutil.copy)(src, root / item)
     config = yaml.safe_load((REPO / "tests" / "configs" / "tiny.yaml").read_text()) | {"tables": ["sas-fn1"]}
     (root / "fn1.yaml").write_text(yaml.safe_dump(config))
-    bad_run = root / "results" / "tiny" / "classification" / "digits" / "preact_resnet8" / "sas-gammafree" / "seed0"
+    bad_run = root / "results" / "tiny" / "classification" / "digits" / "preact_resnet8" / "default" / "sas-gammafree" / "seed0"
     (bad_run / "checkpoints").mkdir(parents=True)
     (bad_run / "checkpoints" / "last.pt").write_bytes(b"not a checkpoint")
 
@@ -247,7 +281,7 @@ def test_a_failed_run_is_listed_in_a_partial_report_and_a_rerun_completes(tmp_pa
     text = first.stdout + first.stderr
     assert first.returncode != 0 and "--config partial=true" in text  # the onerror hint
     assert (bad_run.parent / "seed0" / "failed.json").exists()
-    assert (root / "results/tiny/classification/digits/preact_resnet8/sas/seed0/metrics.json").exists()  # kept going
+    assert (root / "results/tiny/classification/digits/preact_resnet8/default/sas/seed0/metrics.json").exists()  # kept going
     assert not (root / "report" / "tiny" / "index.html").exists()
 
     snakemake(root, "--cores", "2", "--configfile", "fn1.yaml", "--config", "partial=true")

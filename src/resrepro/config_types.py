@@ -66,3 +66,20 @@ def parse_scalar(text: str, wanted: set[str]):
         except ValueError:
             pass
     return text
+
+
+def validate_refinements(config: dict, schema: dict | str | Path) -> None:
+    """Check each `refine` entry's `set` as the task's own keys are checked: the task's block with
+    the set applied must satisfy the schema (a refinement is validated where it is written, not
+    when the first run it matches starts)."""
+    import jsonschema
+
+    from .residual import ConfigError
+
+    if not isinstance(schema, dict):
+        schema = yaml.safe_load(Path(schema).read_text())
+    for task in ("classification", "translation"):
+        validator = jsonschema.Draft202012Validator({**schema["properties"][task], "$defs": schema.get("$defs", {})})
+        for i, refinement in enumerate(config[task].get("refine", [])):
+            for error in validator.iter_errors({**config[task], **refinement["set"]}):
+                raise ConfigError(f"{task}.refine[{i}] ({refinement['name']}).set: {error.message}")

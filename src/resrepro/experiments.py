@@ -1,8 +1,9 @@
 """Experiments as data: the papers' tables (config/tables/*.yaml) x a scale profile -> the runs.
 
 A table row names a cell as the paper describes it (dataset, depth, variant, args); the scale
-profile maps the paper's dataset and depth to what that scale runs. One run is one cell and one
-seed; rows that name the same cell share its runs. Everything here is checked when Snakemake
+profile maps the paper's dataset and depth to what that scale runs, and its recipes (recipes.py)
+say how each cell is trained and evaluated. One run is one cell, recipe and seed; rows that name
+the same cell under the same recipe share its runs. Everything here is checked when Snakemake
 parses the workflow, so a bad config fails before any job starts, naming the key.
 """
 
@@ -14,14 +15,14 @@ from pathlib import Path
 
 import yaml
 
-from . import residual
+from . import recipes, residual
 from .residual import ConfigError
 
 TASKS = ("classification", "translation")
 # How a row names its architecture, the scale profile's map for it, and the run's arch name.
 ARCH_KEYS = {"classification": ("depth", "depths", "preact_resnet{}"), "translation": ("size", "sizes", "transformer_{}")}
 METRICS = {"test_error": False, "test_accuracy": True, "bleu": True}  # metric -> higher is better
-ROW_KEYS = {"label", "formula", "dataset", "depth", "size", "variant", "args", "paper", "baseline"}
+ROW_KEYS = {"label", "formula", "dataset", "depth", "size", "variant", "args", "paper", "baseline", "note"}
 TABLE_KEYS = {"paper", "caption", "source", "task", "metric", "baseline", "rows"}
 
 
@@ -83,6 +84,8 @@ class Run:
     variant: str
     args_json: str  # the variant's full args, JSON with sorted keys (hashable, deterministic)
     seed: int
+    recipe: str = recipes.DEFAULT  # the refinements applied (recipes.resolve), a folder name
+    recipe_json: str = "{}"  # the resolved recipe, JSON with sorted keys
 
     @property
     def variant_id(self) -> str:
@@ -91,7 +94,7 @@ class Run:
     @property
     def path(self) -> str:
         """Relative to results/<scale>/: the stable layout people script against."""
-        return f"{self.task}/{self.dataset}/{self.arch}/{self.variant_id}/seed{self.seed}"
+        return f"{self.task}/{self.dataset}/{self.arch}/{self.recipe}/{self.variant_id}/seed{self.seed}"
 
 
 @dataclass
@@ -124,7 +127,12 @@ def make_plan(config: dict) -> Plan:
         if dataset not in config["translation"]["datasets"].values():
             raise ConfigError(f"translation.gpus: {dataset!r} is not a dataset this scale runs; "
                               f"it runs: {sorted(set(config['translation']['datasets'].values()))}")
+    for depth in config["classification"]["depths"].values():
+        if (depth - 2) % 6:
+            raise ConfigError(f"classification.depths: {depth} is not a PreAct-ResNet depth; it must be 6n+2 (8, 14, 20, ..., 110)")
     plan = Plan(config["scale"], {t: all_tables[t] for t in selected})
+    for task in sorted({table["task"] for table in plan.tables.values()}):
+        recipes.check_refinements(task, config[task])
     for table_id, table in plan.tables.items():
         task_cfg = config[table["task"]]
         for i, row in enumerate(table["rows"]):
@@ -133,11 +141,17 @@ def make_plan(config: dict) -> Plan:
             row_key, map_key, arch_name = ARCH_KEYS[table["task"]]
             arch = arch_name.format(_lookup(task_cfg[map_key], row[row_key], f"{table['task']}.{map_key}", where))
             args = residual.validate(row["variant"], row.get("args"), where=where)
+            cell = {"paper": table["paper"], "table": table_id, "dataset": row["dataset"], row_key: row[row_key]}
+            recipe_name, recipe = recipes.resolve(task_cfg, cell)
+            check_recipe(table["task"], recipe, f"{where} (recipe {recipe_name})")
             runs = [
-                Run(table["task"], dataset, arch, row["variant"], json.dumps(args, sort_keys=True), seed)
+                Run(table["task"], dataset, arch, row["variant"], json.dumps(args, sort_keys=True), seed, recipe_name,
+                    json.dumps(recipe, sort_keys=True))
                 for seed in seeds_for(config, table_id, table["task"])
             ]
             for run in runs:
+                if run.path in plan.runs and plan.runs[run.path] != run:  # cannot happen while folders carry recipe names
+                    raise ConfigError(f"{where}: {run.path} would hold two different recipes")
                 plan.runs[run.path] = run
             plan.rows.append(
                 {
@@ -167,11 +181,31 @@ def gpus_for(config: dict, run: Run) -> int:
     return default
 
 
+def check_recipe(task: str, recipe: dict, where: str) -> None:
+    """What a typo makes silently wrong and the schema cannot see: a learning-rate schedule that
+    never applies, an average over checkpoints that training does not keep or never writes."""
+    if task == "classification":
+        milestones = recipe["lr_milestones"]
+        if milestones != sorted(set(milestones)):
+            raise ConfigError(f"{where}: classification.lr_milestones {milestones} must be strictly increasing")
+        if milestones and milestones[-1] >= recipe["epochs"]:
+            raise ConfigError(f"{where}: classification.lr_milestones {milestones} must lie within the "
+                              f"{recipe['epochs']} epochs (epoch {milestones[-1]} is never reached)")
+    else:
+        updates, every, last = recipe["max_updates"], recipe["checkpoint_every"], recipe["average_last"]
+        written = -(-updates // every)  # every `every` updates, and at the last update
+        if last > recipe["keep_checkpoints"]:
+            raise ConfigError(f"{where}: translation.average_last ({last}) exceeds keep_checkpoints "
+                              f"({recipe['keep_checkpoints']}): training keeps only the newest {recipe['keep_checkpoints']}")
+        if last > written:
+            raise ConfigError(f"{where}: translation.average_last ({last}) exceeds the {written} checkpoints that "
+                              f"max_updates {updates} at checkpoint_every {every} writes")
+
+
 def train_spec(config: dict, run: Run) -> dict:
     """Everything a training job needs, flat and deterministic: it becomes the rule's params, so
-    changing any value reruns exactly the runs that read it."""
-    recipe = config[run.task]
-    map_key = ARCH_KEYS[run.task][1]
+    changing any value reruns exactly the runs that read it. Evaluation settings are left out
+    (`eval_spec`): changing them never retrains."""
     spec = {
         "task": run.task,
         "dataset": run.dataset,
@@ -179,14 +213,24 @@ def train_spec(config: dict, run: Run) -> dict:
         "variant": run.variant,
         "args": json.loads(run.args_json),
         "seed": run.seed,
-        **{k: v for k, v in recipe.items() if k not in ("datasets", map_key, "seeds", "gpus")},
+        **recipes.training_part(run.task, json.loads(run.recipe_json)),
     }
     if run.task == "classification":
         spec["depth"] = int(run.arch.removeprefix("preact_resnet"))
     else:
-        from .data.subword import BOS_ID, EOS_ID, PAD_ID
-
         # The GPU count is part of the recipe: each rank takes max_tokens, so it sets the batch.
-        spec.update(size=run.arch.removeprefix("transformer_"), pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-                    world_size=max(1, gpus_for(config, run)))
+        spec.update(_model_ids(run), world_size=max(1, gpus_for(config, run)))
     return spec
+
+
+def eval_spec(run: Run) -> dict:
+    """What evaluating a trained translation run needs: the model's identity and the evaluation
+    settings (recipes.EVAL_KEYS). The evaluation rules' params: changing it reruns only them."""
+    return {**_model_ids(run), **recipes.evaluation_part(run.task, json.loads(run.recipe_json))}
+
+
+def _model_ids(run: Run) -> dict:
+    from .data.subword import BOS_ID, EOS_ID, PAD_ID
+
+    return {"size": run.arch.removeprefix("transformer_"), "variant": run.variant, "args": json.loads(run.args_json),
+            "pad_id": PAD_ID, "bos_id": BOS_ID, "eos_id": EOS_ID}

@@ -254,6 +254,21 @@ class ScalingGate(nn.Module):
         return expand_gate(torch.sigmoid(self.net(z)), self.layout)
 
 
+class TransformGate(nn.Linear):
+    """Highway's transform gate (Srivastava et al. 2015): T(x) = sigmoid(x W^T + b), from x alone,
+    h*h + h parameters, one value per channel (conv: from the spatially pooled x) or feature (seq).
+    `bias` initialises b. Used by `highway`, and by `sas` with `gate: transform`, where paper 000
+    Table 6 applies it "to predict the scaling factors"."""
+
+    def __init__(self, dim: int, layout: str, bias: float):
+        super().__init__(dim, dim)
+        self.layout = layout
+        nn.init.constant_(self.bias, bias)
+
+    def forward(self, x, f=None):  # f unused: the same call as ScalingGate
+        return expand_gate(torch.sigmoid(super().forward(pool_for_gate(x, self.layout))), self.layout)
+
+
 def sas_formula(x, f, a, b, gamma, norm: nn.Module):
     """Paper 000 Eq. (3): y = a*x + b*F + gamma*N(x + F); Eq. (4) ties gamma = (1-a)(1-b)."""
     return a * x + b * f + gamma * norm(x + f)
@@ -266,14 +281,16 @@ class SAS(Residual):
     a and b come from two scaling gates with their own parameters ("alpha, beta and gamma can be
     predicted by scaling gates with different parameters"). `gamma: free` adds a third gate
     instead of tying gamma (the footnote's ablation, 93.95 vs 94.05); its default bias -3 makes
-    gamma start near the tied value (1-s(3))(1-s(-3)) ~ 0.045. `norm: bn` is Table 7's BN row;
-    `gate: single` is Table 6's single-layer gate. The last gates are kept in `last_gates`
-    (detached) for the analysis of Fig. 3.
+    gamma start near the tied value (1-s(3))(1-s(-3)) ~ 0.045. `norm: bn` is Table 7's BN row.
+    `gate` chooses what predicts a and b (Table 6): `full`, the paper's Scaling Gate (Eq. 2);
+    `single`, its single-layer form; `transform`, Highway's Transform Gate T(x) from x alone,
+    per channel (h*h + h parameters each). The last gates are kept in `last_gates` (detached)
+    for the analysis of Fig. 3.
     """
 
     params = {
         "norm": Param(str, "ln", lambda v: v in ("ln", "bn"), "one of ln, bn"),
-        "gate": Param(str, "full", lambda v: v in ("full", "single"), "one of full, single"),
+        "gate": Param(str, "full", lambda v: v in ("full", "single", "transform"), "one of full, single, transform"),
         "gamma": Param(str, "tied", lambda v: v in ("tied", "free"), "one of tied, free"),
         "bias_a": Param(float, 3.0, rule="a number"),
         "bias_b": Param(float, -3.0, rule="a number"),
@@ -282,10 +299,12 @@ class SAS(Residual):
 
     def __init__(self, dim, layout, norm, gate, gamma, bias_a, bias_b, bias_gamma):
         super().__init__(dim, layout)
-        hidden = gate == "full"
-        self.gate_a = ScalingGate(dim, layout, hidden, bias_a)
-        self.gate_b = ScalingGate(dim, layout, hidden, bias_b)
-        self.gate_gamma = ScalingGate(dim, layout, hidden, bias_gamma) if gamma == "free" else None
+
+        def make_gate(bias):
+            return TransformGate(dim, layout, bias) if gate == "transform" else ScalingGate(dim, layout, gate == "full", bias)
+
+        self.gate_a, self.gate_b = make_gate(bias_a), make_gate(bias_b)
+        self.gate_gamma = make_gate(bias_gamma) if gamma == "free" else None
         self.norm = make_norm(norm, dim, layout)
         self.last_gates: dict[str, torch.Tensor] = {}
 
@@ -313,11 +332,10 @@ class Highway(Residual):
 
     def __init__(self, dim, layout, bias):
         super().__init__(dim, layout)
-        self.transform = nn.Linear(dim, dim)
-        nn.init.constant_(self.transform.bias, bias)
+        self.transform = TransformGate(dim, layout, bias)
 
     def forward(self, x, f):
-        t = expand_gate(torch.sigmoid(self.transform(pool_for_gate(x, self.layout))), self.layout)
+        t = self.transform(x)
         return t * f + (1 - t) * x
 
 

@@ -12,6 +12,7 @@ wildcard_constraints:
     scale=config["scale"],
     dataset="[a-z0-9_]+",
     arch="[a-z0-9_]+",
+    recipe="[a-z0-9_+-]+",
     seed="[0-9]+",
 
 
@@ -20,7 +21,7 @@ def report_target():
 
 
 def run_spec(task, wildcards):
-    """The run's full spec as JSON: the rule's params, so a changed value reruns it."""
+    """The run's training spec as JSON: the rule's params, so a changed value reruns it."""
     return json.dumps(experiments.train_spec(config, run_of(task, wildcards)), sort_keys=True)
 
 
@@ -32,8 +33,18 @@ def translation_spec(wildcards):
     return run_spec("translation", wildcards)
 
 
+def translation_eval_spec(wildcards):
+    """The run's evaluation spec (model identity, beam, alpha, length limits, average_last)."""
+    return json.dumps(experiments.eval_spec(run_of("translation", wildcards)), sort_keys=True)
+
+
+def average_last(wildcards):
+    return experiments.eval_spec(run_of("translation", wildcards))["average_last"]
+
+
 def run_of(task, wildcards):
-    return PLAN.runs[f"{task}/{wildcards.dataset}/{wildcards.arch}/{wildcards.variant}/seed{wildcards.seed}"]
+    w = wildcards
+    return PLAN.runs[f"{task}/{w.dataset}/{w.arch}/{w.recipe}/{w.variant}/seed{w.seed}"]
 
 
 def translation_gpus(wildcards):

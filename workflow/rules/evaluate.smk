@@ -1,16 +1,17 @@
 # Translation: average the last N checkpoints, then beam search on the test set and BLEU both ways.
+# Their params are the run's evaluation spec only: changing beam or average_last never retrains.
 # (Classification is evaluated every epoch by its training job.)
 
 
 rule average_checkpoints:
     input:
-        "results/{scale}/translation/{dataset}/{arch}/{variant}/seed{seed}/metrics.json",
+        "results/{scale}/translation/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/metrics.json",
     output:
-        "results/{scale}/translation/{dataset}/{arch}/{variant}/seed{seed}/averaged.pt",
+        "results/{scale}/translation/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/averaged.pt",
     params:
-        last=config["translation"]["average_last"],
+        last=average_last,
     log:
-        "results/{scale}/translation/{dataset}/{arch}/{variant}/seed{seed}/average.log",
+        "results/{scale}/translation/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/average.log",
     resources:
         mem_mb=needs("average_checkpoints", "mem_mb"),
         runtime=needs("average_checkpoints", "runtime"),
@@ -22,14 +23,14 @@ rule average_checkpoints:
 
 rule evaluate_translation:
     input:
-        averaged="results/{scale}/translation/{dataset}/{arch}/{variant}/seed{seed}/averaged.pt",
+        averaged="results/{scale}/translation/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/averaged.pt",
         data="results/data/{dataset}/prepared.json",
     output:
-        "results/{scale}/translation/{dataset}/{arch}/{variant}/seed{seed}/eval.json",
+        "results/{scale}/translation/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/eval.json",
     params:
-        spec=translation_spec,
+        spec=translation_eval_spec,
     log:
-        "results/{scale}/translation/{dataset}/{arch}/{variant}/seed{seed}/evaluate.log",
+        "results/{scale}/translation/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/evaluate.log",
     threads: 1
     resources:
         gpu=single_gpu(),

@@ -6,14 +6,14 @@ rule train_classifier:
     input:
         prepared_data,
     output:
-        metrics="results/{scale}/classification/{dataset}/{arch}/{variant}/seed{seed}/metrics.json",
-        log="results/{scale}/classification/{dataset}/{arch}/{variant}/seed{seed}/train_log.csv",
+        metrics="results/{scale}/classification/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/metrics.json",
+        log="results/{scale}/classification/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/train_log.csv",
     params:
         spec=train_spec,
     log:
-        "results/{scale}/classification/{dataset}/{arch}/{variant}/seed{seed}/train.log",
+        "results/{scale}/classification/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/train.log",
     benchmark:
-        "results/{scale}/classification/{dataset}/{arch}/{variant}/seed{seed}/benchmark.tsv"
+        "results/{scale}/classification/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/benchmark.tsv"
     threads: 1
     resources:
         gpu=single_gpu(),
@@ -30,14 +30,14 @@ rule train_translator:
     input:
         "results/data/{dataset}/prepared.json",
     output:
-        metrics="results/{scale}/translation/{dataset}/{arch}/{variant}/seed{seed}/metrics.json",
-        log="results/{scale}/translation/{dataset}/{arch}/{variant}/seed{seed}/train_log.csv",
+        metrics="results/{scale}/translation/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/metrics.json",
+        log="results/{scale}/translation/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/train_log.csv",
     params:
         spec=translation_spec,
     log:
-        "results/{scale}/translation/{dataset}/{arch}/{variant}/seed{seed}/train.log",
+        "results/{scale}/translation/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/train.log",
     benchmark:
-        "results/{scale}/translation/{dataset}/{arch}/{variant}/seed{seed}/benchmark.tsv"
+        "results/{scale}/translation/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/benchmark.tsv"
     threads: 1
     resources:
         gpu=translation_gpus,

@@ -24,14 +24,15 @@ from ..experiments import METRICS, load_tables
 from . import stats
 
 UNFINISHED = ("failed", "incomplete", "missing")
-RUN_COLUMNS = ["run", "task", "dataset", "arch", "variant_id", "seed", "status", "error", "final_test_error", "best_test_error", "best_epoch",
+RUN_COLUMNS = ["run", "task", "dataset", "arch", "recipe", "variant_id", "seed", "status", "error", "final_test_error", "best_test_error", "best_epoch",
                "bleu", "sacrebleu", "sacrebleu_signature", "epochs_completed", "diverged_step", "parameters", "wall_time_s",
                "device", "git_commit"]
 
 
 def read_run(results_dir: Path, run: str) -> dict:
-    task, dataset, arch, variant_id, seed = run.split("/")
-    out = {"run": run, "task": task, "dataset": dataset, "arch": arch, "variant_id": variant_id, "seed": int(seed.removeprefix("seed"))}
+    task, dataset, arch, recipe, variant_id, seed = run.split("/")  # experiments.Run.path
+    out = {"run": run, "task": task, "dataset": dataset, "arch": arch, "recipe": recipe, "variant_id": variant_id,
+           "seed": int(seed.removeprefix("seed"))}
     path = results_dir / run / "metrics.json"
     if not path.exists():
         return {**out, **unfinished_status(results_dir / run)}
@@ -133,8 +134,9 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
         first = runs.loc[plan_row["runs"][0]]  # every row has >= 1 run: seeds >= 1 (config schema)
         line = {
             "table": plan_row["table"], "row": plan_row["row"], "label": plan_row["label"], "formula": spec.get("formula", ""),
+            "note": spec.get("note", ""),
             "paper_dataset": spec["dataset"], "paper_arch": spec.get("depth", spec.get("size")),
-            "dataset": first["dataset"], "arch": first["arch"], "variant_id": first["variant_id"],
+            "dataset": first["dataset"], "arch": first["arch"], "recipe": first["recipe"], "variant_id": first["variant_id"],
             "metric": metric, "higher_is_better": higher, "epoch_basis": epoch_basis, "paper": spec["paper"],
             "n": len(values), "n_runs": len(plan_row["runs"]),
             "n_diverged": shown.count("diverged"), "n_unfinished": sum(shown.count(s) for s in UNFINISHED),

@@ -20,8 +20,7 @@ from .bleu import sacre_bleu, tokenized_bleu, write_lines
 
 
 def load_model(averaged: str | Path, spec: dict, vocab_size: int, device: torch.device) -> Transformer:
-    cfg = TransformerConfig.preset(spec["size"], vocab_size, variant=spec["variant"], args=spec["args"], pad_id=spec["pad_id"])
-    model = Transformer(cfg)
+    model = Transformer(TransformerConfig.from_spec(spec, vocab_size))
     state = torch.load(averaged, map_location="cpu", weights_only=True)
     model.load_state_dict(state["model"])
     return model.to(device).eval()

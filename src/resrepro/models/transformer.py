@@ -58,6 +58,13 @@ class TransformerConfig:
             raise residual.ConfigError(f"transformer size {name!r} unknown; allowed: {', '.join(PRESETS)}")
         return replace(cls(vocab_size=vocab_size), **{**PRESETS[name], **overrides})
 
+    @classmethod
+    def from_spec(cls, spec: dict, vocab_size: int) -> "TransformerConfig":
+        """The model a run's spec (experiments.train_spec / eval_spec) names: its size preset, residual
+        variant, padding id and, where the recipe sets it, dropout (e.g. EN-FR big: 0.1)."""
+        extra = {"dropout": spec["dropout"]} if "dropout" in spec else {}
+        return cls.preset(spec["size"], vocab_size, variant=spec["variant"], args=spec["args"], pad_id=spec["pad_id"], **extra)
+
 
 def sinusoid_positions(length: int, d: int) -> torch.Tensor:
     """(length, d): sin of the position at geometric timescales 1..1e4 in the first half, cos in the second."""

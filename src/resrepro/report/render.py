@@ -98,9 +98,10 @@ def _row_view(r: pd.Series) -> dict:
         reproduced = f"{fmt(r['mean'])} ± {fmt(r['std'])}"
     return {
         "label": r["label"], "formula": r["formula"], "paper": fmt(r["paper"]), "reproduced": reproduced,
+        "note": r["note"] if isinstance(r["note"], str) else "",  # rows.csv: an empty note reads back as NaN
         "n": int(r["n"]), "n_runs": int(r["n_runs"]), "n_diverged": int(r["n_diverged"]), "n_unfinished": int(r["n_unfinished"]),
         "values": ", ".join(str(v) for v in values), "delta": fmt(r["delta"]),
-        "run_as": f"{r['dataset']} / {r['arch']} / {r['variant_id']}",
+        "run_as": " / ".join([r["dataset"], r["arch"], *([r["recipe"]] if r["recipe"] != "default" else []), r["variant_id"]]),
         "verdict": r["verdict"] if isinstance(r["verdict"], str) else "",
         "difference": fmt(r.get("difference")), "p_value": fmt_p(r.get("p_value")), "resolvable": fmt(r.get("resolvable")),
         "reason": r["reason"] if isinstance(r["reason"], str) else "",

@@ -91,8 +91,7 @@ def dev_loss(model, pairs, spec, device) -> float:
 
 
 def build_model(spec: dict, vocab_size: int) -> Transformer:
-    cfg = TransformerConfig.preset(spec["size"], vocab_size, variant=spec["variant"], args=spec["args"], pad_id=spec["pad_id"])
-    return Transformer(cfg)
+    return Transformer(TransformerConfig.from_spec(spec, vocab_size))
 
 
 def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Path, device: str = "auto", progress: bool = True) -> dict:

@@ -1,0 +1,79 @@
+"""Recipes: how each run is trained and how it is evaluated, resolved from a scale's config.
+
+A task's block in a scale profile (``classification:``, ``translation:``) holds the recipe every
+run of that task starts from. Its ``refine:`` list holds the papers' own protocols, each applied
+over that recipe, in order, to the runs it matches::
+
+    refine:
+      - name: rskip-wmt                     # enters the results folder of every run it matches
+        when: {paper: rskip, dataset: [wmt14_en_de, wmt14_en_fr]}
+        set: {max_updates: 550000}
+        source: 'Liu et al. 2020, Sec. 4.2: "... from 100,000 steps to 550,000 steps"'
+
+``when`` names a cell as the paper's table does (``paper``, ``table``, and the paper's ``dataset``,
+``depth`` or ``size``, not what this scale runs); a list means any of its values. A run's folder
+holds the names of the refinements applied to it (``default`` when none), so two runs whose
+recipes differ never share a folder, and a cell that two tables name alike is trained once.
+
+Keys are split by what changing them must redo: ``EVAL_KEYS`` only score a trained model
+(averaging, decoding, scoring reruns), every other key trains it (the run retrains).
+"""
+
+from __future__ import annotations
+
+from .residual import ConfigError
+
+# A task block's keys that say how this scale maps the papers, not how a run trains.
+SCALE_KEYS = frozenset({"datasets", "depths", "sizes", "seeds", "gpus", "refine"})
+EVAL_KEYS = {"classification": frozenset(), "translation": frozenset({"average_last", "beam", "alpha", "max_len_a", "max_len_b"})}
+# Keys a recipe may leave out: the model's own default applies (dropout: the Transformer preset's).
+OPTIONAL_KEYS = {"classification": frozenset(), "translation": frozenset({"dropout"})}
+MATCH_KEYS = ("paper", "table", "dataset", "depth", "size")
+DEFAULT = "default"
+
+
+def matches(when: dict, cell: dict) -> bool:
+    """Whether every key of `when` holds the cell's value (or, for a list, one of its values).
+    Compared as text: YAML gives depths as integers, `--config` as strings."""
+    for key, wanted in when.items():
+        options = wanted if isinstance(wanted, list) else [wanted]
+        if str(cell.get(key)) not in {str(option) for option in options}:
+            return False
+    return True
+
+
+def resolve(task_config: dict, cell: dict) -> tuple[str, dict]:
+    """(name, recipe) of one cell: the task's recipe with each matching refinement applied in
+    order; the name joins the refinements' names with "+", or is "default"."""
+    recipe = {key: value for key, value in task_config.items() if key not in SCALE_KEYS}
+    names = []
+    for refinement in task_config.get("refine", []):
+        if matches(refinement["when"], cell):
+            recipe.update(refinement["set"])
+            names.append(refinement["name"])
+    return "+".join(names) or DEFAULT, recipe
+
+
+def training_part(task: str, recipe: dict) -> dict:
+    return {key: value for key, value in recipe.items() if key not in EVAL_KEYS[task]}
+
+
+def evaluation_part(task: str, recipe: dict) -> dict:
+    return {key: value for key, value in recipe.items() if key in EVAL_KEYS[task]}
+
+
+def check_refinements(task: str, task_config: dict) -> None:
+    """Names unique (they name folders), `when` keys known, `set` keys part of the recipe."""
+    seen = set()
+    recipe_keys = set(task_config) - SCALE_KEYS
+    for i, refinement in enumerate(task_config.get("refine", [])):
+        where = f"{task}.refine[{i}]"
+        name = refinement["name"]
+        if name in seen or name == DEFAULT:
+            raise ConfigError(f"{where}: name {name!r} is used twice or reserved; each refinement names a results folder")
+        seen.add(name)
+        if unknown := set(refinement["when"]) - set(MATCH_KEYS):
+            raise ConfigError(f"{where}.when: unknown key {sorted(unknown)[0]!r}; allowed: {', '.join(MATCH_KEYS)}")
+        if unknown := set(refinement["set"]) - recipe_keys - OPTIONAL_KEYS[task]:
+            raise ConfigError(f"{where}.set: {sorted(unknown)[0]!r} is not a key of the {task} recipe; "
+                              f"it has: {', '.join(sorted(recipe_keys | OPTIONAL_KEYS[task]))}")

@@ -1,0 +1,228 @@
+"""Recipes per paper, dataset, size and table (recipes.py): which refinements a run gets, where its
+results live, what retrains and what only re-evaluates, and the config checks on the result."""
+
+import copy
+import json
+
+import pytest
+import yaml
+
+from resrepro import experiments, recipes
+from resrepro.config_types import validate_refinements
+from resrepro.models.transformer import TransformerConfig
+from resrepro.residual import ConfigError
+
+SCHEMA = "workflow/schemas/config.schema.yaml"
+
+
+def load(*paths):
+    config = {}
+    for path in paths:
+        with open(path) as f:
+            config.update(yaml.safe_load(f))  # top-level keys, as paper.yaml sets every one
+    return config
+
+
+@pytest.fixture
+def mini():
+    return load("config/mini.yaml")
+
+
+@pytest.fixture
+def paper():
+    return load("config/mini.yaml", "config/paper.yaml")
+
+
+def refinement(name, when, set_, source="a sentence"):
+    return {"name": name, "when": when, "set": set_, "source": source}
+
+
+def test_matches_a_scalar_a_list_and_depths_as_text():
+    cell = {"paper": "rskip", "table": "rskip-t7", "dataset": "wmt14_en_de", "size": "big"}
+    assert recipes.matches({"paper": "rskip"}, cell)
+    assert recipes.matches({"paper": "rskip", "dataset": ["iwslt15_en_vi", "wmt14_en_de"]}, cell)
+    assert not recipes.matches({"paper": "rskip", "dataset": ["iwslt15_en_vi"]}, cell)  # every key must hold
+    assert not recipes.matches({"size": "base"}, cell)
+    assert not recipes.matches({"depth": 110}, cell)  # a key the cell lacks never matches
+    assert recipes.matches({"depth": 110}, {"depth": "110"}) and recipes.matches({"depth": ["110"]}, {"depth": 110})
+
+
+def test_resolve_applies_matching_refinements_in_order_and_names_them():
+    task = {"datasets": {}, "sizes": {}, "seeds": 2, "gpus": {}, "max_updates": 100, "beam": 4,
+            "refine": [refinement("first", {"paper": "p"}, {"max_updates": 200, "beam": 5}),
+                       refinement("other", {"paper": "q"}, {"max_updates": 999}),
+                       refinement("second", {"size": "big"}, {"max_updates": 300})]}
+    assert recipes.resolve(task, {"paper": "p", "size": "big"}) == ("first+second", {"max_updates": 300, "beam": 5})
+    assert recipes.resolve(task, {"paper": "p", "size": "base"}) == ("first", {"max_updates": 200, "beam": 5})
+    assert recipes.resolve(task, {"paper": "r", "size": "base"}) == ("default", {"max_updates": 100, "beam": 4})
+    assert task["max_updates"] == 100  # the config itself is left as it was
+
+
+def test_training_and_evaluation_keys_split_the_recipe(mini):
+    recipe = recipes.resolve(mini["translation"], {})[1]
+    train, evaluation = recipes.training_part("translation", recipe), recipes.evaluation_part("translation", recipe)
+    assert set(evaluation) == {"average_last", "beam", "alpha", "max_len_a", "max_len_b"}
+    assert set(train) | set(evaluation) == set(recipe) and not set(train) & set(evaluation)
+    assert recipes.evaluation_part("classification", {"epochs": 3}) == {}
+
+
+def test_specs_of_a_run_keep_evaluation_apart_from_training(mini):
+    plan = experiments.make_plan(mini)
+    run = next(r for r in plan.runs.values() if r.task == "translation")
+    train, evaluation = experiments.train_spec(mini, run), experiments.eval_spec(run)
+    assert not {"beam", "alpha", "max_len_a", "max_len_b", "average_last"} & set(train)
+    assert (evaluation["beam"], evaluation["average_last"]) == (mini["translation"]["beam"], mini["translation"]["average_last"])
+    # evaluation rebuilds the model the training spec names
+    shared = {"size", "variant", "args", "pad_id", "bos_id", "eos_id"}
+    assert {k: train[k] for k in shared} == {k: evaluation[k] for k in shared}
+    changed = copy.deepcopy(mini)
+    changed["translation"]["beam"] = 8
+    run2 = experiments.make_plan(changed).runs[run.path]
+    assert experiments.train_spec(changed, run2) == train and experiments.eval_spec(run2)["beam"] == 8
+
+
+def _row_runs(plan, table_id):
+    return {r["label"]: r["runs"] for r in plan.rows if r["table"] == table_id}
+
+
+def test_one_papers_equal_cells_train_once_and_another_papers_protocol_gets_its_own_folder(mini):
+    """rskip-t2, t5 and t7 name the EN-VI base 2rSkip+LN cell alike: one set of runs. With paper
+    001's own step count for EN-VI, SAS's EN-VI base baseline (the same variant) no longer shares
+    paper 001's runs: their training specs differ, and so do their folders."""
+    before = experiments.make_plan(mini)
+    t2, t7, sas = _row_runs(before, "rskip-t2"), _row_runs(before, "rskip-t7"), _row_runs(before, "sas-t3")
+    assert t2["2rSkip+LN"] == t7["EN-VI Base + proposal"] and t2["Baseline"] == sas["EN-VI Base"]  # shared at mini: one recipe
+
+    cfg = copy.deepcopy(mini)
+    cfg["translation"]["refine"] = [refinement("rskip-long", {"paper": "rskip", "dataset": "iwslt15_en_vi"}, {"max_updates": 900})]
+    plan = experiments.make_plan(cfg)
+    t2, t5, t7, sas = (_row_runs(plan, t) for t in ("rskip-t2", "rskip-t5", "rskip-t7", "sas-t3"))
+    assert t2["2rSkip+LN"] == t5["2rSkip+LN, 6 blocks"] == t7["EN-VI Base + proposal"]  # still one cell in paper 001
+    assert t2["Baseline"] != sas["EN-VI Base"]
+    rskip_run, sas_run = plan.runs[t2["Baseline"][0]], plan.runs[sas["EN-VI Base"][0]]
+    assert rskip_run.path == "translation/synthetic/transformer_mini_base/rskip-long/xskip_ln/seed0"
+    assert sas_run.path == "translation/synthetic/transformer_mini_base/default/xskip_ln/seed0"
+    assert experiments.train_spec(cfg, rskip_run)["max_updates"] == 900 and experiments.train_spec(cfg, sas_run)["max_updates"] == 600
+    assert all(plan.runs[p].recipe == "default" for p in sas["EN-DE Base"])
+    # every run folder holds exactly one recipe
+    by_path = {}
+    for run in plan.runs.values():
+        assert by_path.setdefault(run.path, run.recipe_json) == run.recipe_json
+
+
+def test_a_table_refinement_separates_that_tables_runs_only(mini):
+    cfg = copy.deepcopy(mini)
+    cfg["classification"]["refine"] = [refinement("t3-short", {"table": "rskip-t3"}, {"epochs": 10, "lr_milestones": [5]})]
+    plan = experiments.make_plan(cfg)
+    t1, t3 = _row_runs(plan, "rskip-t1"), _row_runs(plan, "rskip-t3")
+    assert t1["1xSkip"] != t3["x + F"]  # the same add cell, trained as each table says
+    run = plan.runs[t3["x + F"][0]]
+    assert run.recipe == "t3-short" and experiments.train_spec(cfg, run)["epochs"] == 10
+    assert experiments.train_spec(cfg, plan.runs[t1["1xSkip"][0]])["epochs"] == mini["classification"]["epochs"]
+
+
+def test_paper_config_states_each_papers_translation_protocol(paper):
+    validate_refinements(paper, SCHEMA)
+    plan = experiments.make_plan(paper)
+
+    def specs(table_id, label):
+        run = plan.runs[_row_runs(plan, table_id)[label][0]]
+        return run, experiments.train_spec(paper, run), experiments.eval_spec(run)
+
+    run, train, evaluation = specs("rskip-t7", "EN-DE Base + proposal")
+    assert (train["max_tokens"] * train["world_size"], train["max_updates"], evaluation["average_last"]) == (16384, 550000, 5)
+    assert run.recipe == "rskip-wmt+rskip-avg5"
+    run, train, evaluation = specs("rskip-t7", "EN-FR Big")
+    assert (train["max_updates"], evaluation["average_last"], train["keep_checkpoints"], train["dropout"]) == (550000, 20, 20, 0.1)
+    assert TransformerConfig.from_spec(train, 100).dropout == 0.1
+    run, train, evaluation = specs("sas-t3", "EN-DE Big")
+    assert (train["max_tokens"] * train["world_size"], train["max_updates"], evaluation["average_last"]) == (25000, 300000, 10)
+    assert "dropout" not in train and TransformerConfig.from_spec(train, 100).dropout == 0.3  # the big preset's
+    run, train, evaluation = specs("sas-t3", "EN-VI Base")
+    assert (run.recipe, train["max_tokens"], train["world_size"], train["max_updates"], evaluation["average_last"]) == ("default", 4096, 1, 100000, 10)
+    classification = next(r for r in plan.runs.values() if r.arch == "preact_resnet20")
+    spec = experiments.train_spec(paper, classification)
+    assert (spec["warmup_iterations"], spec["warmup_min_depth"]) == (400, 0)  # He et al. 2016b: every CIFAR depth
+    for refined in paper["translation"]["refine"]:
+        assert refined["source"].strip()
+
+
+@pytest.mark.parametrize(
+    "task, refine, message",
+    [
+        ("translation", [refinement("a", {"paper": "rskip"}, {"beam": 5}), refinement("a", {"paper": "sas"}, {"beam": 6})],
+         "translation.refine[1]: name 'a' is used twice or reserved"),
+        ("translation", [refinement("default", {"paper": "sas"}, {"beam": 6})], "name 'default' is used twice or reserved"),
+        ("translation", [refinement("a", {"paper": "rskip", "depthh": 3}, {"beam": 5})], "translation.refine[0].when: unknown key 'depthh'"),
+        ("translation", [refinement("a", {"paper": "rskip"}, {"beams": 5})], "translation.refine[0].set: 'beams' is not a key of the translation recipe"),
+        ("classification", [refinement("a", {"paper": "rskip"}, {"dropout": 0.1})], "'dropout' is not a key of the classification recipe"),
+    ],
+)
+def test_bad_refinements_fail_naming_the_entry(mini, task, refine, message):
+    cfg = copy.deepcopy(mini)
+    cfg[task]["refine"] = refine
+    with pytest.raises(ConfigError) as err:
+        experiments.make_plan(cfg)
+    assert message in str(err.value)
+
+
+def test_a_refinements_values_are_checked_by_the_schema(mini):
+    cfg = copy.deepcopy(mini)
+    cfg["translation"]["refine"] = [refinement("rskip-wmt", {"paper": "rskip"}, {"max_updates": 0})]
+    with pytest.raises(ConfigError) as err:
+        validate_refinements(cfg, SCHEMA)
+    assert "translation.refine[0] (rskip-wmt).set: 0 is less than the minimum of 1" in str(err.value)
+    cfg["translation"]["refine"] = [refinement("rskip-wmt", {"paper": "rskip"}, {"max_updates": 9})]
+    validate_refinements(cfg, SCHEMA)
+
+
+@pytest.mark.parametrize(
+    "task, change, message",
+    [
+        ("classification", {"lr_milestones": [9, 6]}, "classification.lr_milestones [9, 6] must be strictly increasing"),
+        ("classification", {"lr_milestones": [6, 6]}, "must be strictly increasing"),
+        ("classification", {"lr_milestones": [6, 12]}, "lr_milestones [6, 12] must lie within the 12 epochs (epoch 12 is never reached)"),
+        ("translation", {"average_last": 11}, "translation.average_last (11) exceeds keep_checkpoints (10)"),
+        ("translation", {"max_updates": 420, "checkpoint_every": 50, "average_last": 10},
+         "translation.average_last (10) exceeds the 9 checkpoints that max_updates 420 at checkpoint_every 50 writes"),
+    ],
+)
+def test_recipes_that_would_silently_go_wrong_are_refused(mini, task, change, message):
+    cfg = copy.deepcopy(mini)
+    cfg[task].update(change)
+    with pytest.raises(ConfigError) as err:
+        experiments.make_plan(cfg)
+    assert message in str(err.value)
+    assert "recipe default" in str(err.value)  # names the refinements that made the recipe
+
+
+def test_the_edges_of_the_recipe_checks_pass(mini):
+    cfg = copy.deepcopy(mini)
+    cfg["classification"]["lr_milestones"] = [1, 11]  # the last epoch is index 11 of 12
+    cfg["translation"].update(max_updates=450, checkpoint_every=50, average_last=9, keep_checkpoints=9)  # 450/50 = 9 written
+    experiments.make_plan(cfg)
+    cfg["translation"].update(max_updates=401)  # 8 at multiples of 50, and the last update
+    experiments.make_plan(cfg)
+    cfg["classification"]["lr_milestones"] = []
+    experiments.make_plan(cfg)
+
+
+def test_a_refined_recipe_is_checked_too(mini):
+    cfg = copy.deepcopy(mini)
+    cfg["translation"]["refine"] = [refinement("avg20", {"size": "big"}, {"average_last": 20})]
+    with pytest.raises(ConfigError) as err:
+        experiments.make_plan(cfg)
+    assert "(recipe avg20): translation.average_last (20) exceeds keep_checkpoints (10)" in str(err.value)
+
+
+def test_depths_must_be_preact_resnet_depths(mini):
+    cfg = copy.deepcopy(mini)
+    cfg["classification"]["depths"][20] = 21
+    with pytest.raises(ConfigError) as err:
+        experiments.make_plan(cfg)
+    assert "classification.depths: 21 is not a PreAct-ResNet depth; it must be 6n+2" in str(err.value)
+
+
+def test_run_paths_name_the_recipe():
+    run = experiments.Run("translation", "synthetic", "transformer_mini_base", "rskip_ln", json.dumps({"lam": 2}), 1, "a+b")
+    assert run.path == "translation/synthetic/transformer_mini_base/a+b/rskip_ln-lam2/seed1"
