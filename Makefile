@@ -6,7 +6,7 @@ VENV := .venv
 CORES ?= all
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: report test test-slurm lint bench mutation clean
+.PHONY: report test test-slurm lint bench mutation
 
 $(VENV)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)

@@ -108,7 +108,7 @@ TOK_REFS = [
 def test_tokenized_bleu_exceeds_sacrebleu_on_same_outputs():
     """Moses splits contractions (isn 't), 13a does not (isn't): the tokenized score hands
     out partial credit for the split-off pieces, so it comes out higher -- the ~31 vs
-    ~27.5 gap of FACTS, in miniature."""
+    ~27.5 gap of docs/facts.md, in miniature."""
     import html
 
     tok = tokenized_bleu([html.unescape(s) for s in TOK_HYPS], [html.unescape(s) for s in TOK_REFS])

@@ -115,7 +115,7 @@ def test_table_variant_trains_one_step(name, args):
 
 @pytest.mark.parametrize("name,args", VARIANTS)
 def test_table_variant_is_deterministic(name, args):
-    """The same seed builds the same model: identical outputs (DESIGN: same seed, same numbers on CPU)."""
+    """The same seed builds the same model: identical outputs (docs/design.md: same seed, same numbers on CPU)."""
     x, _ = digits_batch()
     outs = []
     for _ in range(2):

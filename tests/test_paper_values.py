@@ -1,6 +1,6 @@
 """Golden paper values: every number of every table, typed again from the papers' own tables.
 
-This list is independent of config/tables/*.yaml (it was typed from shared/seeds' paper texts,
+This list is independent of config/tables/*.yaml (it was typed from the papers' own texts,
 not copied from the YAML), so a slip in either one shows up here. A table added to config/tables
 must add its values here too, or test_every_table_has_golden_values fails.
 

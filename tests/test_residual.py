@@ -466,7 +466,7 @@ def test_highway_keeps_its_parameter_names():
 
 
 def test_unknown_variant_lists_allowed_names():
-    """A bad config fails with the key and the allowed values in the message (DESIGN contract)."""
+    """A bad config fails with the key and the allowed values in the message (docs/design.md: checks name the key)."""
     with pytest.raises(ConfigError) as e:
         validate("xskipp")
     msg = str(e.value)

@@ -1,8 +1,9 @@
 """The registry of residual connections: every way the papers combine a skip x with a branch F.
 
-Each variant is one small module `forward(x, f) -> y`, chosen by name from config. Models never
-special-case a variant: a block computes its skip `x` and branch output `f` and hands both to
-`build(spec, dim, layout)`. Adding a variant is one class and one `@register` line.
+Each variant is one small module `forward(x, f) -> y`, chosen by name from a table row
+(`variant: rskip_ln, args: {lam: 2}`). Models never special-case a variant: a block builds its
+combiner with `build(name, dim, layout, args)`, computes its skip `x` and branch output `f`, and
+hands both to it. Adding a variant is one class and one `@register` line.
 
 Layouts decide what "LN", "BN" and "pool for a gate" mean:
 - "conv" (N, C, H, W): LN normalizes over (C, H, W) per example with a per-channel affine
@@ -340,7 +341,7 @@ class Highway(Residual):
 
 
 # ---------------------------------------------------------------------------------------------
-# Specs: how config names a variant ({"name": ..., "args": {...}}), checked before any job runs.
+# How a table row names a variant (`variant: NAME, args: {...}`), checked before any job runs.
 
 
 def _coerce(key: str, p: Param, given, where: str):

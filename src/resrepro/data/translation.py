@@ -129,7 +129,7 @@ class TranslationSource:
 
 
 IWSLT15_URL = "https://nlp.stanford.edu/projects/nmt/data/iwslt15.en-vi/"
-# Line counts of Luong & Manning's files (their page; FACTS). No public md5 exists: TOFU.
+# Line counts of Luong & Manning's files (their page; docs/facts.md). No public md5 exists: TOFU.
 IWSLT15_LINES = {"train": 133_317, "tst2012": 1_553, "tst2013": 1_268}
 
 STANFORD_WMT14_URL = "https://nlp.stanford.edu/projects/nmt/data/wmt14.en-de/"

@@ -6,8 +6,8 @@ The papers are tensor2tensor-era and report *tokenized* BLEU: multi-bleu.perl ru
 Moses-tokenized references and hypotheses. That number depends on the tokenization
 (Moses splits ``isn't`` into ``isn 't``, which hands out extra matching tokens), so it is
 not comparable across papers or toolkits. On the same EN-VI outputs, tokenized multi-bleu
-gives ~31, t2t-bleu ~28 and sacrebleu on detokenized text ~27.5 (FACTS, "BLEU
-comparability"): the 3-4 point gap is bookkeeping, not model quality.
+gives ~31, t2t-bleu ~28 and sacrebleu on detokenized text ~27.5 (docs/facts.md, "BLEU: three
+numbers for one set of translations"): the 3-4 point gap is bookkeeping, not model quality.
 
 The report therefore carries both:
 
@@ -255,9 +255,9 @@ def detokenize_moses(line: str, lang: str) -> str:
 def write_lines(path: str | Path, lines: Iterable[str]) -> None:
     """Write one sentence per line, UTF-8, atomically (resrepro.files.atomic_write).
 
-    The encoding is explicit (``files.write_text`` uses the locale's, which is ASCII
-    under a C locale and would fail on Vietnamese). A sentence containing a line break
-    is rejected: it would shift every later line out of alignment with its reference.
+    UTF-8 and ``\n`` whatever the platform (Vietnamese and German text; ``\r\n`` would
+    add a character to every line). A sentence containing a line break is rejected: it
+    would shift every later line out of alignment with its reference.
     """
     lines = list(lines)
     for i, s in enumerate(lines):

@@ -20,7 +20,7 @@ from ..analysis.aggregate import UNFINISHED
 from ..experiments import load_tables
 from . import figures
 
-# The four papers, in the report's order (DESIGN.md: sas 000, rskip 001, noise 002, iter 003).
+# The four papers, in the report's order (docs/design.md: sas 000, rskip 001, noise 002, iter 003).
 PAPERS = {
     "sas": "Self-Adaptive Scaling for Learnable Residual Structure (SAS), CoNLL 2019",
     "rskip": "Liu et al., Rethinking Skip Connection with Layer Normalization in Transformers and ResNets, COLING 2020",

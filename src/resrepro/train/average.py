@@ -6,7 +6,7 @@ roughly the final 10k training steps (at mini scale a run may have fewer; we ave
 Averaging the weights of nearby points on the trajectory smooths out the last updates' noise and
 is worth a fraction of a BLEU point for free; leaving it out makes our numbers incomparable.
 
-Semantics follow fairseq's `scripts/average_checkpoints.py` (FACTS.md): all checkpoints must hold
+Semantics follow fairseq's `scripts/average_checkpoints.py` (docs/facts.md): all checkpoints must hold
 exactly the same parameter names and shapes; floating tensors are summed and divided by N, with
 half/bfloat16 upcast to float32 for the arithmetic (then cast back, unlike fairseq, so the
 averaged file has the same dtypes as its inputs); integer tensors (step counters,

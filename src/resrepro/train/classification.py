@@ -5,7 +5,7 @@ low rate for the first iterations of very deep nets (He et al. 2016b, depth 110)
 flip. The dataset lives on the device as uint8 and is augmented there in batches (airbench-style),
 so a CPU epoch on digits takes about a second and a GPU never waits on a loader.
 
-Contracts (DESIGN.md): a checkpoint after every epoch, written atomically, holding everything
+Contracts (docs/design.md): a checkpoint after every epoch, written atomically, holding everything
 needed to continue bit-identically (model, optimizer, both random states, the log so far);
 a rerun resumes from it. A NaN/inf loss stops the run and records `diverged` with the step:
 that is a result, not a crash. metrics.json carries the spec, the seed and provenance.

@@ -5,7 +5,7 @@ tokens, the papers' "batch size 4096" for IWSLT), gradient accumulation over `up
 batches to emulate the 8-GPU WMT batch on fewer GPUs, Adam (0.9, 0.98, 1e-9) with the inverse
 square-root schedule and warm-up of Vaswani et al. (2017), label smoothing 0.1.
 
-Contracts (DESIGN.md), as for classification: a checkpoint every `checkpoint_every` updates, kept
+Contracts (docs/design.md), as for classification: a checkpoint every `checkpoint_every` updates, kept
 as checkpoints/step<N>.pt (the last `keep_checkpoints` of them, for averaging) plus last.pt with
 everything needed to continue bit-identically on CPU (optimizer, random states, position in the
 epoch); a NaN/inf loss stops the run and is recorded; metrics.json carries spec and provenance.
