@@ -280,7 +280,7 @@ def test_evaluate_prepared_loads_and_decodes_on_the_picked_device(prepared, tmp_
     model and the decoding get it (on a GPU machine: cuda, not wherever the checkpoint was saved)."""
     picked, seen = [], {}
     device = torch.device("cpu")
-    monkeypatch.setattr("resrepro.train.classification.pick_device", lambda name: picked.append(name) or device)
+    monkeypatch.setattr("resrepro.devices.pick_device", lambda name: picked.append(name) or device)
     real_load = translation.load_model
     monkeypatch.setattr(translation, "load_model", lambda *args: seen.update(load=args[3]) or real_load(*args))
     monkeypatch.setattr(translation, "evaluate", lambda model, *args: seen.update(decode=args[-2]) or {})

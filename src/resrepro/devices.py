@@ -82,3 +82,13 @@ def cuda_device_for_this_job(device_count: int, lock_dir: str | Path = DEFAULT_L
         _POOL = DevicePool(device_count, lock_dir)
         _INDEX = _POOL.acquire(timeout_s=None)  # a queue: more jobs than GPUs wait their turn
     return f"cuda:{_INDEX}"
+
+
+def pick_device(name: str = "auto"):
+    """The torch device a job runs on. auto: a GPU of its own when there are several (the pool
+    above), the GPU, or the CPU. The one place that chooses; training and evaluation call it."""
+    import torch  # here, not at the top: the workflow imports this package while parsing
+
+    if name == "auto":
+        name = cuda_device_for_this_job(torch.cuda.device_count()) if torch.cuda.is_available() else "cpu"
+    return torch.device(name)

@@ -36,7 +36,7 @@ PREPARED FORMAT (out_dir/, written by `prepare_translation` / `prepare_synthetic
                        for IWSLT and Stanford; raw for statmt WMT). Training pairs with an
                        empty side are dropped; dev and test are kept whole.
   test.ref.detok       the test reference for sacrebleu: IWSLT/Stanford: detokenize(line, tgt)
-                       (resrepro.evaluate.bleu.detokenize_moses unescapes the HTML entities and
+                       (resrepro.data.moses.detokenize_moses unescapes the HTML entities and
                        undoes Moses tokenization); WMT: the .sgm text itself. For tokenized BLEU
                        as the papers report, IWSLT's test.tgt is already tokenized; for WMT the
                        evaluator tokenizes test.tgt and the hypotheses alike (prepared.json
@@ -449,7 +449,7 @@ def prepare_translation(
     Archives are read where they lie; members are extracted to a temporary folder in
     `work_dir` (default: next to out_dir; WMT EN-FR needs ~10 GB there). `vocab_size`
     defaults to subword.VOCAB_SIZES[name]. `detokenize(line, lang)` makes the sacrebleu
-    reference of tokenized datasets (default resrepro.evaluate.bleu.detokenize_moses).
+    reference of tokenized datasets (default resrepro.data.moses.detokenize_moses).
     `check_counts=False` skips the expected sentence counts (for small fixtures only).
     """
     spec = get_source(name)
@@ -535,7 +535,7 @@ def write_prepared(
     refs = list(iter_lines(out / "test.tgt"))
     if tokenized:
         if detokenize is None:
-            from resrepro.evaluate.bleu import detokenize_moses as detokenize
+            from .moses import detokenize_moses as detokenize
         refs = [detokenize(line, tgt_lang) for line in refs]
     _write_lines(out / "test.ref.detok", refs)
     detokenizer = (f"{detokenize.__module__}.{detokenize.__qualname__}(line, {tgt_lang!r})"

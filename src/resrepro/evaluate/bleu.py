@@ -30,10 +30,8 @@ Hypotheses and references are kept per cell as UTF-8 text files, one sentence pe
 
 from __future__ import annotations
 
-import html
 import os
 from contextlib import contextmanager
-from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -41,6 +39,7 @@ import sacrebleu
 from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
+from resrepro.data.moses import detokenize_moses  # re-exported: scoring's inputs are made with it
 from resrepro.files import atomic_write
 
 __all__ = [
@@ -220,33 +219,6 @@ def paired_bootstrap(
         "signature": signatures[name].format(),
         "identical": identical,
     }
-
-
-# ------------------------------------------------------------------ detokenization
-
-
-@lru_cache(maxsize=None)
-def _detokenizer(lang: str):
-    from sacremoses import MosesDetokenizer
-
-    return MosesDetokenizer(lang=lang)
-
-
-def detokenize_moses(line: str, lang: str) -> str:
-    """Undo Moses tokenization of one line of the Stanford IWSLT15 files.
-
-    First ``html.unescape`` (``&apos; &quot; &amp; &lt; &gt; &#91; &#93;`` ...), then
-    sacremoses' ``MosesDetokenizer(lang)`` with its own unescaping off, so ``&amp;lt;``
-    decodes once to ``&lt;`` and not twice to ``<``. Moses does the same (unescape, then
-    rejoin). Letters, including Vietnamese diacritics, pass through unchanged.
-
-    >>> detokenize_moses("It &apos;s a test , isn &apos;t it ?", "en")
-    "It's a test, isn't it?"
-    """
-    text = html.unescape(line.strip())
-    if not text:
-        return ""
-    return _detokenizer(lang).detokenize(text.split(), unescape=False)
 
 
 # ----------------------------------------------------------------------------- files

@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 from .. import files
+from ..data.moses import detokenize_moses, moses_tokenize
 from ..models.transformer import Transformer, TransformerConfig
 from .beam_search import beam_search
 from .bleu import sacre_bleu, tokenized_bleu, write_lines
@@ -66,13 +67,6 @@ def evaluate(model, sources, refs_tok: list[str], refs_detok: list[str], decode:
     return result
 
 
-def moses_tokenize(line: str, lang: str) -> str:
-    """Tokenize raw text for the papers' tokenized BLEU (multi-bleu on Moses tokens), no escaping."""
-    from sacremoses import MosesTokenizer
-
-    return MosesTokenizer(lang=lang).tokenize(line, return_str=True, escape=False)
-
-
 def evaluate_prepared(spec: dict, data_dir: str | Path, averaged: str | Path, out_dir: str | Path, device: str = "auto") -> dict:
     """Evaluate the averaged model of one run on a prepared dataset (data/translation.py format).
 
@@ -83,8 +77,8 @@ def evaluate_prepared(spec: dict, data_dir: str | Path, averaged: str | Path, ou
 
     from ..data.subword import SubwordVocab
     from ..data.translation import load_encoded, load_prepared_meta
-    from ..train.classification import pick_device
-    from .bleu import detokenize_moses, read_lines
+    from ..devices import pick_device
+    from .bleu import read_lines
 
     data_dir = Path(data_dir)
     meta = load_prepared_meta(data_dir)

@@ -25,20 +25,13 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from .. import files, provenance
-from ..devices import cuda_device_for_this_job
+from ..devices import pick_device
 from ..data.images import augment_batch, iterate_batches, load_prepared, normalize
 from ..evaluate.classification import evaluate
 from ..models.preact_resnet import PreActResNet, count_parameters
 from .checkpoint import resume
 
 LOG_FIELDS = ("epoch", "step", "lr", "train_loss", "train_error", "test_loss", "test_error", "seconds")
-
-
-def pick_device(name: str = "auto") -> torch.device:
-    """auto: a GPU of its own when there are several (devices.py), the GPU, or the CPU."""
-    if name == "auto":
-        name = cuda_device_for_this_job(torch.cuda.device_count()) if torch.cuda.is_available() else "cpu"
-    return torch.device(name)
 
 
 def lr_at(spec: dict, epoch: int, step: int) -> float:

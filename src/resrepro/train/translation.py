@@ -29,7 +29,8 @@ from .. import files, provenance
 from ..models.preact_resnet import count_parameters
 from ..models.transformer import Transformer, TransformerConfig, label_smoothed_loss
 from .checkpoint import resume
-from .classification import log_csv, pick_device
+from ..devices import pick_device
+from .classification import log_csv
 
 LOG_FIELDS = ("step", "epoch", "lr", "train_loss", "dev_loss", "tokens_per_s", "seconds")
 
