@@ -53,7 +53,7 @@ def test_same_seed_same_numbers_and_files(digits, tmp_path):
 
 def test_resume_after_a_kill_gives_the_uninterrupted_result(digits, tmp_path, monkeypatch):
     whole = train(spec(), digits, tmp_path / "whole", device="cpu", progress=False)
-    saved = classification._save_checkpoint
+    saved = classification.save
     calls = {"n": 0}
 
     def killed_after_first_epoch(*args, **kwargs):
@@ -62,7 +62,7 @@ def test_resume_after_a_kill_gives_the_uninterrupted_result(digits, tmp_path, mo
         if calls["n"] == 1:
             raise KeyboardInterrupt  # stands for SIGKILL right after the epoch-1 checkpoint
 
-    monkeypatch.setattr(classification, "_save_checkpoint", killed_after_first_epoch)
+    monkeypatch.setattr(classification, "save", killed_after_first_epoch)
     with pytest.raises(KeyboardInterrupt):
         train(spec(), digits, tmp_path / "resumed", device="cpu", progress=False)
     assert not (tmp_path / "resumed" / "metrics.json").exists()  # nothing looks finished

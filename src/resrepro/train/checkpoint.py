@@ -1,11 +1,36 @@
-"""Resuming a run: the part of checkpoint handling both training loops share."""
+"""Checkpoints of a training run: the part both training loops share.
+
+A loop keeps where it stands in one `LoopState`; a checkpoint holds it beside the model, the
+optimizer and torch's random state, so a killed job resumes exactly where it stopped.
+"""
 
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
+
+from .. import files
+
+
+@dataclass
+class LoopState:
+    """Where a training loop stands: its counters, its log so far, a divergence (a result, kept so
+    that a rerun does not retrain it), and the CPU generator state that orders its batches."""
+
+    step: int = 0
+    epoch: int = 0  # epochs finished
+    position: int = 0  # translation: update groups done in the current epoch
+    log: list[dict] = field(default_factory=list)
+    diverged: dict | None = None
+    generator: torch.Tensor | None = None  # classification: the live state; translation: at the epoch's start
+
+
+def save(path: Path, model, optimizer, spec: dict, state: LoopState) -> None:
+    files.save_torch(path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                            "torch_rng": torch.get_rng_state(), "spec": spec, **asdict(state)})
 
 
 def load_checkpoint(path: Path) -> dict:
@@ -15,9 +40,9 @@ def load_checkpoint(path: Path) -> dict:
         raise RuntimeError(f"checkpoint {path} is unreadable ({type(err).__name__}: {err}); delete it to start this run over") from None
 
 
-def resume(path: Path, spec: dict, model, optimizer) -> dict | None:
+def resume(path: Path, spec: dict, model, optimizer) -> LoopState | None:
     """Restore model, optimizer and torch's random state from `path` when it was written for this
-    very spec, and return the checkpoint for the loop's own counters; None to start afresh."""
+    very spec, and return the loop's state; None to start afresh."""
     for stale in path.parent.glob(".*.tmp"):  # a killed job's half-written files (files.atomic_write)
         stale.unlink(missing_ok=True)
     if not path.exists():
@@ -30,4 +55,4 @@ def resume(path: Path, spec: dict, model, optimizer) -> dict | None:
     optimizer.load_state_dict(ckpt["optimizer"])
     torch.set_rng_state(ckpt["torch_rng"])
     print(f"resuming from {path} (step {ckpt['step']})", file=sys.stderr)
-    return ckpt
+    return LoopState(**{f.name: ckpt[f.name] for f in fields(LoopState) if f.name in ckpt})

@@ -29,7 +29,7 @@ from ..devices import pick_device
 from ..data.images import augment_batch, iterate_batches, load_prepared, normalize
 from ..evaluate.classification import evaluate
 from ..models.preact_resnet import PreActResNet, count_parameters
-from .checkpoint import resume
+from .checkpoint import LoopState, resume, save
 
 LOG_FIELDS = ("epoch", "step", "lr", "train_loss", "train_error", "test_loss", "test_error", "seconds")
 
@@ -64,18 +64,16 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
     model = model.to(device, memory_format=torch.channels_last if on_cuda else torch.contiguous_format)
     opt = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=spec["momentum"], weight_decay=spec["weight_decay"])
 
-    epoch, step, rows, diverged = 0, 0, [], None
-    if (ckpt := resume(ckpt_path, spec, model, opt)) is not None:
-        gen.set_state(ckpt["generator"])
-        epoch, step, rows, diverged = ckpt["epoch"], ckpt["step"], ckpt["log"], ckpt["diverged"]
+    state = resume(ckpt_path, spec, model, opt) or LoopState(generator=gen.get_state())
+    gen.set_state(state.generator)
 
     train_x, train_y = data["train_x"].to(device), data["train_y"].to(device)
     test_x, test_y = data["test_x"].to(device), data["test_y"].to(device)
     mean, std = data["mean"], data["std"]
     steps_per_epoch = math.ceil(len(train_y) / spec["batch_size"])
-    bar = tqdm(total=spec["epochs"] * steps_per_epoch, initial=step, desc=str(out_dir), disable=not progress, mininterval=2, file=sys.stderr)
+    bar = tqdm(total=spec["epochs"] * steps_per_epoch, initial=state.step, desc=str(out_dir), disable=not progress, mininterval=2, file=sys.stderr)
 
-    while epoch < spec["epochs"] and diverged is None:
+    while state.epoch < spec["epochs"] and state.diverged is None:
         model.train()
         started, loss_sum, wrong, seen = time.perf_counter(), 0.0, 0, 0
         for idx in iterate_batches(len(train_y), spec["batch_size"], gen):
@@ -84,16 +82,16 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
             x, y = normalize(x, mean, std), train_y[idx]
             if on_cuda:
                 x = x.contiguous(memory_format=torch.channels_last)
-            lr = lr_at(spec, epoch, step)
+            lr = lr_at(spec, state.epoch, state.step)
             for group in opt.param_groups:
                 group["lr"] = lr
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=on_cuda):
                 logits = model(x)
                 loss = F.cross_entropy(logits.float(), y)
-            step += 1
+            state.step += 1
             bar.update(1)
             if not torch.isfinite(loss):
-                diverged = {"epoch": epoch + 1, "step": step, "loss": str(loss.item())}
+                state.diverged = {"epoch": state.epoch + 1, "step": state.step, "loss": str(loss.item())}
                 break
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -101,14 +99,14 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
             loss_sum += loss.item() * len(y)
             wrong += (logits.argmax(1) != y).sum().item()
             seen += len(y)
-        if diverged is not None:
+        if state.diverged is not None:
             break
-        epoch += 1
+        state.epoch += 1
         test_loss, test_error = evaluate(model, test_x, test_y, mean, std, spec["batch_size"], on_cuda)
-        rows.append(
+        state.log.append(
             {
-                "epoch": epoch,
-                "step": step,
+                "epoch": state.epoch,
+                "step": state.step,
                 "lr": lr,
                 "train_loss": loss_sum / seen,
                 "train_error": 100.0 * wrong / seen,
@@ -118,33 +116,20 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
             }
         )
         bar.set_postfix(train_loss=f"{loss_sum / seen:.3f}", test_error=f"{test_error:.2f}")
-        files.write_text(out_dir / "train_log.csv", log_csv(rows))
-        _save_checkpoint(ckpt_path, model, opt, gen, spec, epoch, step, rows, diverged)
+        files.write_text(out_dir / "train_log.csv", log_csv(state.log))
+        state.generator = gen.get_state()
+        save(ckpt_path, model, opt, spec, state)
     bar.close()
-    if diverged is not None:  # remember it, so a rerun does not retrain a known divergence
-        _save_checkpoint(ckpt_path, model, opt, gen, spec, epoch, step, rows, diverged)
+    if state.diverged is not None:  # remember it, so a rerun does not retrain a known divergence
+        state.generator = gen.get_state()
+        save(ckpt_path, model, opt, spec, state)
 
-    metrics = summarize(spec, rows, diverged)
+    metrics = summarize(spec, state.log, state.diverged)
     metrics["parameters"] = count_parameters(model)
     metrics["provenance"] = provenance.collect(device)
-    files.write_text(out_dir / "train_log.csv", log_csv(rows))
+    files.write_text(out_dir / "train_log.csv", log_csv(state.log))
     files.write_json(out_dir / "metrics.json", metrics)
     return metrics
-
-
-def _save_checkpoint(path, model, opt, gen, spec, epoch, step, rows, diverged) -> None:
-    state = {
-        "model": model.state_dict(),
-        "optimizer": opt.state_dict(),
-        "generator": gen.get_state(),
-        "torch_rng": torch.get_rng_state(),
-        "spec": spec,
-        "epoch": epoch,
-        "step": step,
-        "log": rows,
-        "diverged": diverged,
-    }
-    files.save_torch(path, state)
 
 
 def summarize(spec: dict, rows: list[dict], diverged: dict | None) -> dict:

@@ -26,10 +26,10 @@ from torch import nn
 from tqdm import tqdm
 
 from .. import files, provenance
+from ..devices import pick_device
 from ..models.preact_resnet import count_parameters
 from ..models.transformer import Transformer, TransformerConfig, label_smoothed_loss
-from .checkpoint import resume
-from ..devices import pick_device
+from .checkpoint import LoopState, resume, save
 from .classification import log_csv
 
 LOG_FIELDS = ("step", "epoch", "lr", "train_loss", "dev_loss", "tokens_per_s", "seconds")
@@ -113,28 +113,25 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
     gen = torch.Generator().manual_seed(spec["seed"])
     model = build_model(spec, vocab_size).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    step, epoch, position, rows, diverged, epoch_gen_state = 0, 0, 0, [], None, gen.get_state()
-    if (ckpt := resume(ckpt_dir / "last.pt", spec, model, opt)) is not None:
-        step, epoch, position, rows, diverged = ckpt["step"], ckpt["epoch"], ckpt["position"], ckpt["log"], ckpt["diverged"]
-        epoch_gen_state = ckpt["epoch_generator"]
+    state = resume(ckpt_dir / "last.pt", spec, model, opt) or LoopState(generator=gen.get_state())
     # positions is a constant buffer: nothing to broadcast before each forward
     ddp_model = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False) if world > 1 else model
 
     lengths = [(len(s) + 1, len(t) + 1) for s, t in train_pairs]
-    bar = tqdm(total=spec["max_updates"], initial=step, desc=str(out_dir), disable=not progress or rank > 0, mininterval=2, file=sys.stderr)
+    bar = tqdm(total=spec["max_updates"], initial=state.step, desc=str(out_dir), disable=not progress or rank > 0, mininterval=2, file=sys.stderr)
     started, loss_sum, loss_tokens, seen_tokens = time.perf_counter(), 0.0, 0, 0
-    while step < spec["max_updates"] and diverged is None:
-        gen.set_state(epoch_gen_state)
+    while state.step < spec["max_updates"] and state.diverged is None:
+        gen.set_state(state.generator)
         batches = token_batches(lengths, spec["max_tokens"], gen)
         batches = batches[rank : len(batches) - len(batches) % world : world]  # as many on every rank: DDP's collectives pair up
         groups = [batches[i : i + spec["update_freq"]] for i in range(0, len(batches), spec["update_freq"])]
-        while position < len(groups) and step < spec["max_updates"]:
-            lr = inverse_sqrt_lr(step + 1, model.cfg.d_model, spec["warmup"], spec["lr_scale"])
+        while state.position < len(groups) and state.step < spec["max_updates"]:
+            lr = inverse_sqrt_lr(state.step + 1, model.cfg.d_model, spec["warmup"], spec["lr_scale"])
             for group in opt.param_groups:
                 group["lr"] = lr
             opt.zero_grad(set_to_none=True)
-            group_tokens = sum(sum(lengths[i][1] for i in idx) for idx in groups[position])
-            for idx in groups[position]:
+            group_tokens = sum(sum(lengths[i][1] for i in idx) for idx in groups[state.position])
+            for idx in groups[state.position]:
                 batch = collate(train_pairs, idx, spec["pad_id"], spec["bos_id"], spec["eos_id"])
                 if device.type == "cuda":  # pinned host memory: the copy overlaps with compute
                     batch = tuple(t.pin_memory() for t in batch)
@@ -147,48 +144,48 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
                 if world > 1:  # every rank must stop together, or the others wait in backward() forever
                     torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN)
                 if not finite:
-                    diverged = {"step": step + 1, "loss": str(loss.item())}
+                    state.diverged = {"step": state.step + 1, "loss": str(loss.item())}
                     break
                 (loss * n / group_tokens).backward()  # token-weighted mean over the accumulated batches
                 loss_sum, loss_tokens = loss_sum + loss.item() * n, loss_tokens + n
                 seen_tokens += int((src != spec["pad_id"]).sum()) + n
-            if diverged is not None:
+            if state.diverged is not None:
                 break
             opt.step()
-            step, position = step + 1, position + 1
+            state.step, state.position = state.step + 1, state.position + 1
             bar.update(1)
-            if step % spec["checkpoint_every"] == 0 or step == spec["max_updates"]:
+            if state.step % spec["checkpoint_every"] == 0 or state.step == spec["max_updates"]:
                 elapsed = time.perf_counter() - started
-                row = {"step": step, "epoch": epoch, "lr": lr, "train_loss": loss_sum / max(loss_tokens, 1),
+                row = {"step": state.step, "epoch": state.epoch, "lr": lr, "train_loss": loss_sum / max(loss_tokens, 1),
                        "dev_loss": dev_loss(model, dev_pairs, spec, device), "tokens_per_s": seen_tokens / elapsed, "seconds": elapsed}
-                rows.append(row)
+                state.log.append(row)
                 bar.set_postfix(train_loss=f"{row['train_loss']:.3f}", dev_loss=f"{row['dev_loss']:.3f}")
                 started, loss_sum, loss_tokens, seen_tokens = time.perf_counter(), 0.0, 0, 0
                 if rank == 0:
-                    files.write_text(out_dir / "train_log.csv", log_csv(rows, LOG_FIELDS))
-                    _save(ckpt_dir, model, opt, spec, step, epoch, position, rows, diverged, epoch_gen_state)
-        if diverged is None and position >= len(groups):
-            epoch, position, epoch_gen_state = epoch + 1, 0, gen.get_state()
+                    files.write_text(out_dir / "train_log.csv", log_csv(state.log, LOG_FIELDS))
+                    _save(ckpt_dir, model, opt, spec, state)
+        if state.diverged is None and state.position >= len(groups):
+            state.epoch, state.position, state.generator = state.epoch + 1, 0, gen.get_state()
     bar.close()
-    if diverged is not None and rank == 0:
-        _save(ckpt_dir, model, opt, spec, step, epoch, position, rows, diverged, epoch_gen_state)
+    if state.diverged is not None and rank == 0:
+        _save(ckpt_dir, model, opt, spec, state)
 
-    metrics = {"spec": spec, "seed": spec["seed"], "diverged": diverged is not None, "diverged_at": diverged, "updates": step,
-               "epochs": epoch, "parameters": count_parameters(model), "wall_time_s": sum(r["seconds"] for r in rows),
-               "final": rows[-1] if rows and diverged is None else None, "provenance": provenance.collect(device)}
+    rows = state.log
+    metrics = {"spec": spec, "seed": spec["seed"], "diverged": state.diverged is not None, "diverged_at": state.diverged,
+               "updates": state.step, "epochs": state.epoch, "parameters": count_parameters(model),
+               "wall_time_s": sum(r["seconds"] for r in rows), "final": rows[-1] if rows and state.diverged is None else None,
+               "provenance": provenance.collect(device)}
     if rank == 0:
         files.write_text(out_dir / "train_log.csv", log_csv(rows, LOG_FIELDS))
         files.write_json(out_dir / "metrics.json", metrics)
     return metrics
 
 
-def _save(ckpt_dir: Path, model, opt, spec, step, epoch, position, rows, diverged, epoch_gen_state) -> None:
+def _save(ckpt_dir: Path, model, opt, spec: dict, state: LoopState) -> None:
     """last.pt for resuming; step<N>.pt (model only) for averaging, the newest `keep_checkpoints` kept."""
-    state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "torch_rng": torch.get_rng_state(), "spec": spec,
-             "step": step, "epoch": epoch, "position": position, "log": rows, "diverged": diverged, "epoch_generator": epoch_gen_state}
-    if diverged is None:
-        files.save_torch(ckpt_dir / f"step{step}.pt", {"model": model.state_dict(), "step": step})
+    if state.diverged is None:
+        files.save_torch(ckpt_dir / f"step{state.step}.pt", {"model": model.state_dict(), "step": state.step})
         kept = sorted(ckpt_dir.glob("step*.pt"), key=lambda p: int(p.stem.removeprefix("step")))
         for old in kept[: -spec["keep_checkpoints"]]:
             old.unlink()
-    files.save_torch(ckpt_dir / "last.pt", state)
+    save(ckpt_dir / "last.pt", model, opt, spec, state)
