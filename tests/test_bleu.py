@@ -76,10 +76,13 @@ def test_perfect_hypothesis_is_100():
 
 
 def test_length_mismatch_rejected():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^1 hypotheses but 2 references$"):
         tokenized_bleu(["a b"], ["a b", "c d"])
-    with pytest.raises(TypeError):
-        sacre_bleu("a b", "a b")
+    for hyps, refs in (("a b", "a b"), ("a b", ["a b"]), (["a b"], "a b")):  # either one a bare string
+        with pytest.raises(TypeError, match="^hyps and refs must be lists of sentences, not a single string$"):
+            sacre_bleu(hyps, refs)
+    with pytest.raises(ValueError, match="^no sentences to score$"):
+        tokenized_bleu([], [])
 
 
 def test_sacre_bleu_signature():
@@ -89,6 +92,7 @@ def test_sacre_bleu_signature():
     assert sig == "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"
     assert 0 < out["bleu"] < 100
     assert set(out) >= {"bleu", "signature", "precisions", "bp", "sys_len", "ref_len"}
+    assert out["version"] == "2.6.0"
 
 
 TOK_HYPS = [
@@ -174,8 +178,32 @@ def test_paired_bootstrap_better_system_significant_and_deterministic():
 
 def test_paired_bootstrap_rejects_seed_zero():
     refs = _corpus(5)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="seed must be a positive int, got 0"):
         paired_bootstrap(refs, refs, refs, seed=0)
+    with pytest.raises(ValueError, match="seed must be a positive int, got True"):
+        paired_bootstrap(refs, refs, refs, seed=True)
+    with pytest.raises(ValueError, match="n must be >= 1, got 0"):
+        paired_bootstrap(refs, refs, refs, n=0)
+    assert paired_bootstrap(refs, refs, refs, n=1, seed=1)["n"] == 1  # the smallest allowed of each
+
+
+def test_paired_bootstrap_returns_every_field_with_its_value():
+    """The whole result on a fixed case: the bootstrap (not approximate randomisation) of
+    sacreBLEU on detokenized text by default, 20 of 200 resampled differences not above 0
+    (seed 5 with the pinned numpy), and each field under its documented name."""
+    refs = _corpus()
+    baseline = [r if i % 3 else " ".join(r.split()[:-2]) + " ." for i, r in enumerate(refs)]
+    system = [r if i % 4 else r.replace("the", "a", 1) for i, r in enumerate(refs)]
+    out = paired_bootstrap(baseline, system, refs, n=200, seed=5)
+    assert set(out) == {"p_value", "p_value_sacrebleu", "baseline_bleu", "system_bleu", "mean", "ci", "baseline_mean",
+                        "baseline_ci", "n", "seed", "signature", "identical"}
+    assert out["p_value"] == out["p_value_sacrebleu"] == pytest.approx(20 / 201)
+    assert (out["n"], out["seed"], out["identical"]) == (200, 5, False)
+    assert out["baseline_bleu"] == pytest.approx(sacre_bleu(baseline, refs)["bleu"])
+    assert out["system_bleu"] == pytest.approx(sacre_bleu(system, refs)["bleu"])
+    assert out["mean"] == pytest.approx(94.8218, abs=1e-4) and out["ci"] == pytest.approx(3.6311, abs=1e-4)
+    assert out["baseline_mean"] == pytest.approx(91.8674, abs=1e-4) and out["baseline_ci"] == pytest.approx(3.5565, abs=1e-4)
+    assert out["signature"] == "nrefs:1|bs:200|seed:5|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"
 
 
 @pytest.mark.parametrize(
@@ -218,3 +246,17 @@ def test_read_write_round_trip(tmp_path):
     assert read_lines(path) == []
     with pytest.raises(ValueError):
         write_lines(path, ["two\nlines"])
+
+
+def test_lines_are_split_on_newlines_only_and_written_as_str(tmp_path):
+    """A carriage return inside a sentence is text when read (universal newlines would split or
+    translate it), and is refused when written, as a line feed is; only str is written."""
+    path = tmp_path / "hyp.txt"
+    path.write_bytes("one\rtwo\nthree\n".encode("utf-8"))
+    assert read_lines(path) == ["one\rtwo", "three"]
+    for bad in ("a\rb", "a\nb"):
+        with pytest.raises(ValueError, match="^line 1 contains a line break: "):
+            write_lines(path, ["fine", bad])
+    with pytest.raises(TypeError, match="^line 0 is int, not str$"):
+        write_lines(path, [3])
+

@@ -509,6 +509,25 @@ def test_bad_choice_and_unknown_arg():
         validate("add", {"lam": 2})  # add takes no argument
 
 
+def test_config_errors_say_where_what_and_what_is_allowed():
+    """The exact messages a user reads when a table row is wrong (the key, the value, the rule)."""
+    cases = [
+        (lambda: validate("xskip", {"lam": "2"}), "variant (xskip): lam='2' is invalid; expected a number > 0"),
+        (lambda: validate("rskip_ln", {"lam": 1.5}, where="t.rows[3]"), "t.rows[3] (rskip_ln): lam=1.5 is invalid; expected an integer >= 1"),
+        (lambda: validate("add", {"lam": 2}), "variant: add has no argument 'lam'; allowed: none"),
+        (lambda: validate("xskip", {"lamda": 2}), "variant: xskip has no argument 'lamda'; allowed: lam"),
+        (lambda: validate("sas", {"gate": "tiny"}), "variant (sas): gate='tiny' is invalid; expected one of full, single, transform"),
+        (lambda: build("add", DIM, "image"), "layout 'image' unknown; allowed: conv, seq"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ConfigError) as err:
+            call()
+        assert str(err.value) == message
+    with pytest.raises(ConfigError) as err:
+        validate("xskipp")
+    assert str(err.value) == f"variant: unknown variant 'xskipp'; allowed: {', '.join(sorted(residual.REGISTRY))}"
+
+
 def test_validate_fills_defaults_and_accepts_int_for_float():
     """validate returns the full arg dict; an int is accepted where a float is declared."""
     full = validate("xskip", {"lam": 2})
