@@ -101,6 +101,26 @@ def test_the_baseline_row(report):
     assert base["run as"] == "digits / preact_resnet8 / add"  # the default recipe goes unnamed
 
 
+def test_header_and_cells_that_come_from_the_context(report):
+    """The scale names the report and the results folder; the training time is the runs'
+    wall time in hours; a row with no finished and no diverged seed says "no result"; text
+    from the tables is escaped, never read as HTML."""
+    assert "<title>resrepro report: tiny scale</title>" in report.html and "results/tiny/" in report.html
+    runs = pd.read_csv(report.aggregate / "runs.csv")
+    hours = runs["wall_time_s"].fillna(0).sum() / 3600
+    assert runs["wall_time_s"].isna().any() and hours > 0  # failed and missing runs have no time
+    assert f"Total training time: {hours:.2f} device-hours." in re.sub(r"\s+", " ", report.html)
+    rows = pd.read_csv(report.aggregate / "rows.csv")
+    row = rows["label"] == "SAS with LN"
+    rows.loc[row, ["n", "n_diverged", "n_unfinished"]] = [0, 0, 3]
+    rows.loc[row, "formula"] = "a < b & c"
+    files.write_text(report.aggregate / "rows.csv", rows.to_csv(index=False))
+    html = render_report(report.aggregate, report.aggregate / "edited.html")
+    cells = row_by_label(html, "sas-t7", "SAS with LN")
+    assert cells["reproduced"] == "no result"
+    assert "<code>a &lt; b &amp; c</code>" in html
+
+
 def test_run_as_names_a_refined_recipe(report):
     """A run trained under a paper's own protocol (recipes.py) says so in the "run as" cell."""
     rows = pd.read_csv(report.aggregate / "rows.csv")
