@@ -149,9 +149,7 @@ def make_plan(config: dict) -> Plan:
                     json.dumps(recipe, sort_keys=True))
                 for seed in seeds_for(config, table_id, table["task"])
             ]
-            for run in runs:
-                if run.path in plan.runs and plan.runs[run.path] != run:  # cannot happen while folders carry recipe names
-                    raise ConfigError(f"{where}: {run.path} would hold two different recipes")
+            for run in runs:  # the path names the recipe: a path already planned holds this same run
                 plan.runs[run.path] = run
             plan.rows.append(
                 {

@@ -1,8 +1,8 @@
 """Train one PreAct-ResNet cell on a prepared image dataset: the papers' CIFAR recipe.
 
 SGD with momentum, a step learning rate (/10 at the milestone epochs), an optional warm-up at a
-low rate for the first iterations of very deep nets (He et al. 2016b, depth 110), random crop and
-flip. The dataset lives on the device as uint8 and is augmented there in batches (airbench-style),
+low rate for the first iterations (He et al. 2016b: 0.01 for 400 iterations, every CIFAR depth;
+`warmup_min_depth` can restrict it to deep nets), random crop and flip. The dataset lives on the device as uint8 and is augmented there in batches (airbench-style),
 so a CPU epoch on digits takes about a second and a GPU never waits on a loader.
 
 Contracts (docs/design.md): a checkpoint after every epoch, written atomically, holding everything
@@ -36,7 +36,7 @@ LOG_FIELDS = ("epoch", "step", "lr", "train_loss", "train_error", "test_loss", "
 
 def lr_at(spec: dict, epoch: int, step: int) -> float:
     """Step schedule: lr / 10 at each milestone epoch; warm-up rate for the first iterations of
-    models at least `warmup_min_depth` deep (He et al. 2016b use 0.01 for 400 iterations at 110)."""
+    models at least `warmup_min_depth` deep (He et al. 2016b: 0.01 for 400 iterations, every depth)."""
     if step < spec["warmup_iterations"] and spec["depth"] >= spec["warmup_min_depth"]:
         return spec["warmup_lr"]
     return spec["lr"] * 0.1 ** sum(epoch >= m for m in spec["lr_milestones"])
@@ -66,6 +66,10 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
 
     state = resume(ckpt_path, spec, model, opt) or LoopState(generator=gen.get_state())
     gen.set_state(state.generator)
+
+    def checkpoint():
+        state.generator = gen.get_state()  # the live generator: the next epoch's shuffle and crops
+        save(ckpt_path, model, opt, spec, state)
 
     train_x, train_y = data["train_x"].to(device), data["train_y"].to(device)
     test_x, test_y = data["test_x"].to(device), data["test_y"].to(device)
@@ -117,12 +121,10 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
         )
         bar.set_postfix(train_loss=f"{loss_sum / seen:.3f}", test_error=f"{test_error:.2f}")
         files.write_text(out_dir / "train_log.csv", log_csv(state.log))
-        state.generator = gen.get_state()
-        save(ckpt_path, model, opt, spec, state)
+        checkpoint()
     bar.close()
     if state.diverged is not None:  # remember it, so a rerun does not retrain a known divergence
-        state.generator = gen.get_state()
-        save(ckpt_path, model, opt, spec, state)
+        checkpoint()
 
     metrics = summarize(spec, state.log, state.diverged)
     metrics["parameters"] = count_parameters(model)
