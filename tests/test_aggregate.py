@@ -3,6 +3,7 @@
 import json
 import math
 
+import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
@@ -137,10 +138,30 @@ def test_translation_rows_bleu_bootstrap_and_paper_size_parameters(tmp_path):
     expected = [paired_bootstrap(bad[: 20 + k], good[: 20 + k], refs[: 20 + k])["p_value"] for k in range(3)]
     assert json.loads(prop["bootstrap_p"]) == expected and max(expected) < 0.05
     assert base["verdict"] == "baseline" and not isinstance(base["bootstrap_p"], str)  # no test against itself
-    assert prop["paper_parameters"] - base["paper_parameters"] == 30 * 2 * 512
-    two = rows.loc["2rSkip+LN, 2 blocks"]["paper_parameters"] - rows.loc["1xSkip+LN, 2 blocks"]["paper_parameters"]
+    # the extra LN of each of the 6 + 6 encoder and 6 x 3 decoder sublayers: 30 x (gain + bias) x 512
+    assert prop["parameters_at_paper_size"] - base["parameters_at_paper_size"] == 30 * 2 * 512
+    two = rows.loc["2rSkip+LN, 2 blocks"]["parameters_at_paper_size"] - rows.loc["1xSkip+LN, 2 blocks"]["parameters_at_paper_size"]
     assert two == 10 * 2 * 512
-    assert 60e6 < base["paper_parameters"] < 62e6  # base with the 32k vocabulary (paper: 65M with 37k)
+    assert base["parameters_at_paper_size"] == BASE_PARAMETERS_32K and base["parameters_vocabulary"] == 2**15
+    assert pd.isna(base["paper_parameters"])  # the paper prints counts for its EN-DE rows only
+
+
+# Transformer base by hand at the 2**15 joint vocabulary, tied embeddings, bias-free attention (t2t):
+# embedding 32768 x 512; encoder layer 4 x 512^2 attention + (2 x 512 x 2048 + 2048 + 512) ffn + 2 LNs
+# x 1024; decoder layer 2 attentions + ffn + 3 LNs; 6 layers each.
+BASE_PARAMETERS_32K = 32768 * 512 + 6 * (4 * 512**2 + 2_099_712 + 2 * 1024) + 6 * (8 * 512**2 + 2_099_712 + 3 * 1024)
+
+
+def test_paper_parameters_come_from_the_table_and_ours_from_the_model():
+    """rskip-t7's EN-DE rows: the paper's printed count beside ours at the pipeline's vocabulary."""
+    from fake_runs import plan_for
+
+    plan = plan_for(["rskip-t7"], seeds=1)
+    rows = aggregate(plan.rows, "/nonexistent", "config/tables", "final")["rows"].set_index("label")
+    de = rows.loc[["EN-DE Base", "EN-DE Base + proposal", "EN-DE Big", "EN-DE Big + proposal"]]
+    assert list(de["paper_parameters"]) == [65_000_000, 65_030_000, 213_000_000, 213_060_000]
+    assert list(de["parameters_at_paper_size"]) == [BASE_PARAMETERS_32K, BASE_PARAMETERS_32K + 30 * 1024, 209_838_080, 209_838_080 + 30 * 2048]
+    assert rows.loc["EN-VI Big", "parameters_at_paper_size"] == 209_838_080 and rows["parameters_vocabulary"].eq(2**15).all()
 
 
 def test_a_trained_translation_run_without_eval_json_is_missing(tmp_path):

@@ -191,6 +191,8 @@ GOOD_ROW = {"label": "x+F", "dataset": "cifar10", "depth": 20, "variant": "add",
         ({"dataset": None}, "missing key 'dataset'"),
         ({"dataset": "imagenet"}, "'imagenet' has no entry in classification.datasets"),
         ({"depth": 1202}, "1202 has no entry in classification.depths"),
+        ({"paper_parameters": "65M"}, "rows[0]: paper_parameters must be a positive whole count"),
+        ({"paper_parameters": 0}, "rows[0]: paper_parameters must be a positive whole count"),
     ],
 )
 def test_a_table_file_with_one_bad_row_names_table_row_and_key(tmp_path, row, message):

@@ -110,6 +110,15 @@ GOLDEN = [
     ("sas-t3", "EN-FR Big + Proposal", 41.3, f"{SAS}, Table 3, Big + Proposal x EN-FR"),
 ]
 
+# Model sizes the papers print beside a row (paper 001 Table 7's "#Params" column, for its EN-DE
+# models): 65M and 213M, the proposal "+0.03M" and "+0.06M" over them.
+GOLDEN_PARAMETERS = [
+    ("rskip-t7", "EN-DE Base", 65_000_000, f"{RSKIP}, Table 7, Transformer-Base: 65M"),
+    ("rskip-t7", "EN-DE Base + proposal", 65_030_000, f"{RSKIP}, Table 7, + proposal (Base): +0.03M"),
+    ("rskip-t7", "EN-DE Big", 213_000_000, f"{RSKIP}, Table 7, Transformer-Big: 213M"),
+    ("rskip-t7", "EN-DE Big + proposal", 213_060_000, f"{RSKIP}, Table 7, + proposal (Big): +0.06M"),
+]
+
 
 @pytest.fixture(scope="module")
 def config_values():
@@ -146,3 +155,9 @@ def test_sources_name_the_table_of_the_config_entry():
             assert "footnote 1" in source and "footnote 1" in cited
         else:
             assert f"Table {number[1:]}," in source and cited.endswith(f"Table {number[1:]}")
+
+
+def test_config_tables_hold_exactly_the_papers_parameter_counts():
+    counts = [(t, row["label"], row["paper_parameters"]) for t, table in load_tables("config/tables").items()
+              for row in table["rows"] if "paper_parameters" in row]
+    assert counts == [(t, label, n) for t, label, n, _ in GOLDEN_PARAMETERS]

@@ -167,11 +167,24 @@ def test_translation_cells(report):
     p = json.loads(rows.loc[("rskip-t5", "2rSkip+LN, 6 blocks"), "bootstrap_p"])
     assert len(p) == 3 and prop["bootstrap p (per seed)"] == ", ".join(fmt_p(x) for x in p)
     assert base["bootstrap p (per seed)"] == ""  # a baseline is not tested against itself
-    n_base = rows.loc[("rskip-t5", "1xSkip+LN, 6 blocks"), "paper_parameters"]
-    assert 60e6 < n_base < 61e6 and base["parameters at paper size"] == f"{n_base / 1e6:.2f}M"
-    assert prop["parameters at paper size"] == f"{(n_base + 30720) / 1e6:.2f}M"
+    assert base["parameters at paper size (vocabulary)"] == "60.88M (32,768)"  # 60,878,848
+    assert prop["parameters at paper size (vocabulary)"] == "60.91M (32,768)"  # + 30 LNs x 1024
+    assert "parameters, paper" not in prop  # rskip-t5: the paper prints no counts
     assert prop["verdict"] == "supported" and prop["vs baseline"] == "1xSkip+LN, 6 blocks"
     assert row_by_label(report.html, "sas-t7", "SAS with LN").get("sacreBLEU") is None  # only translation tables
+
+
+def test_paper_parameter_counts_stand_beside_ours(tmp_path):
+    """rskip-t7: the paper's count (EN-DE rows only) beside ours at the pipeline's vocabulary."""
+    plan = plan_for(["rskip-t7"], seeds=1)
+    cli.main(["aggregate", "--plan", json.dumps(plan.rows), "--results-dir", str(tmp_path / "results"), "--tables",
+              "config/tables/rskip.yaml", "--epoch", "final", "--out-dir", str(tmp_path / "agg")])
+    html = render_report(tmp_path / "agg", tmp_path / "index.html")
+    de_big = row_by_label(html, "rskip-t7", "EN-DE Big + proposal")
+    assert de_big["parameters, paper"] == "213.06M" and de_big["parameters at paper size (vocabulary)"] == "209.90M (32,768)"
+    assert row_by_label(html, "rskip-t7", "EN-DE Base")["parameters, paper"] == "65.00M"
+    en_vi = row_by_label(html, "rskip-t7", "EN-VI Base")
+    assert en_vi["parameters, paper"] == "" and en_vi["parameters at paper size (vocabulary)"] == "60.88M (32,768)"
 
 
 @pytest.mark.parametrize("value, text", [(None, "–"), (float("nan"), "–"), (1.005, "1.00"), (-2.5, "-2.50"), (3, "3.00")])

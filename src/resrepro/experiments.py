@@ -22,7 +22,8 @@ TASKS = ("classification", "translation")
 # How a row names its architecture, the scale profile's map for it, and the run's arch name.
 ARCH_KEYS = {"classification": ("depth", "depths", "preact_resnet{}"), "translation": ("size", "sizes", "transformer_{}")}
 METRICS = {"test_error": False, "test_accuracy": True, "bleu": True}  # metric -> higher is better
-ROW_KEYS = {"label", "formula", "dataset", "depth", "size", "variant", "args", "paper", "baseline", "note"}
+# paper_parameters: the model size the paper prints beside the row (paper 001 Table 7), a count
+ROW_KEYS = {"label", "formula", "dataset", "depth", "size", "variant", "args", "paper", "baseline", "note", "paper_parameters"}
 TABLE_KEYS = {"paper", "caption", "source", "task", "metric", "baseline", "rows"}
 
 
@@ -68,6 +69,8 @@ def _check_table(table_id: str, table: dict, path: Path) -> dict:
         if unknown := set(row) - ROW_KEYS:
             raise ConfigError(f"{rwhere}: unknown key {sorted(unknown)[0]!r}; allowed: {sorted(ROW_KEYS)}")
         residual.validate(row["variant"], row.get("args"), where=f"{rwhere}.args")
+        if "paper_parameters" in row and not (isinstance(row["paper_parameters"], int) and row["paper_parameters"] > 0):
+            raise ConfigError(f"{rwhere}: paper_parameters must be a positive whole count, e.g. 65_000_000; got {row['paper_parameters']!r}")
         baseline = row.get("baseline", table.get("baseline"))
         if baseline is not None and baseline not in labels:
             raise ConfigError(f"{rwhere}: baseline {baseline!r} is not a row label; rows: {labels}")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..data.subword import VOCAB_SIZES
 from ..experiments import METRICS, load_tables
 from . import stats
 
@@ -102,12 +103,12 @@ def bootstrap_p_values(results_dir: Path, runs: pd.DataFrame, row_runs: list[str
     return out
 
 
-def paper_parameters(row: dict) -> int:
-    """Parameters of the row's model at the paper's size and joint vocabulary, counted on the meta
-    device (no memory): paper 001 Table 7's parameter column."""
+def parameters_at_paper_size(row: dict) -> int:
+    """Parameters of the row's model at the paper's size with the joint vocabulary the pipeline
+    builds for the row's dataset at paper scale (VOCAB_SIZES), counted on the meta device (no
+    memory): our side of paper 001 Table 7's parameter column (docs/parameters.md)."""
     import torch
 
-    from ..data.subword import VOCAB_SIZES
     from ..models.preact_resnet import count_parameters
     from ..models.transformer import Transformer, TransformerConfig
 
@@ -161,7 +162,9 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
         if table["task"] == "translation":
             ok = [r for r in plan_row["runs"] if runs.loc[r, "status"] == "ok"]
             line["sacrebleu"] = runs.loc[ok, "sacrebleu"].astype(float).mean()
-            line["paper_parameters"] = paper_parameters(spec)
+            line["parameters_at_paper_size"] = parameters_at_paper_size(spec)
+            line["parameters_vocabulary"] = VOCAB_SIZES[spec["dataset"]]
+            line["paper_parameters"] = spec.get("paper_parameters")
         out_rows.append(line)
 
     curves = []

@@ -88,6 +88,14 @@ def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: 
     }
 
 
+def _is_number(x) -> bool:  # rows.csv: a row without the column reads back as NaN
+    return isinstance(x, (int, float)) and not math.isnan(x)
+
+
+def _millions(count) -> str:
+    return f"{count / 1e6:.2f}M" if _is_number(count) else ""
+
+
 def _row_view(r: pd.Series) -> dict:
     values = json.loads(r["values"])
     if r["n"] == 0 and r["n_diverged"]:
@@ -109,7 +117,9 @@ def _row_view(r: pd.Series) -> dict:
         # translation only: the honest BLEU, the bootstrap against the baseline, the paper-size model
         "sacrebleu": fmt(r.get("sacrebleu")),
         "bootstrap_p": ", ".join(fmt_p(p) for p in json.loads(r["bootstrap_p"])) if isinstance(r.get("bootstrap_p"), str) else "",
-        "paper_parameters": f"{r['paper_parameters'] / 1e6:.2f}M" if isinstance(r.get("paper_parameters"), (int, float)) and not math.isnan(r["paper_parameters"]) else "",
+        "parameters": _millions(r.get("parameters_at_paper_size")),
+        "parameters_vocabulary": f"{int(r['parameters_vocabulary']):,}" if _is_number(r.get("parameters_vocabulary")) else "",
+        "paper_parameters": _millions(r.get("paper_parameters")),
     }
 
 
