@@ -45,6 +45,8 @@ def test_bool_tensors_are_copied_when_equal_and_refused_when_not():
     assert out["m"].tolist() == [True, False] and out["m"].dtype == torch.bool and out["m"] is not mask
     with pytest.raises(ValueError, match=r"^bool tensor 'm' differs between checkpoint 0 and 2$"):
         average_state_dicts([{"m": mask}, {"m": mask.clone()}, {"m": ~mask}])
+    with pytest.raises(ValueError, match=r"^bool tensor 'm' differs between checkpoint 0 and 1$"):  # the first that differs
+        average_state_dicts([{"m": mask}, {"m": ~mask}, {"m": mask.clone()}])
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -133,13 +135,14 @@ def test_checkpoints_to_average_fewer_than_n(tmp_path, capsys):
     got = checkpoints_to_average(tmp_path, 10)
     assert [p.name for p in got] == ["step800.pt", "step9000.pt", "step10000.pt"]
     assert "only 3" in capsys.readouterr().err
+    assert len(checkpoints_to_average(tmp_path, 3)) == 3 and capsys.readouterr().err == ""  # exactly n: nothing to report
 
 
 def test_checkpoints_to_average_none_raises(tmp_path):
     _touch(tmp_path, "model.pt")
     with pytest.raises(ValueError, match="no checkpoints"):
         checkpoints_to_average(tmp_path, 10)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^n must be at least 1, got 0$"):
         checkpoints_to_average(tmp_path, 0)
 
 
@@ -200,8 +203,23 @@ def test_corrupt_file_raises_runtime_error_naming_it(tmp_path):
     bad.write_bytes(b"this is not a torch file")
     with pytest.raises(RuntimeError, match="step2000.pt") as info:
         average_checkpoints([tmp_path / "step1000.pt", bad], tmp_path / "avg.pt")
+    try:  # the message names torch's error and the first line of what it said
+        torch.load(bad, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001
+        said = f"{type(err).__name__}: {str(err).strip().splitlines()[0]}"
+    assert str(info.value) == f"cannot load checkpoint {bad}: {said}"
     assert info.value.__cause__ is None and info.value.__suppress_context__
     assert not (tmp_path / "avg.pt").exists()
+
+
+class _NotATensor:  # a pickled object: loading it would run code, so weights_only refuses it
+    pass
+
+
+def test_a_checkpoint_holding_arbitrary_objects_is_refused(tmp_path):
+    torch.save({"model": {"w": torch.tensor(1.0)}, "extra": _NotATensor()}, tmp_path / "step1000.pt")
+    with pytest.raises(RuntimeError, match="cannot load checkpoint .*step1000.pt: UnpicklingError"):
+        average_checkpoints([tmp_path / "step1000.pt"], tmp_path / "avg.pt")
 
 
 def test_file_without_model_entry_raises(tmp_path):
