@@ -23,6 +23,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/measure.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/report.smk"
 

@@ -46,7 +46,7 @@ from pathlib import Path
 import torch
 
 from resrepro.evaluate.beam_search import beam_search_nbest, max_lengths
-from resrepro.models.preact_resnet import count_parameters
+from resrepro.models import count_parameters
 from resrepro.models.transformer import PRESETS, Transformer, TransformerConfig
 
 PAD, BOS, EOS = 0, 1, 2

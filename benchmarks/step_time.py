@@ -40,7 +40,8 @@ import torch
 from torch import nn
 
 from resrepro import residual
-from resrepro.models.preact_resnet import PreActResNet, count_parameters
+from resrepro.models import count_parameters
+from resrepro.models.preact_resnet import PreActResNet
 
 # (name, args) in table order; the registry's remaining names are appended with default args.
 PAPER_VARIANTS: list[tuple[str, dict]] = [

@@ -55,7 +55,7 @@ from pathlib import Path
 import torch
 
 from resrepro import residual
-from resrepro.models.preact_resnet import count_parameters
+from resrepro.models import count_parameters
 from resrepro.models.transformer import PRESETS, Transformer, TransformerConfig, label_smoothed_loss
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -30,7 +30,7 @@ TIMEOUT_S = 120
 
 
 def spec(**over):  # as test_train_translation.spec: 8 token batches an epoch, so 4 per rank, 2 updates of 2
-    base = dict(task="translation", size="base_2block", variant="rskip_ln", args={"lam": 2}, seed=0, max_tokens=300,
+    base = dict(task="translation", model="transformer", size="base_2block", variant="rskip_ln", args={"lam": 2}, seed=0, max_tokens=300,
                 update_freq=2, warmup=50, lr_scale=1.0, label_smoothing=0.1, max_updates=24, checkpoint_every=8,
                 keep_checkpoints=2, pad_id=0, bos_id=1, eos_id=2)
     return {**base, **over}

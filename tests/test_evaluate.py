@@ -199,11 +199,13 @@ def prepared(tmp_path_factory):
     data = root / "data"
     meta = write_prepared(data, name="iwslt15_en_vi", src_lang="en", tgt_lang="vi", train=[pairs["train"]], dev=[pairs["dev"]],
                           test=pairs["test"], tokenized=True, vocab_size=400, seed=0)
-    spec = {**SPEC, "size": "mini_2block", "variant": "rskip_ln", "args": {"lam": 2}}
+    spec = {**SPEC, "model": "transformer", "size": "mini_2block", "variant": "rskip_ln", "args": {"lam": 2}}
     torch.manual_seed(0)
     model = Transformer(TransformerConfig.preset("mini_2block", meta["subword"]["vocab_size"], variant="rskip_ln", args={"lam": 2},
                                                  pad_id=SPEC["pad_id"]))
-    torch.save({"model": model.state_dict(), "averaged_from": ["step1.pt"]}, root / "averaged.pt")
+    model_spec = {"arch": "transformer", "size": "mini_2block", "variant": "rskip_ln", "args": {"lam": 2}, "pad_id": SPEC["pad_id"],
+                  "vocab_size": meta["subword"]["vocab_size"]}
+    torch.save({"model": model.state_dict(), "model_spec": model_spec, "averaged_from": ["step1.pt"]}, root / "averaged.pt")
     return {"data": data, "averaged": root / "averaged.pt", "spec": spec, "state": model.state_dict()}
 
 
@@ -229,10 +231,7 @@ def _copy_source(monkeypatch):
 
 
 def test_load_model_rebuilds_the_spec_model_with_the_averaged_weights(prepared):
-    from resrepro.data.subword import SubwordVocab
-
-    vocab = SubwordVocab.load(prepared["data"] / "subword.model")
-    model = translation.load_model(prepared["averaged"], prepared["spec"], vocab.size, torch.device("cpu"))
+    model = translation.load_model(prepared["averaged"], prepared["spec"], torch.device("cpu"))
     assert not model.training
     assert (model.cfg.variant, model.cfg.args, model.cfg.pad_id, model.cfg.encoder_layers) == ("rskip_ln", {"lam": 2}, 0, 1)
     state = model.state_dict()
@@ -275,6 +274,12 @@ def test_evaluate_prepared_scores_each_kind_of_dataset(prepared, tmp_path, monke
         assert expected["hyp.detok.txt"] != decoded
 
 
+@pytest.mark.parametrize("key, value", [("size", "mini_base"), ("variant", "xskip_ln"), ("args", {"lam": 1})])
+def test_load_model_refuses_an_averaged_file_of_another_model(prepared, key, value):
+    with pytest.raises(RuntimeError, match=f"holds a model with {key}="):
+        translation.load_model(prepared["averaged"], {**prepared["spec"], key: value}, torch.device("cpu"))
+
+
 def test_evaluate_prepared_loads_and_decodes_on_the_picked_device(prepared, tmp_path, monkeypatch):
     """The device comes from pick_device ("auto" unless the rule says otherwise), and both the
     model and the decoding get it (on a GPU machine: cuda, not wherever the checkpoint was saved)."""
@@ -282,7 +287,7 @@ def test_evaluate_prepared_loads_and_decodes_on_the_picked_device(prepared, tmp_
     device = torch.device("cpu")
     monkeypatch.setattr("resrepro.devices.pick_device", lambda name: picked.append(name) or device)
     real_load = translation.load_model
-    monkeypatch.setattr(translation, "load_model", lambda *args: seen.update(load=args[3]) or real_load(*args))
+    monkeypatch.setattr(translation, "load_model", lambda *args: seen.update(load=args[2]) or real_load(*args))
     monkeypatch.setattr(translation, "evaluate", lambda model, *args: seen.update(decode=args[-2]) or {})
     translation.evaluate_prepared(prepared["spec"], prepared["data"], prepared["averaged"], tmp_path / "run")
     assert picked == ["auto"] and seen["load"] is device and seen["decode"] is device

@@ -17,7 +17,7 @@ from resrepro.data.digits import prepare_digits
 pytestmark = pytest.mark.integration
 CLI = Path(sys.executable).parent / "resrepro"
 SPEC = {
-    "task": "classification", "dataset": "digits", "arch": "preact_resnet14", "depth": 14, "variant": "rskip_ln",
+    "task": "classification", "dataset": "digits", "arch": "preact_resnet14", "model": "preact_resnet", "depth": 14, "variant": "rskip_ln",
     "args": {"lam": 2}, "seed": 3, "epochs": 8, "batch_size": 64, "lr": 0.1, "momentum": 0.9, "weight_decay": 2e-4,
     "lr_milestones": [5], "warmup_lr": 0.01, "warmup_iterations": 0, "warmup_min_depth": 110, "augment_pad": 1,
     "augment_flip": False,

@@ -13,7 +13,8 @@ ALLOWED = {
     "data": set(),
     "evaluate": {"models", "data"},
     "train": {"models", "data", "evaluate"},
-    "analysis": {"models", "data", "evaluate"},
+    "measure": {"models", "data", "evaluate"},
+    "analysis": {"models", "data", "evaluate", "measure"},
     "report": {"analysis"},
 }
 

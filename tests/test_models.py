@@ -13,7 +13,8 @@ import torch
 from torch.nn import functional as F
 
 from resrepro.experiments import load_tables
-from resrepro.models.preact_resnet import DEPTHS, PreActResNet, blocks_per_stage, count_parameters
+from resrepro.models import count_parameters
+from resrepro.models.preact_resnet import DEPTHS, PreActResNet, blocks_per_stage
 from resrepro.residual import ConfigError, variant_id
 
 TABLES = Path(__file__).resolve().parents[1] / "config" / "tables"

@@ -11,7 +11,7 @@ explained by the embedding alone, and all eight rows fit one vocabulary of 41,00
 import pytest
 import torch
 
-from resrepro.models.preact_resnet import count_parameters
+from resrepro.models import count_parameters
 from resrepro.models.transformer import Transformer, TransformerConfig
 
 # Vaswani et al. 2017, "Attention is all you need", Table 3, column "params x 10^6": the base row,

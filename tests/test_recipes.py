@@ -224,5 +224,5 @@ def test_depths_must_be_preact_resnet_depths(mini):
 
 
 def test_run_paths_name_the_recipe():
-    run = experiments.Run("translation", "synthetic", "transformer_mini_base", "rskip_ln", json.dumps({"lam": 2}), 1, "a+b")
+    run = experiments.Run("translation", "synthetic", "transformer_mini_base", "transformer", "mini_base", "rskip_ln", json.dumps({"lam": 2}), 1, "a+b")
     assert run.path == "translation/synthetic/transformer_mini_base/a+b/rskip_ln-lam2/seed1"

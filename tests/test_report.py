@@ -226,3 +226,69 @@ def test_each_table_with_training_logs_has_its_learning_curves(report, tmp_path)
 def test_data_uri():
     assert data_uri(b"\x89PNG") == "data:image/png;base64,iVBORw=="
     assert data_uri(None) is None
+
+
+def test_a_figure_section_shows_the_claim_what_each_cell_shows_and_its_drawing(tmp_path):
+    """sas-f3 over 2 seeds of which one is measured: the cell says 1/2 and the measurement's
+    summary of that run; the paper's claim and the drawing are beside it. Unmeasured: it says so."""
+    import yaml
+
+    from resrepro import experiments
+    from resrepro.measure.gates import summarize_gates
+
+    with open("tests/configs/tiny.yaml") as f:
+        plan = experiments.make_plan(yaml.safe_load(f) | {"tables": ["sas-t7"], "figures": ["sas-f3"], "seeds": 2})
+    for path in plan.runs:
+        write_metrics(tmp_path / "results", path, 5.0)
+
+    def report() -> str:
+        cli.main(["aggregate", "--plan", json.dumps(plan.rows), "--measures", json.dumps(plan.measures), "--results-dir",
+                  str(tmp_path / "results"), "--tables", "config/tables/sas.yaml", "--epoch", "final", "--out-dir", str(tmp_path / "agg")])
+        cli.main(["report", "--aggregate-dir", str(tmp_path / "agg"), "--tables", "config/tables/sas.yaml", "--figures",
+                  "config/figures/sas.yaml", "--template", "report/templates/index.html.j2", "--scale", "tiny", "--out", str(tmp_path / "i.html")])
+        return (tmp_path / "i.html").read_text()
+
+    (cell,) = table_rows(report(), "sas-f3")
+    assert cell == {"cell": "SAS (LN)", "runs measured": "0/2", "this run shows (mean over its seeds)": "no finished run measured"}
+    gates = pd.DataFrame([(b, q, v) for b in (1, 2, 3) for q, v in (("alpha", 0.95), ("beta", 0.1 * b), ("gamma", 0.05 / b))],
+                         columns=["block", "quantity", "value"])
+    files.write_text(tmp_path / "results" / plan.measures[0]["runs"][0] / "measure" / "sas_gates.csv", gates.to_csv(index=False))
+    html = report()
+    (cell,) = table_rows(html, "sas-f3")
+    assert cell["runs measured"] == "1/2" and cell["this run shows (mean over its seeds)"] == summarize_gates(gates)
+    section = html[html.index('<section id="sas-f3">'):]
+    section = section[: section.index("</section>")]
+    assert "beta grows with depth" in section and section.count("data:image/png;base64,") == 1
+    assert '<a href="#sas-f3">' in html
+
+
+def test_context_values_exactly(report):
+    """What the header states, to the last digit: the training hours (missing and failed runs
+    count 0 s), the generation time in UTC, the note only when given, the epoch basis."""
+    from resrepro.report.render import build_context, render
+
+    tables = ["config/tables/sas.yaml", "config/tables/rskip.yaml"]
+    ctx = build_context(report.aggregate, tables, "tiny", {})
+    runs = pd.read_csv(report.aggregate / "runs.csv")
+    assert ctx["provenance"]["compute_hours"] == runs["wall_time_s"].sum() / 3600 and runs["wall_time_s"].isna().sum() == 2
+    assert ctx["provenance"]["generated_at"].endswith("+00:00") and ctx["note"] == "" and ctx["epoch_basis"] == "final"
+    out = report.aggregate / "noted.html"
+    render(report.aggregate, tables, "report/templates/index.html.j2", out, "tiny", {})
+    assert "About this scale" not in out.read_text()
+    render(report.aggregate, tables, "report/templates/index.html.j2", out, "tiny", {}, "digits, not CIFAR")
+    assert "<b>About this scale:</b> digits, not CIFAR" in out.read_text()
+
+
+def test_empty_text_cells_stay_empty():
+    """rows.csv reads an empty verdict, reason, baseline or vocabulary back as NaN: shown empty."""
+    from resrepro.report.render import _row_view
+
+    row = pd.Series({"label": "r", "formula": "x", "paper": 1.0, "mean": 1.0, "std": float("nan"), "n": 1, "n_runs": 1,
+                     "n_diverged": 0, "n_unfinished": 0, "values": "[1.0]", "delta": 0.0, "dataset": "d", "arch": "a",
+                     "recipe": "default", "variant_id": "add", "note": float("nan"), "verdict": float("nan"),
+                     "reason": float("nan"), "baseline": float("nan"), "parameters_vocabulary": float("nan"),
+                     "parameters_at_paper_size": float("nan"), "paper_parameters": float("nan")})
+    view = _row_view(row)
+    assert [view[k] for k in ("verdict", "reason", "baseline", "note", "parameters_vocabulary", "parameters", "paper_parameters")] == [""] * 7
+    view = _row_view(row.copy().fillna({"verdict": "supported", "reason": "p < 0.05", "baseline": "b", "parameters_vocabulary": 32768}))
+    assert (view["verdict"], view["reason"], view["baseline"], view["parameters_vocabulary"]) == ("supported", "p < 0.05", "b", "32,768")

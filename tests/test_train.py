@@ -6,6 +6,7 @@ from importlib import metadata
 import pytest
 import torch
 
+from resrepro import models
 from resrepro.data.digits import prepare_digits
 from resrepro.train import classification
 from resrepro.train.classification import lr_at, train
@@ -20,7 +21,7 @@ def digits(tmp_path_factory):
 
 def spec(**over):
     base = {
-        "task": "classification", "dataset": "digits", "arch": "preact_resnet8", "depth": 8, "variant": "rskip_ln",
+        "task": "classification", "dataset": "digits", "arch": "preact_resnet8", "model": "preact_resnet", "depth": 8, "variant": "rskip_ln",
         "args": {"lam": 2}, "seed": 0, "epochs": 3, "batch_size": 128, "lr": 0.1, "momentum": 0.9,
         "weight_decay": 2e-4, "lr_milestones": [2], "warmup_lr": 0.01, "warmup_iterations": 0,
         "warmup_min_depth": 110, "augment_pad": 1, "augment_flip": False,
@@ -49,6 +50,9 @@ def test_same_seed_same_numbers_and_files(digits, tmp_path):
     assert m["provenance"]["versions"]["torch"] == metadata.version("torch")  # the installed torch, whatever the pin
     assert m["best"]["test_error"] <= m["final"]["test_error"]
     assert m["final"]["test_accuracy"] == pytest.approx(100 - m["final"]["test_error"])
+    ckpt = torch.load(tmp_path / "a" / "checkpoints" / "last.pt", weights_only=True)  # rebuilds its model alone
+    assert ckpt["model_spec"] == {"arch": "preact_resnet", "depth": 8, "variant": "rskip_ln", "args": {"lam": 2}, "classes": 10, "in_channels": 1}
+    assert models.count_parameters(models.from_checkpoint(ckpt)) == m["parameters"]
 
 
 def test_resume_after_a_kill_gives_the_uninterrupted_result(digits, tmp_path, monkeypatch):

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from resrepro import models
 from resrepro.models import transformer
 from resrepro.train import translation
 from resrepro.train.translation import inverse_sqrt_lr, token_batches, train
@@ -24,7 +25,7 @@ def corpus(n, seed):
 
 
 def spec(**over):
-    base = dict(task="translation", size="base_2block", variant="rskip_ln", args={"lam": 2}, seed=0, max_tokens=300,
+    base = dict(task="translation", model="transformer", size="base_2block", variant="rskip_ln", args={"lam": 2}, seed=0, max_tokens=300,
                 update_freq=2, warmup=50, lr_scale=1.0, label_smoothing=0.1, max_updates=24, checkpoint_every=8,
                 keep_checkpoints=2, pad_id=0, bos_id=1, eos_id=2)
     return {**base, **over}
@@ -75,6 +76,10 @@ def test_training_lowers_the_dev_loss_and_records_provenance(tmp_path):
     first, last = float(log[1].split(",")[4]), float(log[-1].split(",")[4])
     assert last < first
     assert m["diverged"] is False and m["updates"] == 40 and "git_commit" in m["provenance"]
+    # each checkpoint rebuilds its model alone (evaluation and measurement jobs read only it)
+    step = torch.load(tmp_path / "checkpoints" / "step40.pt", weights_only=True)
+    assert step["model_spec"] == {"arch": "transformer", "size": "base_2block", "variant": "xskip_ln", "args": {}, "pad_id": 0, "vocab_size": 26}
+    assert models.count_parameters(models.from_checkpoint(step)) == m["parameters"]
 
 
 def test_divergence_is_recorded(tmp_path):

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from resrepro import residual
-from resrepro.models.preact_resnet import count_parameters
+from resrepro.models import count_parameters
 from resrepro.models.transformer import Transformer, TransformerConfig, label_smoothed_loss, reorder_cache
 
 SEQ_VARIANTS = [name for name in residual.REGISTRY if not name.endswith("_bn")]

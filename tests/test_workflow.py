@@ -73,9 +73,16 @@ def test_report_holds_every_table_with_paper_and_reproduced_values(workdir):
             assert cell["reproduced"] == f"{agg['mean']:.2f} ± –"  # one seed: no spread
             assert cell["n"] == "1/1" and cell["Δ"] == f"{agg['mean'] - row['paper']:.2f}"
             if table["task"] == "translation":
-                assert cell["sacreBLEU"] == f"{agg['sacrebleu']:.2f}" and cell["parameters at paper size"].endswith("M")
+                assert cell["sacreBLEU"] == f"{agg['sacrebleu']:.2f}" and cell["parameters at paper size (vocabulary)"].endswith("M (32,768)")
     for paper in ("sas", "rskip"):
         assert f'id="paper-{paper}"' in html
+    for figure_id, figure in experiments.load_figures(workdir / "config" / "figures").items():  # each figure, drawn
+        section = html[html.index(f'<section id="{figure_id}">') :]
+        section = section[: section.index("</section>")]
+        assert figure["claim"] in section and "data:image/png;base64," in section
+        (cell,) = table_rows(html, figure_id)  # one cell, its one seed measured
+        assert cell["runs measured"] == "1/1" and re.fullmatch(r"alpha > 0.9 in \d of 3 blocks; .* rho = [+-]\d.\d\d",
+                                                                  cell["this run shows (mean over its seeds)"])
     assert "data:image/png;base64," in html  # learning curves are embedded
     assert "Provenance" in html and "final-epoch" in html
     metrics = list((workdir / "results" / "tiny").glob("*/*/*/*/*/seed0/metrics.json"))
@@ -123,7 +130,8 @@ def test_a_nested_recipe_override_on_the_command_line_reruns_that_task(workdir):
     plan = experiments.make_plan(tiny_config(workdir) | {"tables_dir": str(workdir / "config" / "tables")})
     n_classification = sum(run.task == "classification" for run in plan.runs.values())
     jobs = planned_jobs(workdir, "--configfile", "tiny.yaml", "--config", "classification={epochs: 3, lr: 0.05}")
-    assert jobs == {"train_classifier": n_classification, "aggregate": 1, "report": 1, "all": 1}
+    n_measured = sum(len(m["runs"]) for m in plan.measures)  # a retrained run is measured again
+    assert jobs == {"train_classifier": n_classification, "measure": n_measured, "aggregate": 1, "report": 1, "all": 1}
 
 
 def test_changing_one_rows_lam_reruns_only_that_cell(workdir):
@@ -166,6 +174,18 @@ def test_editing_a_caption_reruns_only_the_aggregate_and_the_report(workdir):
         path.write_text(original.replace("Higher means better.", "Higher is better.", 1))
         assert path.read_text() != original
         assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {"aggregate": 1, "report": 1, "all": 1}
+    finally:
+        path.write_text(original)
+
+
+def test_a_figure_setting_remeasures_and_its_claim_rerenders_without_retraining(workdir):
+    path = workdir / "config" / "figures" / "sas.yaml"
+    original = path.read_text()
+    try:
+        path.write_text(original.replace("claim: \"alpha is greater", "claim: \"Alpha is greater", 1))
+        assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {"report": 1, "all": 1}
+        path.write_text(original.replace("examples: 10000", "examples: 100", 1))
+        assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {"measure": 1, "aggregate": 1, "report": 1, "all": 1}
     finally:
         path.write_text(original)
 
@@ -225,12 +245,14 @@ def test_paper_scale_dry_run_lists_every_job(workdir):
     plan = experiments.make_plan(cfg | {"tables_dir": str(workdir / "config" / "tables")})
     jobs = planned_jobs(workdir, "--configfile", "config/paper.yaml")
     n_mt = sum(run.task == "translation" for run in plan.runs.values())
+    n_measured = sum(len(m["runs"]) for m in plan.measures)  # figures read the tables' runs: no training of their own
+    assert n_measured == 5 and all(run in plan.runs for m in plan.measures for run in m["runs"])
     # paper 001: 6 cells on EN-VI base, 2 two-block, 2 on each other dataset x size; SAS: 2 on
     # each dataset x size. Each paper's protocol differs (refine:), so no cell is shared; 5 seeds.
     assert n_mt == (6 + 2 + 2 * 5 + 2 * 6) * 5
     assert jobs == {"download_cifar": 2, "prepare_cifar": 2, "train_classifier": len(plan.runs) - n_mt,
                     "fetch_translation": 3, "prepare_translation": 3, "train_translator": n_mt, "average_checkpoints": n_mt,
-                    "evaluate_translation": n_mt, "aggregate": 1, "report": 1, "all": 1}
+                    "evaluate_translation": n_mt, "measure": n_measured, "aggregate": 1, "report": 1, "all": 1}
 
 
 def test_lint_is_clean(workdir):

@@ -44,20 +44,27 @@ def cmd_train(a) -> None:
 
 def cmd_aggregate(a) -> None:
     from . import files
-    from .analysis.aggregate import aggregate
+    from .analysis.aggregate import aggregate, aggregate_figures
 
     plan = json.loads(a.plan)
     out = Path(a.out_dir)
     frames = aggregate(plan, a.results_dir, a.tables, a.epoch)
+    frames |= aggregate_figures(json.loads(a.measures), a.results_dir, frames["runs"])
     for name, frame in frames.items():
         files.write_text(out / f"{name}.csv", frame.to_csv(index=False))
     files.write_json(out / "plan.json", plan)
 
 
+def cmd_measure(a) -> None:
+    from .measure.run import run_measurement
+
+    run_measurement(a.name, a.run_dir, a.data, json.loads(a.settings), a.out, a.device)
+
+
 def cmd_report(a) -> None:
     from .report.render import render
 
-    render(a.aggregate_dir, a.tables, a.template, a.out, a.scale, json.loads(a.recipe), a.note)
+    render(a.aggregate_dir, a.tables, a.template, a.out, a.scale, json.loads(a.recipe), a.note, a.figures or None)
 
 
 def cmd_fetch_translation(a) -> None:
@@ -181,12 +188,23 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--results-dir", required=True)
     s.add_argument("--tables", nargs="+", required=True, help="the papers' tables (config/tables/*.yaml)")
     s.add_argument("--epoch", choices=["final", "best"], default="final")
+    s.add_argument("--measures", default="[]", help="JSON list of figure cells, their measurement and runs")
     s.add_argument("--out-dir", required=True)
     s.set_defaults(run=cmd_aggregate)
+
+    s = sub.add_parser("measure", help="a registered measurement of one trained run -> a tidy CSV")
+    s.add_argument("--name", required=True, help="the measurement (resrepro.measure.MEASUREMENTS)")
+    s.add_argument("--run-dir", required=True, help="the run's folder (checkpoints/last.pt)")
+    s.add_argument("--data", required=True, help="the run's prepared data")
+    s.add_argument("--settings", default="{}", help="JSON: the measurement's settings (a figure's)")
+    s.add_argument("--device", default="auto")
+    s.add_argument("--out", required=True)
+    s.set_defaults(run=cmd_measure)
 
     s = sub.add_parser("report", help="render the HTML report")
     s.add_argument("--aggregate-dir", required=True)
     s.add_argument("--tables", nargs="+", required=True, help="the papers' tables (config/tables/*.yaml)")
+    s.add_argument("--figures", nargs="*", default=[], help="the papers' figures (config/figures/*.yaml)")
     s.add_argument("--template", required=True)
     s.add_argument("--scale", required=True)
     s.add_argument("--recipe", default="{}", help="JSON: the scale's recipe, shown in the report")

@@ -16,15 +16,17 @@ from pathlib import Path
 import yaml
 
 from . import recipes, residual
+from .models import registry
 from .residual import ConfigError
 
 TASKS = ("classification", "translation")
-# How a row names its architecture, the scale profile's map for it, and the run's arch name.
-ARCH_KEYS = {"classification": ("depth", "depths", "preact_resnet{}"), "translation": ("size", "sizes", "transformer_{}")}
 METRICS = {"test_error": False, "test_accuracy": True, "bleu": True}  # metric -> higher is better
 # paper_parameters: the model size the paper prints beside the row (paper 001 Table 7), a count
-ROW_KEYS = {"label", "formula", "dataset", "depth", "size", "variant", "args", "paper", "baseline", "note", "paper_parameters"}
+# arch: a registered architecture of the table's task (models/registry.py), else the task's default
+ROW_KEYS = {"label", "formula", "dataset", "arch", "depth", "size", "variant", "args", "paper", "baseline", "note", "paper_parameters"}
 TABLE_KEYS = {"paper", "caption", "source", "task", "metric", "baseline", "rows"}
+FIGURE_KEYS = {"paper", "caption", "source", "measurement", "settings", "claim", "cells"}
+CELL_KEYS = {"label", "dataset", "arch", "depth", "size", "variant", "args"}
 
 
 def table_files(tables_dir: str | Path) -> list[Path]:
@@ -63,7 +65,8 @@ def _check_table(table_id: str, table: dict, path: Path) -> dict:
     labels = [row.get("label") for row in table["rows"]]
     for i, row in enumerate(table["rows"]):
         rwhere = f"{where}.rows[{i}]"
-        for key in ("label", "dataset", ARCH_KEYS[table["task"]][0], "variant", "paper"):
+        arch = architecture_of(table["task"], row, rwhere)
+        for key in ("label", "dataset", arch.size_key, "variant", "paper"):
             if key not in row:
                 raise ConfigError(f"{rwhere}: missing key {key!r}")
         if unknown := set(row) - ROW_KEYS:
@@ -77,13 +80,61 @@ def _check_table(table_id: str, table: dict, path: Path) -> dict:
     return table
 
 
+def architecture_of(task: str, row: dict, where: str) -> registry.Architecture:
+    name = row.get("arch", registry.DEFAULT_FOR_TASK[task])
+    try:
+        return registry.get(name, task)
+    except ConfigError as err:
+        raise ConfigError(f"{where}.arch: {err}") from None
+
+
+def load_figures(source: str | Path | list | None) -> dict[str, dict]:
+    """The papers' figures (a folder of YAML files, config/figures, or a list of them; None: no
+    figures) by id, each checked: its measurement is registered, its settings are the
+    measurement's, its cells are cells of the measurement's task."""
+    from . import measure
+
+    figures: dict[str, dict] = {}
+    if source is None:
+        paths = []
+    else:
+        paths = [Path(f) for f in source] if isinstance(source, (list, tuple)) else sorted(Path(source).glob("*.yaml"))
+    for path in paths:
+        for figure_id, figure in (yaml.safe_load(path.read_text()) or {}).items():
+            where = f"{path}: {figure_id}"
+            if figure_id in figures:
+                raise ConfigError(f"{path}: figure {figure_id!r} is defined twice")
+            if missing := {"paper", "caption", "measurement", "claim", "cells"} - set(figure):
+                raise ConfigError(f"{where}: missing key {sorted(missing)[0]!r}")
+            if unknown := set(figure) - FIGURE_KEYS:
+                raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r}; allowed: {sorted(FIGURE_KEYS)}")
+            try:
+                task = measure.get(figure["measurement"]).task
+            except ConfigError as err:
+                raise ConfigError(f"{where}.measurement: {err}") from None
+            settings = measure.settings_for(figure["measurement"], figure.get("settings"), f"{where}.settings")
+            for i, cell in enumerate(figure["cells"]):
+                cwhere = f"{where}.cells[{i}]"
+                arch = architecture_of(task, cell, cwhere)
+                for key in ("label", "dataset", arch.size_key, "variant"):
+                    if key not in cell:
+                        raise ConfigError(f"{cwhere}: missing key {key!r}")
+                if unknown := set(cell) - CELL_KEYS:
+                    raise ConfigError(f"{cwhere}: unknown key {sorted(unknown)[0]!r}; allowed: {sorted(CELL_KEYS)}")
+                residual.validate(cell["variant"], cell.get("args"), where=f"{cwhere}.args")
+            figures[figure_id] = {**figure, "task": task, "settings": settings}
+    return figures
+
+
 @dataclass(frozen=True)
 class Run:
     """One training job: a cell at this scale and a seed."""
 
     task: str
     dataset: str  # the dataset this scale runs (e.g. digits for the paper's cifar10 at mini)
-    arch: str  # the architecture this scale runs, e.g. preact_resnet32
+    arch: str  # the architecture this scale runs, e.g. preact_resnet32: a folder name
+    model: str  # the registered architecture (models/registry.py), e.g. preact_resnet
+    size: int | str  # the size this scale runs, under the architecture's size key: depth 32, size "base"
     variant: str
     args_json: str  # the variant's full args, JSON with sorted keys (hashable, deterministic)
     seed: int
@@ -104,8 +155,10 @@ class Run:
 class Plan:
     scale: str
     tables: dict[str, dict]  # the selected tables, by id
+    figures: dict[str, dict] = field(default_factory=dict)  # the selected figures, by id
     runs: dict[str, Run] = field(default_factory=dict)  # by Run.path
     rows: list[dict] = field(default_factory=list)  # one per table row: which runs it averages
+    measures: list[dict] = field(default_factory=list)  # one per figure cell: its measurement of which runs
 
     def datasets(self) -> list[str]:
         return sorted({r.dataset for r in self.runs.values()})
@@ -133,37 +186,67 @@ def make_plan(config: dict) -> Plan:
     for depth in config["classification"]["depths"].values():
         if (depth - 2) % 6:
             raise ConfigError(f"classification.depths: {depth} is not a PreAct-ResNet depth; it must be 6n+2 (8, 14, 20, ..., 110)")
-    plan = Plan(config["scale"], {t: all_tables[t] for t in selected})
-    for task in sorted({table["task"] for table in plan.tables.values()}):
+    all_figures = load_figures(config.get("figures_dir"))
+    chosen = config.get("figures", "all")
+    for figure_id in [] if chosen == "all" else chosen:
+        if figure_id not in all_figures:
+            raise ConfigError(f"figures: unknown figure {figure_id!r}; allowed: all, {', '.join(all_figures) or '(none)'}")
+    # all: the figures of the papers whose tables are selected (tables=[rskip-t1] trains no SAS net)
+    papers = {all_tables[t]["paper"] for t in selected}
+    figures = {f: e for f, e in all_figures.items() if e["paper"] in papers} if chosen == "all" else {f: all_figures[f] for f in chosen}
+    plan = Plan(config["scale"], {t: all_tables[t] for t in selected}, figures)
+    for task in sorted({t["task"] for t in [*plan.tables.values(), *plan.figures.values()]}):
         recipes.check_refinements(task, config[task])
     for table_id, table in plan.tables.items():
-        task_cfg = config[table["task"]]
         for i, row in enumerate(table["rows"]):
-            where = f"{table_id}.rows[{i}]"
-            dataset = _lookup(task_cfg["datasets"], row["dataset"], f"{table['task']}.datasets", where)
-            row_key, map_key, arch_name = ARCH_KEYS[table["task"]]
-            arch = arch_name.format(_lookup(task_cfg[map_key], row[row_key], f"{table['task']}.{map_key}", where))
-            args = residual.validate(row["variant"], row.get("args"), where=where)
-            cell = {"paper": table["paper"], "table": table_id, "dataset": row["dataset"], row_key: row[row_key]}
-            recipe_name, recipe = recipes.resolve(task_cfg, cell)
-            check_recipe(table["task"], recipe, f"{where} (recipe {recipe_name})")
-            runs = [
-                Run(table["task"], dataset, arch, row["variant"], json.dumps(args, sort_keys=True), seed, recipe_name,
-                    json.dumps(recipe, sort_keys=True))
-                for seed in seeds_for(config, table_id, table["task"])
-            ]
-            for run in runs:  # the path names the recipe: a path already planned holds this same run
-                plan.runs[run.path] = run
-            plan.rows.append(
-                {
-                    "table": table_id,
-                    "row": i,
-                    "label": row["label"],
-                    "baseline": row.get("baseline", table.get("baseline")),
-                    "runs": [run.path for run in runs],
-                }
-            )
+            runs = _plan_cell(config, plan, table["task"], table["paper"], table_id, row, f"{table_id}.rows[{i}]")
+            plan.rows.append({"table": table_id, "row": i, "label": row["label"],
+                              "baseline": row.get("baseline", table.get("baseline")), "runs": runs})
+    for figure_id, figure in plan.figures.items():
+        for i, cell in enumerate(figure["cells"]):
+            runs = _plan_cell(config, plan, figure["task"], figure["paper"], figure_id, cell, f"{figure_id}.cells[{i}]")
+            plan.measures.append({"figure": figure_id, "cell": i, "label": cell["label"], "measurement": figure["measurement"],
+                                  "settings": figure["settings"], "runs": runs})
+    _check_one_setting_per_measured_run(plan)
     return plan
+
+
+def _plan_cell(config: dict, plan: Plan, task: str, paper: str, table_id: str, row: dict, where: str) -> list[str]:
+    """The runs of one cell (a table row or a figure cell) at this scale, added to the plan; their paths."""
+    task_cfg = config[task]
+    dataset = _lookup(task_cfg["datasets"], row["dataset"], f"{task}.datasets", where)
+    arch = architecture_of(task, row, where)
+    map_key = arch.size_key + "s"  # the scale's map of the paper's sizes: depths, sizes
+    size = _lookup(task_cfg[map_key], row[arch.size_key], f"{task}.{map_key}", where)
+    args = residual.validate(row["variant"], row.get("args"), where=where)
+    cell = {"paper": paper, "table": table_id, "dataset": row["dataset"], arch.size_key: row[arch.size_key]}
+    recipe_name, recipe = recipes.resolve(task_cfg, cell)
+    check_recipe(task, recipe, f"{where} (recipe {recipe_name})")
+    runs = [
+        Run(task, dataset, arch.run_name.format(size), arch.name, size, row["variant"], json.dumps(args, sort_keys=True),
+            seed, recipe_name, json.dumps(recipe, sort_keys=True))
+        for seed in seeds_for(config, table_id, task)
+    ]
+    for run in runs:  # the path names the recipe: a path already planned holds this same run
+        plan.runs[run.path] = run
+    return [run.path for run in runs]
+
+
+def _check_one_setting_per_measured_run(plan: Plan) -> None:
+    """A run's measurement is one file (measure/<name>.csv): two figures may share it only with
+    the same settings."""
+    seen: dict[tuple[str, str], tuple[str, dict]] = {}
+    for m in plan.measures:
+        for run in m["runs"]:
+            first = seen.setdefault((run, m["measurement"]), (m["figure"], m["settings"]))
+            if first[1] != m["settings"]:
+                raise ConfigError(f"{m['figure']}: {m['measurement']} of {run} with settings {m['settings']}, but "
+                                  f"{first[0]} measures it with {first[1]}: make them equal")
+
+
+def measure_settings(plan: Plan, run: str, measurement: str) -> dict:
+    """The settings of a run's measurement (one per run and measurement: see make_plan)."""
+    return next(m["settings"] for m in plan.measures if m["measurement"] == measurement and run in m["runs"])
 
 
 def _lookup(mapping: dict, key, map_name: str, where: str):
@@ -211,14 +294,14 @@ def train_spec(config: dict, run: Run) -> dict:
         "task": run.task,
         "dataset": run.dataset,
         "arch": run.arch,
+        "model": run.model,
+        registry.get(run.model).size_key: run.size,
         "variant": run.variant,
         "args": json.loads(run.args_json),
         "seed": run.seed,
         **recipes.training_part(run.task, json.loads(run.recipe_json)),
     }
-    if run.task == "classification":
-        spec["depth"] = int(run.arch.removeprefix("preact_resnet"))
-    else:
+    if run.task == "translation":
         # The GPU count is part of the recipe: each rank takes max_tokens, so it sets the batch.
         spec.update(_model_ids(run), world_size=max(1, gpus_for(config, run)))
     return spec
@@ -233,5 +316,5 @@ def eval_spec(run: Run) -> dict:
 def _model_ids(run: Run) -> dict:
     from .data.subword import BOS_ID, EOS_ID, PAD_ID
 
-    return {"size": run.arch.removeprefix("transformer_"), "variant": run.variant, "args": json.loads(run.args_json),
+    return {"model": run.model, "size": run.size, "variant": run.variant, "args": json.loads(run.args_json),
             "pad_id": PAD_ID, "bos_id": BOS_ID, "eos_id": EOS_ID}

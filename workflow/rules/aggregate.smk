@@ -1,17 +1,22 @@
-# All runs -> tidy tables (runs.csv, rows.csv, curves.csv) for the report and for scripting.
+# All runs -> tidy tables (runs.csv, rows.csv, curves.csv; figures.csv and figure_cells.csv from
+# the measurements) for the report and for scripting.
 
 
 rule aggregate:
     input:
         results=all_run_results,
+        measurements=all_measurements,
         tables=table_files(),
     output:
         rows="results/{scale}/aggregate/rows.csv",
         runs="results/{scale}/aggregate/runs.csv",
         curves="results/{scale}/aggregate/curves.csv",
         plan="results/{scale}/aggregate/plan.json",
+        figures="results/{scale}/aggregate/figures.csv",
+        figure_cells="results/{scale}/aggregate/figure_cells.csv",
     params:
         plan=aggregate_plan(),
+        measures=measures_plan(),
         results=results_dir,
         epoch=config["report_epoch"],
     log:
@@ -23,4 +28,4 @@ rule aggregate:
         "../../envs/resrepro.yaml"
     shell:
         "resrepro aggregate --plan {params.plan:q} --results-dir {params.results} --tables {input.tables}"
-        " --epoch {params.epoch} --out-dir $(dirname {output.rows}) 2> {log}"
+        " --epoch {params.epoch} --measures {params.measures:q} --out-dir $(dirname {output.rows}) 2> {log}"

@@ -2,6 +2,7 @@
 # A bad config (unknown table or variant, wrong type, unmapped dataset) fails here, before any job.
 import json
 import os
+from pathlib import Path
 
 from resrepro import experiments
 
@@ -14,6 +15,8 @@ wildcard_constraints:
     arch="[a-z0-9_]+",
     recipe="[a-z0-9_+-]+",
     seed="[0-9]+",
+    task="classification|translation",
+    measurement="[a-z0-9_]+",
 
 
 def report_target():
@@ -82,12 +85,43 @@ def all_run_results(wildcards):
     return out
 
 
+def measured_data(wildcards):
+    """The prepared data a measured run was trained on."""
+    if wildcards.task == "classification":
+        return f"results/data/{wildcards.dataset}.pt"
+    return f"results/data/{wildcards.dataset}/prepared.json"
+
+
+def measure_settings(wildcards):
+    """The measurement's settings (the figure's), JSON: the rule's params, so a change remeasures."""
+    run = f"{wildcards.task}/{wildcards.dataset}/{wildcards.arch}/{wildcards.recipe}/{wildcards.variant}/seed{wildcards.seed}"
+    return json.dumps(experiments.measure_settings(PLAN, run, wildcards.measurement), sort_keys=True)
+
+
+def all_measurements(wildcards):
+    """Every measurement the selected figures read, one CSV per run and measurement. With
+    `partial: true` only those that exist now."""
+    out = sorted({f"results/{wildcards.scale}/{run}/measure/{m['measurement']}.csv" for m in PLAN.measures for run in m["runs"]})
+    if config["partial"]:
+        out = [f for f in out if os.path.exists(f)]
+    return out
+
+
 def results_dir(wildcards):
     return f"results/{wildcards.scale}"
 
 
 def aggregate_plan():
     return json.dumps(PLAN.rows, sort_keys=True)
+
+
+def measures_plan():
+    """Which runs each figure cell reads, with its measurement: the aggregate's figure data."""
+    return json.dumps(PLAN.measures, sort_keys=True)
+
+
+def figure_files():
+    return [str(p) for p in sorted(Path(config["figures_dir"]).glob("*.yaml"))] if config.get("figures_dir") else []
 
 
 def table_files():

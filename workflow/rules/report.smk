@@ -11,7 +11,10 @@ rule report:
         runs="results/{scale}/aggregate/runs.csv",
         curves="results/{scale}/aggregate/curves.csv",
         plan="results/{scale}/aggregate/plan.json",
+        figures_data="results/{scale}/aggregate/figures.csv",
+        figure_cells="results/{scale}/aggregate/figure_cells.csv",
         tables=table_files(),
+        figures=figure_files(),
         template="report/templates/index.html.j2",
     output:
         "report/{scale}/index.html",
@@ -23,5 +26,5 @@ rule report:
     conda:
         "../../envs/resrepro.yaml"
     shell:
-        "resrepro report --aggregate-dir $(dirname {input.rows}) --tables {input.tables} --template {input.template}"
+        "resrepro report --aggregate-dir $(dirname {input.rows}) --tables {input.tables} --figures {input.figures} --template {input.template}"
         " --scale {wildcards.scale} --recipe {params.recipe:q} --note {params.note:q} --out {output} 2> {log}"

@@ -107,14 +107,10 @@ def parameters_at_paper_size(row: dict) -> int:
     """Parameters of the row's model at the paper's size with the joint vocabulary the pipeline
     builds for the row's dataset at paper scale (VOCAB_SIZES), counted on the meta device (no
     memory): our side of paper 001 Table 7's parameter column (docs/parameters.md)."""
-    import torch
+    from .. import models
 
-    from ..models.preact_resnet import count_parameters
-    from ..models.transformer import Transformer, TransformerConfig
-
-    with torch.device("meta"):
-        cfg = TransformerConfig.preset(row["size"], VOCAB_SIZES[row["dataset"]], variant=row["variant"], args=row.get("args") or {})
-        return count_parameters(Transformer(cfg))
+    return models.parameters_of({"arch": row.get("arch", models.registry.DEFAULT_FOR_TASK["translation"]), "size": row["size"], "variant": row["variant"],
+                                 "args": row.get("args") or {}, "pad_id": 0, "vocab_size": VOCAB_SIZES[row["dataset"]]})
 
 
 def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path | list, epoch_basis: str) -> dict[str, pd.DataFrame]:
@@ -178,4 +174,40 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
         "runs": runs.reset_index(drop=True),
         "rows": pd.DataFrame(out_rows),
         "curves": pd.concat(curves, ignore_index=True) if curves else pd.DataFrame(columns=["run", "epoch"]),
+    }
+
+
+FIGURE_COLUMNS = ["figure", "cell", "label", "run", "seed"]
+
+
+def aggregate_figures(measures: list[dict], results_dir: str | Path, runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The figures' data: every measured run's tidy table, tagged with its figure, cell and seed
+    (figures.csv), and per figure cell what the mean over its finished runs shows, in the
+    measurement's own words (figure_cells.csv). Runs that diverged or did not finish are counted,
+    never measured."""
+    from .. import measure
+
+    results_dir = Path(results_dir)
+    frames, cells = [], []
+    status = runs.set_index("run")["status"] if len(runs) else pd.Series(dtype=str)
+    for m in measures:
+        ok = [r for r in m["runs"] if status.get(r) == "ok" and (results_dir / r / "measure" / f"{m['measurement']}.csv").exists()]
+        cell_frames = []
+        for run in ok:
+            frame = pd.read_csv(results_dir / run / "measure" / f"{m['measurement']}.csv")
+            for i, (key, value) in enumerate(zip(FIGURE_COLUMNS, (m["figure"], m["cell"], m["label"], run, int(run.rsplit("seed", 1)[1])))):
+                frame.insert(i, key, value)
+            cell_frames.append(frame)
+        frames += cell_frames
+        summary = ""
+        if cell_frames:
+            measured = pd.concat(cell_frames, ignore_index=True)
+            keys = [c for c in measured.columns if c not in (*FIGURE_COLUMNS, "value")]
+            mean = measured.groupby(keys, as_index=False)["value"].mean()  # over seeds
+            summary = measure.get(m["measurement"]).summarize(mean)
+        cells.append({"figure": m["figure"], "cell": m["cell"], "label": m["label"], "measurement": m["measurement"],
+                      "kind": measure.get(m["measurement"]).kind, "n": len(ok), "n_runs": len(m["runs"]), "summary": summary})
+    return {
+        "figures": pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*FIGURE_COLUMNS, "value"]),
+        "figure_cells": pd.DataFrame(cells, columns=["figure", "cell", "label", "measurement", "kind", "n", "n_runs", "summary"]),
     }

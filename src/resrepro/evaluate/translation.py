@@ -15,16 +15,22 @@ import torch
 
 from .. import files
 from ..data.moses import detokenize_moses, moses_tokenize
-from ..models.transformer import Transformer, TransformerConfig
+from .. import models
+from ..models.transformer import Transformer
 from .beam_search import beam_search
 from .bleu import sacre_bleu, tokenized_bleu, write_lines
 
 
-def load_model(averaged: str | Path, spec: dict, vocab_size: int, device: torch.device) -> Transformer:
-    model = Transformer(TransformerConfig.from_spec(spec, vocab_size))
-    state = torch.load(averaged, map_location="cpu", weights_only=True)
-    model.load_state_dict(state["model"])
-    return model.to(device).eval()
+def load_model(averaged: str | Path, spec: dict, device: torch.device) -> Transformer:
+    """The averaged model, rebuilt from the spec its checkpoints carry; that must be the model the
+    evaluation spec names (a stale averaged.pt from another model would be scored silently)."""
+    ckpt = torch.load(averaged, map_location="cpu", weights_only=True)
+    for key in ("model", "size", "variant", "args"):
+        held = ckpt["model_spec"]["arch" if key == "model" else key]
+        if held != spec[key]:
+            raise RuntimeError(f"{averaged} holds a model with {key}={held!r}, the evaluation asks for {spec[key]!r}; "
+                               "rerun its averaging (delete the file)")
+    return models.from_checkpoint(ckpt).to(device).eval()
 
 
 def translate(model: Transformer, sources: list[list[int]], spec: dict, device: torch.device, batch_sentences: int = 64) -> list[list[int]]:
@@ -84,7 +90,7 @@ def evaluate_prepared(spec: dict, data_dir: str | Path, averaged: str | Path, ou
     meta = load_prepared_meta(data_dir)
     vocab = SubwordVocab.load(data_dir / meta["subword"]["model"])
     dev = pick_device(device)
-    model = load_model(averaged, spec, vocab.size, dev)
+    model = load_model(averaged, spec, dev)
     test = load_encoded(data_dir, "test")
     sources = [test[i][0].tolist() for i in range(len(test))]
     refs_detok = read_lines(data_dir / meta["references"]["detokenized"])

@@ -15,6 +15,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .. import residual
+from .registry import register
 
 DEPTHS = (20, 32, 44, 56, 110)  # the papers' CIFAR depths; any 6n+2 is accepted
 STAGE_CHANNELS = (16, 32, 64)
@@ -73,5 +74,7 @@ class PreActResNet(nn.Module):
         return self.fc(out)
 
 
-def count_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
+@register("preact_resnet", task="classification", size_key="depth", run_name="preact_resnet{}",
+          run_keys=("depth", "variant", "args"), default=True)
+def build(spec: dict) -> PreActResNet:
+    return PreActResNet(spec["depth"], spec["classes"], spec["variant"], spec["args"], in_channels=spec["in_channels"])

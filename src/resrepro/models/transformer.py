@@ -22,6 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .. import residual
+from .registry import register
 
 # The papers' configurations (Vaswani et al. 2017 Table 3; paper 001 Table 5's two-block model).
 PRESETS = {
@@ -205,3 +206,9 @@ def reorder_cache(cache: list[dict], index: torch.Tensor) -> list[dict]:
 def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, pad_id: int, smoothing: float = 0.1) -> torch.Tensor:
     """Mean token cross-entropy with label smoothing (Vaswani et al. 2017: eps_ls = 0.1), pads ignored."""
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), target.reshape(-1), ignore_index=pad_id, label_smoothing=smoothing)
+
+
+@register("transformer", task="translation", size_key="size", run_name="transformer_{}",
+          run_keys=("size", "variant", "args", "pad_id", "dropout"), default=True)
+def build(spec: dict) -> Transformer:
+    return Transformer(TransformerConfig.from_spec(spec, spec["vocab_size"]))

@@ -25,6 +25,30 @@ CURVES = {
 }
 
 
+def per_block(frame: pd.DataFrame, title: str) -> bytes | None:
+    """A measurement per residual block (columns block, quantity, value; measure/): one panel per
+    quantity, the block index on x, one line per figure cell, the mean over seeds with the range
+    of the seeds shaded."""
+    if frame.empty:
+        return None
+    quantities = list(dict.fromkeys(frame["quantity"]))
+    fig, axes = plt.subplots(1, len(quantities), figsize=(3.9 * len(quantities), 3.4), squeeze=False)
+    for ax, quantity in zip(axes[0], quantities):
+        for label, cell in frame[frame["quantity"] == quantity].groupby("label", sort=False):
+            by_block = cell.groupby("block")["value"]
+            mean = by_block.mean()
+            ax.plot(mean.index, mean.values, marker=".", label=f"{label} ({cell['run'].nunique()} runs)")
+            ax.fill_between(mean.index, by_block.min().values, by_block.max().values, alpha=0.2)
+        ax.set(xlabel="residual block (1 = nearest the input)", ylabel=f"mean {quantity}", title=f"{title}: {quantity}")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    return to_png(fig)
+
+
+# The drawing of each measurement kind (resrepro.measure.Measurement.kind).
+DRAWINGS = {"per_block": per_block}
+
+
 def learning_curves(table_rows: pd.DataFrame, curves: pd.DataFrame, runs_by_row: dict[str, list[str]], title: str, task: str) -> bytes | None:
     """Two panels of a task's training log, mean over seeds, one line per table row (rows sharing
     a cell are drawn once), log scale. Diverged runs simply end where they stopped."""

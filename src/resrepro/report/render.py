@@ -17,7 +17,7 @@ import pandas as pd
 
 from .. import files, provenance
 from ..analysis.aggregate import UNFINISHED
-from ..experiments import load_tables
+from ..experiments import load_figures, load_tables
 from . import figures
 
 # The four papers, in the report's order (docs/design.md: sas 000, rskip 001, noise 002, iter 003).
@@ -45,7 +45,8 @@ def data_uri(png: bytes | None) -> str | None:
     return None if png is None else "data:image/png;base64," + base64.b64encode(png).decode()
 
 
-def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: dict, note: str = "") -> dict:
+def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: dict, note: str = "",
+                  figure_entries: str | Path | list | None = None) -> dict:
     rows = pd.read_csv(agg_dir / "rows.csv")
     runs = pd.read_csv(agg_dir / "runs.csv")
     curves = pd.read_csv(agg_dir / "curves.csv")
@@ -63,7 +64,7 @@ def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: 
             trows = rows[rows["table"] == table_id]
             figure = figures.learning_curves(trows, curves, {lbl: runs_by_row[(table_id, lbl)] for lbl in trows["label"]}, table_id, table["task"])
             sections.append({"id": table_id, "table": table, "rows": [_row_view(r) for _, r in trows.iterrows()], "figure": data_uri(figure)})
-        papers.append({"id": paper_id, "title": title, "sections": sections})
+        papers.append({"id": paper_id, "title": title, "sections": sections, "figures": _figure_sections(agg_dir, figure_entries, paper_id)})
 
     status = runs["status"].value_counts().to_dict()
     unfinished = runs[runs["status"].isin(UNFINISHED)]
@@ -86,6 +87,26 @@ def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: 
             "compute_hours": runs["wall_time_s"].fillna(0).sum() / 3600,
         },
     }
+
+
+def _figure_sections(agg_dir: Path, figure_entries, paper_id: str) -> list[dict]:
+    """The paper's figures: its entry (caption, claim, settings), what each cell's runs show, and
+    the drawing of the measurement's kind from figures.csv."""
+    if not figure_entries or not (agg_dir / "figure_cells.csv").exists():
+        return []
+    entries = load_figures(figure_entries)
+    cells = pd.read_csv(agg_dir / "figure_cells.csv", keep_default_na=False)
+    data = pd.read_csv(agg_dir / "figures.csv")
+    out = []
+    for figure_id in dict.fromkeys(cells["figure"]):
+        if entries[figure_id]["paper"] != paper_id:
+            continue
+        fcells = cells[cells["figure"] == figure_id]
+        image = figures.DRAWINGS[fcells["kind"].iloc[0]](data[data["figure"] == figure_id], figure_id)
+        out.append({"id": figure_id, "entry": entries[figure_id], "image": data_uri(image),
+                    "cells": [{"label": c["label"], "n": int(c["n"]), "n_runs": int(c["n_runs"]), "summary": c["summary"]}
+                              for _, c in fcells.iterrows()]})
+    return out
 
 
 def _is_number(x) -> bool:  # rows.csv: a row without the column reads back as NaN
@@ -123,8 +144,9 @@ def _row_view(r: pd.Series) -> dict:
     }
 
 
-def render(agg_dir: str | Path, tables: str | Path | list, template: str | Path, out: str | Path, scale: str, recipe: dict, note: str = "") -> None:
+def render(agg_dir: str | Path, tables: str | Path | list, template: str | Path, out: str | Path, scale: str, recipe: dict, note: str = "",
+           figure_entries: str | Path | list | None = None) -> None:
     template = Path(template)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(template.parent), autoescape=True, undefined=jinja2.StrictUndefined)
-    html = env.get_template(template.name).render(**build_context(Path(agg_dir), tables, scale, recipe, note))
+    html = env.get_template(template.name).render(**build_context(Path(agg_dir), tables, scale, recipe, note, figure_entries))
     files.write_text(out, html)

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from .. import files
+from ..models import load_checkpoint
 
 
 @dataclass
@@ -28,16 +29,10 @@ class LoopState:
     generator: torch.Tensor | None = None  # classification: the live state; translation: at the epoch's start
 
 
-def save(path: Path, model, optimizer, spec: dict, state: LoopState) -> None:
-    files.save_torch(path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+def save(path: Path, model, optimizer, spec: dict, state: LoopState, model_spec: dict) -> None:
+    """`model_spec` (models/registry.py) rebuilds the model from this file alone."""
+    files.save_torch(path, {"model": model.state_dict(), "model_spec": model_spec, "optimizer": optimizer.state_dict(),
                             "torch_rng": torch.get_rng_state(), "spec": spec, **asdict(state)})
-
-
-def load_checkpoint(path: Path) -> dict:
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # a truncated or foreign file: say which, not a deep torch traceback
-        raise RuntimeError(f"checkpoint {path} is unreadable ({type(err).__name__}: {err}); delete it to start this run over") from None
 
 
 def resume(path: Path, spec: dict, model, optimizer) -> LoopState | None:

@@ -24,11 +24,10 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from .. import files, provenance
-from ..devices import pick_device
+from .. import files, models, provenance
 from ..data.images import augment_batch, iterate_batches, load_prepared, normalize
+from ..devices import pick_device
 from ..evaluate.classification import evaluate
-from ..models.preact_resnet import PreActResNet, count_parameters
 from .checkpoint import LoopState, resume, save
 
 LOG_FIELDS = ("epoch", "step", "lr", "train_loss", "train_error", "test_loss", "test_error", "seconds")
@@ -60,7 +59,8 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
 
     torch.manual_seed(spec["seed"])
     gen = torch.Generator().manual_seed(spec["seed"])  # shuffling and augmentation, CPU, saved in checkpoints
-    model = PreActResNet(spec["depth"], len(data["classes"]), spec["variant"], spec["args"], in_channels=data["train_x"].shape[1])
+    model_spec = models.model_spec(spec, classes=len(data["classes"]), in_channels=data["train_x"].shape[1])
+    model = models.build(model_spec)
     model = model.to(device, memory_format=torch.channels_last if on_cuda else torch.contiguous_format)
     opt = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=spec["momentum"], weight_decay=spec["weight_decay"])
 
@@ -69,7 +69,7 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
 
     def checkpoint():
         state.generator = gen.get_state()  # the live generator: the next epoch's shuffle and crops
-        save(ckpt_path, model, opt, spec, state)
+        save(ckpt_path, model, opt, spec, state, model_spec)
 
     train_x, train_y = data["train_x"].to(device), data["train_y"].to(device)
     test_x, test_y = data["test_x"].to(device), data["test_y"].to(device)
@@ -127,7 +127,7 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
         checkpoint()
 
     metrics = summarize(spec, state.log, state.diverged)
-    metrics["parameters"] = count_parameters(model)
+    metrics["parameters"] = models.count_parameters(model)
     metrics["provenance"] = provenance.collect(device)
     files.write_text(out_dir / "train_log.csv", log_csv(state.log))
     files.write_json(out_dir / "metrics.json", metrics)

@@ -25,10 +25,9 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from .. import files, provenance
+from .. import files, models, provenance
 from ..devices import pick_device
-from ..models.preact_resnet import count_parameters
-from ..models.transformer import Transformer, TransformerConfig, label_smoothed_loss
+from ..models.transformer import Transformer, label_smoothed_loss
 from .checkpoint import LoopState, resume, save
 from .classification import log_csv
 
@@ -92,7 +91,7 @@ def dev_loss(model, pairs, spec, device) -> float:
 
 
 def build_model(spec: dict, vocab_size: int) -> Transformer:
-    return Transformer(TransformerConfig.from_spec(spec, vocab_size))
+    return models.build(models.model_spec(spec, vocab_size=vocab_size))
 
 
 def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Path, device: str = "auto", progress: bool = True) -> dict:
@@ -111,6 +110,7 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
 
     torch.manual_seed(spec["seed"])
     gen = torch.Generator().manual_seed(spec["seed"])
+    model_spec = models.model_spec(spec, vocab_size=vocab_size)
     model = build_model(spec, vocab_size).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
     state = resume(ckpt_dir / "last.pt", spec, model, opt) or LoopState(generator=gen.get_state())
@@ -163,16 +163,16 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
                 started, loss_sum, loss_tokens, seen_tokens = time.perf_counter(), 0.0, 0, 0
                 if rank == 0:
                     files.write_text(out_dir / "train_log.csv", log_csv(state.log, LOG_FIELDS))
-                    _save(ckpt_dir, model, opt, spec, state)
+                    _save(ckpt_dir, model, opt, spec, state, model_spec)
         if state.diverged is None and state.position >= len(groups):
             state.epoch, state.position, state.generator = state.epoch + 1, 0, gen.get_state()
     bar.close()
     if state.diverged is not None and rank == 0:
-        _save(ckpt_dir, model, opt, spec, state)
+        _save(ckpt_dir, model, opt, spec, state, model_spec)
 
     rows = state.log
     metrics = {"spec": spec, "seed": spec["seed"], "diverged": state.diverged is not None, "diverged_at": state.diverged,
-               "updates": state.step, "epochs": state.epoch, "parameters": count_parameters(model),
+               "updates": state.step, "epochs": state.epoch, "parameters": models.count_parameters(model),
                "wall_time_s": sum(r["seconds"] for r in rows), "final": rows[-1] if rows and state.diverged is None else None,
                "provenance": provenance.collect(device)}
     if rank == 0:
@@ -181,11 +181,11 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
     return metrics
 
 
-def _save(ckpt_dir: Path, model, opt, spec: dict, state: LoopState) -> None:
-    """last.pt for resuming; step<N>.pt (model only) for averaging, the newest `keep_checkpoints` kept."""
+def _save(ckpt_dir: Path, model, opt, spec: dict, state: LoopState, model_spec: dict) -> None:
+    """last.pt for resuming; step<N>.pt (model and its spec) for averaging, the newest `keep_checkpoints` kept."""
     if state.diverged is None:
-        files.save_torch(ckpt_dir / f"step{state.step}.pt", {"model": model.state_dict(), "step": state.step})
+        files.save_torch(ckpt_dir / f"step{state.step}.pt", {"model": model.state_dict(), "model_spec": model_spec, "step": state.step})
         kept = sorted(ckpt_dir.glob("step*.pt"), key=lambda p: int(p.stem.removeprefix("step")))
         for old in kept[: -spec["keep_checkpoints"]]:
             old.unlink()
-    save(ckpt_dir / "last.pt", model, opt, spec, state)
+    save(ckpt_dir / "last.pt", model, opt, spec, state, model_spec)

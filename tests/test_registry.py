@@ -1,0 +1,66 @@
+"""The architecture registry: one place builds a model, from a spec a checkpoint carries."""
+
+import pytest
+import torch
+import yaml
+
+from resrepro import experiments, models
+from resrepro.models import registry
+from resrepro.models.preact_resnet import PreActResNet
+from resrepro.models.transformer import Transformer
+from resrepro.residual import ConfigError
+
+
+def test_each_task_has_its_default_architecture():
+    assert registry.DEFAULT_FOR_TASK == {"classification": "preact_resnet", "translation": "transformer"}
+    assert {a.name: (a.task, a.size_key) for a in models.ARCHITECTURES.values()} == {
+        "preact_resnet": ("classification", "depth"), "transformer": ("translation", "size")}
+
+
+def test_model_spec_takes_the_run_keys_and_the_data_dimensions():
+    run = {"model": "preact_resnet", "depth": 20, "variant": "xskip", "args": {"lam": 2}, "seed": 3, "lr": 0.1}
+    assert models.model_spec(run, classes=100, in_channels=3) == {
+        "arch": "preact_resnet", "depth": 20, "variant": "xskip", "args": {"lam": 2}, "classes": 100, "in_channels": 3}
+    mt = {"model": "transformer", "size": "big", "variant": "xskip_ln", "args": {"lam": 1}, "pad_id": 0, "dropout": 0.1, "beam": 4}
+    assert models.model_spec(mt, vocab_size=99) == {"arch": "transformer", "size": "big", "variant": "xskip_ln", "args": {"lam": 1},
+                                                    "pad_id": 0, "dropout": 0.1, "vocab_size": 99}
+
+
+def test_build_gives_the_named_model_with_its_dimensions():
+    net = models.build({"arch": "preact_resnet", "depth": 8, "variant": "add", "args": {}, "classes": 7, "in_channels": 1})
+    assert isinstance(net, PreActResNet) and net.fc.out_features == 7 and net.stem.in_channels == 1
+    mt = models.build({"arch": "transformer", "size": "mini_2block", "variant": "rskip_ln", "args": {"lam": 2}, "pad_id": 0,
+                       "vocab_size": 50, "dropout": 0.25})
+    assert isinstance(mt, Transformer) and mt.cfg.vocab_size == 50 and mt.cfg.dropout == 0.25 and mt.cfg.encoder_layers == 1
+
+
+def test_parameters_of_counts_on_the_meta_device_as_the_built_model():
+    spec = {"arch": "preact_resnet", "depth": 20, "variant": "add", "args": {}, "classes": 10, "in_channels": 3}
+    assert models.parameters_of(spec) == models.count_parameters(models.build(spec)) == 272_282  # He et al.: 0.27M
+
+
+def test_unknown_or_foreign_architecture_is_refused_naming_the_allowed():
+    with pytest.raises(ConfigError, match="architecture 'resnext' unknown; allowed: preact_resnet, transformer"):
+        models.build({"arch": "resnext"})
+    with pytest.raises(ConfigError, match="architecture 'transformer' unknown for classification; allowed: preact_resnet"):
+        registry.get("transformer", "classification")
+
+
+def test_a_table_row_names_its_architecture_of_its_task(tmp_path):
+    row = {"label": "x", "dataset": "cifar10", "depth": 20, "variant": "add", "paper": 8.0, "arch": "transformer"}
+    table = {"paper": "rskip", "caption": "c", "source": "s", "task": "classification", "metric": "test_error", "rows": [row]}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump({"bad-t1": table}))
+    with pytest.raises(ConfigError, match=r"bad-t1.rows\[0\].arch: architecture 'transformer' unknown for classification"):
+        experiments.load_tables(tmp_path)
+    row["arch"] = "preact_resnet"  # the default, named
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump({"bad-t1": table}))
+    assert experiments.load_tables(tmp_path)["bad-t1"]["rows"][0]["arch"] == "preact_resnet"
+
+
+def test_a_checkpoint_rebuilds_its_model_alone():
+    spec = {"arch": "preact_resnet", "depth": 8, "variant": "rskip_ln", "args": {"lam": 2}, "classes": 10, "in_channels": 1}
+    torch.manual_seed(0)
+    net = models.build(spec)
+    back = models.from_checkpoint({"model": net.state_dict(), "model_spec": spec})
+    assert type(back) is type(net) and back is not net
+    assert all(torch.equal(a, b) for a, b in zip(net.state_dict().values(), back.state_dict().values()))

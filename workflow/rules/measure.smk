@@ -1,0 +1,24 @@
+# One job per (run, measurement) of the selected figures: it reads the checkpoint that the run's
+# training job wrote (metrics.json marks it finished), so a retrained run is measured again, and
+# a changed setting remeasures without retraining.
+
+
+rule measure:
+    input:
+        metrics="results/{scale}/{task}/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/metrics.json",
+        data=measured_data,
+    output:
+        "results/{scale}/{task}/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/measure/{measurement}.csv",
+    params:
+        settings=measure_settings,
+    log:
+        "results/{scale}/{task}/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/measure/{measurement}.log",
+    resources:
+        gpu=single_gpu(),
+        mem_mb=needs("measure", "mem_mb"),
+        runtime=needs("measure", "runtime"),
+    conda:
+        "../../envs/resrepro.yaml"
+    shell:
+        "resrepro measure --name {wildcards.measurement} --run-dir $(dirname {input.metrics}) --data {input.data}"
+        " --settings {params.settings:q} --out {output} 2> {log}"
