@@ -239,7 +239,7 @@ def test_load_model_rebuilds_the_spec_model_with_the_averaged_weights(prepared):
     assert all(torch.equal(state[k], prepared["state"][k]) for k in state)
 
 
-@pytest.mark.parametrize("kind", ["iwslt", "synthetic", "raw"])
+@pytest.mark.parametrize("kind", ["iwslt", "iwslt-fr", "synthetic", "raw"])
 def test_evaluate_prepared_scores_each_kind_of_dataset(prepared, tmp_path, monkeypatch, kind):
     """Tokenized as distributed (IWSLT: Moses-detokenized for sacreBLEU), the synthetic corpus
     (its own detokenized form), raw text (WMT: Moses-tokenized for tokenized BLEU)."""
@@ -248,7 +248,8 @@ def test_evaluate_prepared_scores_each_kind_of_dataset(prepared, tmp_path, monke
     from resrepro.evaluate.bleu import detokenize_moses
 
     _copy_source(monkeypatch)
-    meta_changes = {"iwslt": None, "synthetic": {"name": "synthetic"}, "raw": {"name": "wmt14_en_de", "tokenized": False}}[kind]
+    meta_changes = {"iwslt": None, "iwslt-fr": {"tgt_lang": "fr"}, "synthetic": {"name": "synthetic"},
+                    "raw": {"name": "wmt14_en_de", "tokenized": False}}[kind]
     data = _with_meta(prepared, tmp_path, **meta_changes) if meta_changes else prepared["data"]
     out = tmp_path / "run"
     result = translation.evaluate_prepared(prepared["spec"], data, prepared["averaged"], out, device="cpu")
@@ -261,7 +262,8 @@ def test_evaluate_prepared_scores_each_kind_of_dataset(prepared, tmp_path, monke
         expected = {"hyp.tok.txt": [translation.moses_tokenize(h, "vi") for h in decoded], "hyp.detok.txt": decoded,
                     "ref.tok.txt": [translation.moses_tokenize(r, "vi") for r in refs_detok], "ref.detok.txt": refs_detok}
     else:
-        detok = (lambda h: h) if kind == "synthetic" else (lambda h: detokenize_moses(h, "vi"))
+        lang = "fr" if kind == "iwslt-fr" else "vi"  # the target language's rules: French joins l' homme
+        detok = (lambda h: h) if kind == "synthetic" else (lambda h: detokenize_moses(h, lang))
         expected = {"hyp.tok.txt": decoded, "hyp.detok.txt": [detok(h) for h in decoded],
                     "ref.tok.txt": refs_as_distributed, "ref.detok.txt": refs_detok}
     for name, lines in expected.items():
@@ -269,6 +271,8 @@ def test_evaluate_prepared_scores_each_kind_of_dataset(prepared, tmp_path, monke
     assert result["bleu_tokenized"] == tokenized_bleu(expected["hyp.tok.txt"], expected["ref.tok.txt"])
     assert result["sacrebleu"] == sacre_bleu(expected["hyp.detok.txt"], expected["ref.detok.txt"])
     assert result["sentences"] == len(decoded) == 8
+    if kind == "iwslt-fr":
+        assert expected["hyp.detok.txt"] != [detokenize_moses(h, "en") for h in decoded]  # the language matters here
     if kind == "iwslt":
         assert any("'" in h for h in expected["hyp.detok.txt"]) and all("&apos;" not in h for h in expected["hyp.detok.txt"])
         assert expected["hyp.detok.txt"] != decoded

@@ -75,7 +75,7 @@ def test_gates_refuse_a_model_without_sas():
 
 
 def test_summary_reads_the_papers_three_claims():
-    frame = pd.DataFrame([(b, q, v) for b, vals in ((1, (0.95, 0.1, 0.3)), (2, (0.97, 0.2, 0.2)), (3, (0.5, 0.3, 0.1)))
+    frame = pd.DataFrame([(b, q, v) for b, vals in ((1, (0.95, 0.1, 0.3)), (2, (0.97, 0.2, 0.2)), (3, (0.9, 0.3, 0.1)))
                           for q, v in zip(("alpha", "beta", "gamma"), vals)], columns=["block", "quantity", "value"])
     assert summarize_gates(frame) == ("alpha > 0.9 in 2 of 3 blocks; with depth, beta has Spearman rho = +1.00 and "
                                       "(1-alpha)(1-beta) rho = -1.00")
