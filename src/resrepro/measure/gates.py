@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pandas as pd
 import torch
-from scipy import stats
 
 from ..data.images import normalize
 from ..residual import SAS
@@ -48,6 +47,8 @@ def summarize_gates(frame: pd.DataFrame) -> str:
     """The paper's three readings of its Figure 3, measured: how many blocks have alpha > 0.9, and
     the rank correlation with depth (Spearman) of beta (the paper: it grows) and of
     (1-alpha)(1-beta) (the paper: larger in the lower blocks)."""
+    from scipy import stats  # here, not at import: the workflow imports this module to parse every dry run
+
     by = frame.pivot_table(index="block", columns="quantity", values="value").sort_index()
     rho_b = stats.spearmanr(by.index, by["beta"]).statistic
     rho_g = stats.spearmanr(by.index, by["gamma"]).statistic
