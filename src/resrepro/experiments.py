@@ -65,19 +65,24 @@ def _check_table(table_id: str, table: dict, path: Path) -> dict:
     labels = [row.get("label") for row in table["rows"]]
     for i, row in enumerate(table["rows"]):
         rwhere = f"{where}.rows[{i}]"
-        arch = architecture_of(table["task"], row, rwhere)
-        for key in ("label", "dataset", arch.size_key, "variant", "paper"):
-            if key not in row:
-                raise ConfigError(f"{rwhere}: missing key {key!r}")
-        if unknown := set(row) - ROW_KEYS:
-            raise ConfigError(f"{rwhere}: unknown key {sorted(unknown)[0]!r}; allowed: {sorted(ROW_KEYS)}")
-        residual.validate(row["variant"], row.get("args"), where=f"{rwhere}.args")
+        _check_cell(table["task"], row, rwhere, ("paper",), ROW_KEYS)
         if "paper_parameters" in row and not (isinstance(row["paper_parameters"], int) and row["paper_parameters"] > 0):
             raise ConfigError(f"{rwhere}: paper_parameters must be a positive whole count, e.g. 65_000_000; got {row['paper_parameters']!r}")
         baseline = row.get("baseline", table.get("baseline"))
         if baseline is not None and baseline not in labels:
             raise ConfigError(f"{rwhere}: baseline {baseline!r} is not a row label; rows: {labels}")
     return table
+
+
+def _check_cell(task: str, cell: dict, where: str, also_required: tuple[str, ...], allowed: set[str]) -> None:
+    """A table row or a figure cell: its keys, its architecture (of its task) and its variant."""
+    arch = architecture_of(task, cell, where)
+    for key in ("label", "dataset", arch.size_key, "variant", *also_required):
+        if key not in cell:
+            raise ConfigError(f"{where}: missing key {key!r}")
+    if unknown := set(cell) - allowed:
+        raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r}; allowed: {sorted(allowed)}")
+    residual.validate(cell["variant"], cell.get("args"), where=f"{where}.args")
 
 
 def architecture_of(task: str, row: dict, where: str) -> registry.Architecture:
@@ -114,14 +119,7 @@ def load_figures(source: str | Path | list | None) -> dict[str, dict]:
                 raise ConfigError(f"{where}.measurement: {err}") from None
             settings = measure.settings_for(figure["measurement"], figure.get("settings"), f"{where}.settings")
             for i, cell in enumerate(figure["cells"]):
-                cwhere = f"{where}.cells[{i}]"
-                arch = architecture_of(task, cell, cwhere)
-                for key in ("label", "dataset", arch.size_key, "variant"):
-                    if key not in cell:
-                        raise ConfigError(f"{cwhere}: missing key {key!r}")
-                if unknown := set(cell) - CELL_KEYS:
-                    raise ConfigError(f"{cwhere}: unknown key {sorted(unknown)[0]!r}; allowed: {sorted(CELL_KEYS)}")
-                residual.validate(cell["variant"], cell.get("args"), where=f"{cwhere}.args")
+                _check_cell(task, cell, f"{where}.cells[{i}]", (), CELL_KEYS)
             figures[figure_id] = {**figure, "task": task, "settings": settings}
     return figures
 
