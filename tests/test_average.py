@@ -154,6 +154,7 @@ def _write_ckpt(path, w, step, num_batches):
             "step": step,
             "epoch": step // 1000,
             "log": [{"step": step}],
+            "model_spec": {"arch": "transformer", "size": "base"},
         },
         path,
     )
@@ -172,6 +173,7 @@ def test_average_checkpoints_round_trip(tmp_path):
     assert saved["model"]["bn.num_batches_tracked"].item() == 3
     assert saved["averaged_from"] == ["step1000.pt", "step2000.pt"]
     assert saved["step"] == 2000 and saved["epoch"] == 2 and saved["log"] == [{"step": 2000}]  # from the newest
+    assert saved["model_spec"] == {"arch": "transformer", "size": "base"}  # evaluation rebuilds its model from it
     assert "optimizer" not in saved
     assert not list(out.parent.glob(".*.tmp"))  # atomic write left no temp file
 
