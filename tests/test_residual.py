@@ -562,3 +562,43 @@ def test_variant_ids_unique_over_paper_tables():
         assert "/" not in vid and " " not in vid
         assert ids.setdefault(vid, key) == key, f"id {vid!r} names both {ids[vid]} and {key}"
     assert len(ids) >= 15
+
+
+# --------------------------------------------------------------------------- mixed precision
+
+
+@pytest.mark.parametrize("layout", residual.LAYOUTS)
+@pytest.mark.parametrize("name, args", [("sas", {}), ("sas", {"gate": "single"}), ("sas", {"gate": "transform"}),
+                                        ("sas", {"gamma": "free"}), ("highway", {})])
+def test_gates_are_float32_under_bf16_autocast(layout, name, args):
+    """A gate under autocast is computed as in a float32 forward (to 1e-6), so it neither drifts at
+    initialisation nor saturates to exactly 1.0 from a logit near 6 as bf16 does; the block's
+    output is no less precise than bf16's own rounding of the float32 result."""
+    torch.manual_seed(0)
+    m = build(name, 16, layout, args)
+    x, f = pair(layout, scale=2.0)
+    dim = 1 if layout == "conv" else 2
+    # the values a bf16 network hands the block: the float32 reference sees the same numbers
+    x, f = (t.repeat_interleave(4, dim=dim).bfloat16().float() for t in (x, f))
+    gate_modules = [m.transform] if name == "highway" else [g for g in (m.gate_a, m.gate_b, m.gate_gamma) if g is not None]
+    reference = [g(x, f) for g in gate_modules]
+    y_reference = m(x, f)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = [g(x.bfloat16(), f.bfloat16()) for g in gate_modules]
+        y_mixed = m(x.bfloat16(), f.bfloat16())
+    for got, want in zip(mixed, reference):
+        assert got.dtype == torch.float32
+        assert torch.allclose(got, want, rtol=0, atol=1e-6), (got - want).abs().max()
+    # the skip and branch terms stay as autocast computes them; the gates' share is exact
+    assert torch.allclose(y_mixed.float(), y_reference, rtol=1e-2, atol=1e-2)
+    if name == "sas":
+        assert all(t.dtype == torch.float32 for t in m.last_gates.values())
+
+
+def test_a_gate_logit_of_8_is_below_one_under_autocast():
+    """bf16 rounds sigmoid(8) = 0.99966 to exactly 1.0 (its spacing near 1 is 2^-8); the gate must not."""
+    gate = residual.TransformGate(2, "seq", bias=8.0)
+    nn.init.zeros_(gate.weight)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        t = gate(torch.ones(1, 1, 2))
+    assert torch.all(t < 1.0) and torch.allclose(t, torch.full_like(t, 1 / (1 + math.exp(-8))), atol=1e-7)

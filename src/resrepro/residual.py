@@ -75,6 +75,15 @@ def expand_gate(g: torch.Tensor, layout: str) -> torch.Tensor:
     return g[:, :, None, None] if layout == "conv" else g
 
 
+def in_float32(inputs: tuple[torch.Tensor, ...], gate) -> torch.Tensor:
+    """`gate(*inputs)` in float32 even under bf16 autocast. A gate is a sigmoid of a learned logit:
+    in bf16 it reaches exactly 1.0 from a logit near 6 (float32: near 17), which zeroes gamma =
+    (1-a)(1-b) and the gate's gradient, and its value at initialisation is off by several percent.
+    The gates are a few small matmuls, so float32 costs little."""
+    with torch.autocast(inputs[0].device.type, enabled=False):
+        return gate(*(t.float() for t in inputs))
+
+
 def broadcast_vector(v: torch.Tensor, layout: str) -> torch.Tensor:
     """A per-channel / per-feature parameter vector shaped to broadcast against the layout."""
     return v[None, :, None, None] if layout == "conv" else v
@@ -238,7 +247,8 @@ class ScalingGate(nn.Module):
 
     `hidden=False` is Table 6's single-layer gate S = [x; F] W_f + b_f (2h+1 parameters).
     `bias` initialises the last bias: Sec. 4.2 sets it to 3 for alpha and -3 for beta on CIFAR
-    so that training starts close to x + small*F. Output: one value per example (conv) or token (seq).
+    so that training starts close to x + small*F. Output: one value per example (conv) or token (seq),
+    in float32 under autocast too (`in_float32`).
     """
 
     def __init__(self, dim: int, layout: str, hidden: bool, bias: float):
@@ -251,6 +261,9 @@ class ScalingGate(nn.Module):
         nn.init.constant_(self.net[-1].bias, bias)
 
     def forward(self, x, f):
+        return in_float32((x, f), self._gate)
+
+    def _gate(self, x, f):
         z = torch.cat([pool_for_gate(x, self.layout), pool_for_gate(f, self.layout)], dim=-1)
         return expand_gate(torch.sigmoid(self.net(z)), self.layout)
 
@@ -267,6 +280,9 @@ class TransformGate(nn.Linear):
         nn.init.constant_(self.bias, bias)
 
     def forward(self, x, f=None):  # f unused: the same call as ScalingGate
+        return in_float32((x,), self._gate)
+
+    def _gate(self, x):
         return expand_gate(torch.sigmoid(super().forward(pool_for_gate(x, self.layout))), self.layout)
 
 
@@ -285,7 +301,7 @@ class SAS(Residual):
     gamma start near the tied value (1-s(3))(1-s(-3)) ~ 0.045. `norm: bn` is Table 7's BN row.
     `gate` chooses what predicts a and b (Table 6): `full`, the paper's Scaling Gate (Eq. 2);
     `single`, its single-layer form; `transform`, Highway's Transform Gate T(x) from x alone,
-    per channel (h*h + h parameters each). The last gates are kept in `last_gates` (detached)
+    per channel (h*h + h parameters each). The last gates are kept in `last_gates` (detached, float32)
     for the analysis of Fig. 3.
     """
 
