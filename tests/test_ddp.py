@@ -36,11 +36,13 @@ def spec(**over):  # as test_train_translation.spec: 8 token batches an epoch, s
     return {**base, **over}
 
 
-def torchrun(out_dir: Path, run_spec: dict, nproc: int = 2, timeout_s: float = TIMEOUT_S, gloo_timeout_s: float = 60) -> tuple[int, str]:
-    """Run the worker under torchrun; -> (exit status, torchrun's output). Fails the test on a timeout,
-    after ending torchrun and its workers (which torchrun starts in sessions of their own)."""
+def torchrun(out_dir: Path, run_spec: dict, nproc: int = 2, timeout_s: float = TIMEOUT_S, gloo_timeout_s: float = 60,
+             **worker_env: str) -> tuple[int, str]:
+    """Run the worker under torchrun (`worker_env`: its DDP_TEST_* switches); -> (exit status,
+    torchrun's output). Fails the test on a timeout, after ending torchrun and its workers (which
+    torchrun starts in sessions of their own)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "DDP_TEST_TIMEOUT_S": str(gloo_timeout_s)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DDP_TEST_TIMEOUT_S": str(gloo_timeout_s), **worker_env}
     for name in DDP_ENV:
         env.pop(name, None)  # from an enclosing torchrun, if any
     cmd = [str(TORCHRUN), "--standalone", "--nproc_per_node", str(nproc), str(WORKER), str(out_dir), json.dumps(run_spec)]
@@ -79,12 +81,16 @@ UNEVEN_SHARDS = pytest.param(
 )
 
 
-@pytest.mark.skipif(not TORCHRUN.exists() or not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
-                    reason="needs torchrun and torch.distributed with gloo")
+needs_gloo = pytest.mark.skipif(not TORCHRUN.exists() or not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+                                reason="needs torchrun and torch.distributed with gloo")
+
+
+@needs_gloo
 @pytest.mark.parametrize("over, gloo_timeout_s", [pytest.param({}, 60, id="even-shards"), UNEVEN_SHARDS])
 def test_two_process_ddp_training_keeps_the_ranks_identical(tmp_path, over, gloo_timeout_s):
+    """On a machine with GPUs (patched in), `--device cpu` still gives CPU ranks on gloo."""
     run_spec, out = spec(**over), tmp_path / "out"
-    returncode, output = torchrun(out, run_spec, gloo_timeout_s=gloo_timeout_s)
+    returncode, output = torchrun(out, run_spec, gloo_timeout_s=gloo_timeout_s, DDP_TEST_FAKE_CUDA="1")
     assert returncode == 0, output[-4000:]
 
     run = out / "run"
@@ -102,13 +108,57 @@ def test_two_process_ddp_training_keeps_the_ranks_identical(tmp_path, over, gloo
     ranks = [torch.load(out / f"rank{r}.pt", weights_only=True) for r in range(2)]
     assert sorted(p.name for p in out.iterdir()) == ["pid0", "pid1", "rank0.pt", "rank1.pt", "run"]  # train() wrote only under run/
     for r in ranks:
-        assert r["backend"] == "gloo" and r["updates"] == 24 and r["diverged"] is False
+        assert r["backend"] == "gloo" and r["device"] == "cpu" and r["updates"] == 24 and r["diverged"] is False
         assert math.isfinite(r["final"]["train_loss"]) and math.isfinite(r["final"]["dev_loss"])
     a, b = ranks[0]["model"], ranks[1]["model"]
     assert a.keys() == b.keys() and a.keys() == last["model"].keys()
     assert all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])]
     assert all(torch.equal(a[k], last["model"][k]) for k in a)  # rank 0's checkpoint is the final model
-    # the ranks trained on different batches (every 2nd one each): their own running losses differ,
-    # while the dev loss of the shared parameters is the same
-    assert ranks[0]["final"]["train_loss"] != ranks[1]["final"]["train_loss"]
+    # the logged training loss is over every rank's tokens, so both ranks report the same one
+    assert ranks[0]["final"]["train_loss"] == ranks[1]["final"]["train_loss"]
     assert ranks[0]["final"]["dev_loss"] == ranks[1]["final"]["dev_loss"]
+
+
+def final_model(out: Path) -> dict:
+    return torch.load(out / "run" / "checkpoints" / "last.pt", weights_only=True)["model"]
+
+
+def logged(out: Path, *fields: str) -> list[tuple[float, ...]]:
+    return [tuple(float(r[f]) for f in fields) for r in csv.DictReader((out / "run" / "train_log.csv").open())]
+
+
+@needs_gloo
+def test_a_killed_ddp_run_resumes_bit_identically(tmp_path):
+    """Each rank draws its own dropout masks, so a checkpoint keeps every rank's random state: a run
+    killed between checkpoints and started again ends exactly as one that was never stopped."""
+    run_spec = spec()
+    assert torchrun(tmp_path / "whole", run_spec)[0] == 0
+    returncode, output = torchrun(tmp_path / "killed", run_spec, DDP_TEST_KILL_AT_CHECKPOINT="3")  # steps 8 and 16 saved
+    assert returncode != 0 and "killed at checkpoint 3" in output
+    assert torch.load(tmp_path / "killed" / "run" / "checkpoints" / "last.pt", weights_only=True)["step"] == 16
+    returncode, output = torchrun(tmp_path / "killed", run_spec)
+    assert returncode == 0 and "resuming from" in output, output[-4000:]
+    whole, resumed = final_model(tmp_path / "whole"), final_model(tmp_path / "killed")
+    assert [k for k in whole if not torch.equal(whole[k], resumed[k])] == []
+    fields = ("step", "train_loss", "dev_loss")
+    assert logged(tmp_path / "whole", *fields) == logged(tmp_path / "killed", *fields)
+
+
+@needs_gloo
+def test_ddp_loss_is_the_token_mean_over_all_ranks_as_on_one_process(tmp_path, monkeypatch):
+    """Two ranks with one batch each per update see the same tokens as one process accumulating two
+    batches: the logged loss and the trained parameters agree (gloo; dropout off, so the only
+    difference is the order of float sums)."""
+    from ddp_worker import corpus
+    from resrepro.models import transformer
+    from resrepro.train import translation
+
+    over = dict(dropout=0.0, max_updates=6, checkpoint_every=1, keep_checkpoints=1)
+    assert torchrun(tmp_path / "ranks", spec(**over, update_freq=1, world_size=2))[0] == 0
+    monkeypatch.setitem(transformer.PRESETS, "base_2block", dict(d_model=32, heads=4, ffn=64, encoder_layers=2, decoder_layers=2, dropout=0.1))
+    translation.train(spec(**over, update_freq=2), corpus(300, 0), corpus(30, 1), 26, tmp_path / "one" / "run", device="cpu", progress=False)
+    ranks, one = logged(tmp_path / "ranks", "step", "train_loss"), logged(tmp_path / "one", "step", "train_loss")
+    assert [r[0] for r in ranks] == [r[0] for r in one] == [1, 2, 3, 4, 5, 6]
+    assert all(abs(a[1] - b[1]) < 1e-6 for a, b in zip(ranks, one)), (ranks, one)
+    a, b = final_model(tmp_path / "ranks"), final_model(tmp_path / "one")
+    assert all(torch.allclose(a[k], b[k], rtol=0, atol=1e-5) for k in a), max((a[k] - b[k]).abs().max().item() for k in a)

@@ -1,4 +1,5 @@
-"""One GPU per concurrent local job, checked without a GPU: the lock-file pool across processes."""
+"""Device choice and one GPU per concurrent local job, checked without a GPU: CUDA patched, and
+the lock-file pool across processes."""
 
 import os
 import subprocess
@@ -10,6 +11,7 @@ import pytest
 
 from resrepro.devices import DevicePool, cuda_device_for_this_job
 
+LAUNCHER_ENV = ("SLURM_JOB_ID", "LOCAL_RANK", "RESREPRO_GPUS_HELD_BY_LAUNCH", "CUDA_VISIBLE_DEVICES")
 HOLDER = textwrap.dedent(
     """
     import sys, time
@@ -21,7 +23,7 @@ HOLDER = textwrap.dedent(
 
 
 def start_holder(n, lock_dir):
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV}
     proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(n), str(lock_dir)], stdout=subprocess.PIPE, text=True, env=env)
     return proc, proc.stdout.readline().strip()
 
@@ -48,7 +50,7 @@ def test_a_waiting_job_gets_the_gpu_when_it_is_released(tmp_path):
     holder = DevicePool(1, tmp_path)
     assert holder.acquire() == 0
     waiter = subprocess.Popen([sys.executable, "-c", HOLDER, "2", str(tmp_path)], stdout=subprocess.PIPE, text=True,
-                              env={k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"})
+                              env={k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV})
     try:
         assert waiter.stdout.readline().strip() == "cuda:1"  # gpu0 is held here, gpu1 is free
     finally:
@@ -60,9 +62,86 @@ def test_a_waiting_job_gets_the_gpu_when_it_is_released(tmp_path):
     assert again.acquire(timeout_s=1) == 0 and time.monotonic() - started < 1
 
 
-def test_launcher_choice_and_single_gpu_need_no_pool(tmp_path, monkeypatch):
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
-    assert cuda_device_for_this_job(8, tmp_path) == "cuda"  # Slurm or torchrun already chose
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-    assert cuda_device_for_this_job(1, tmp_path) == "cuda"
-    assert not list(tmp_path.iterdir())
+@pytest.fixture
+def fake_cuda(monkeypatch, tmp_path):
+    """torch sees `count` GPUs (set it); torch.cuda.set_device records its index; the pool's
+    default lock folder lies in tmp_path; no launcher variables; this process holds no GPU yet."""
+    import torch
+
+    from resrepro import devices
+
+    state = {"count": 1, "current": []}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: state["count"] > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: state["count"])
+    monkeypatch.setattr(torch._C, "_cuda_setDevice", state["current"].append, raising=False)
+    monkeypatch.setattr(devices, "_POOL", None)
+    monkeypatch.setattr(devices, "_INDEX", None)
+    monkeypatch.chdir(tmp_path)
+    for name in LAUNCHER_ENV:
+        monkeypatch.delenv(name, raising=False)
+    return state
+
+
+def locks_held(lock_dir) -> list[str]:
+    """The lock files in `lock_dir` that some process holds (tried here without blocking)."""
+    import fcntl
+
+    held = []
+    for path in sorted(lock_dir.glob("gpu*.lock")):
+        with open(path, "a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                held.append(path.name)
+    return held
+
+
+def test_auto_on_one_gpu_gives_an_indexed_device_set_current_and_locked(fake_cuda, tmp_path):
+    """`torch.cuda.set_device("cuda")` raises (no index): every CUDA device picked has an index,
+    and it is made the current device (NCCL and CUDA's random generator follow it)."""
+    from resrepro.devices import pick_device
+
+    device = pick_device("auto")
+    assert str(device) == "cuda:0" and fake_cuda["current"] == [0]
+    assert locks_held(tmp_path / ".snakemake" / "gpu_locks") == ["gpu0.lock"]  # held by this process
+    assert str(pick_device("cuda")) == "cuda:0"  # the same GPU again, not a second one
+
+
+def test_explicit_devices_are_honoured_even_when_a_gpu_is_there(fake_cuda, monkeypatch):
+    from resrepro.devices import pick_device
+
+    fake_cuda["count"] = 2
+    assert str(pick_device("cpu")) == "cpu" and fake_cuda["current"] == []
+    assert str(pick_device("cuda:1")) == "cuda:1" and fake_cuda["current"] == [1]
+    monkeypatch.setenv("LOCAL_RANK", "1")  # a torchrun rank: auto and cuda mean its own GPU
+    assert str(pick_device("auto")) == str(pick_device("cuda")) == "cuda:1"
+    assert str(pick_device("cpu")) == "cpu"  # CPU ranks stay CPU ranks
+    fake_cuda["count"] = 0
+    assert str(pick_device("auto")) == "cpu"
+    with pytest.raises(RuntimeError, match="--device cuda: no GPU is visible"):
+        pick_device("cuda")
+
+
+def test_a_launcher_choice_needs_no_pool(fake_cuda, tmp_path, monkeypatch):
+    fake_cuda["count"] = 8
+    for launcher, value in [("SLURM_JOB_ID", "42"), ("RESREPRO_GPUS_HELD_BY_LAUNCH", "1")]:
+        monkeypatch.setenv(launcher, value)
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+        assert cuda_device_for_this_job(1, tmp_path) == "cuda:0"  # the one GPU it was given
+        monkeypatch.delenv(launcher)
+    assert not list(tmp_path.glob("gpu*.lock"))
+
+
+def test_an_exported_cuda_visible_devices_still_goes_through_the_pool(tmp_path):
+    """A workstation that exports CUDA_VISIBLE_DEVICES=2,3 is not a launcher: two jobs get the two
+    GPUs, locked by their physical names, not both the first one."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV}
+    holders = [subprocess.Popen([sys.executable, "-c", HOLDER, "2", str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                                env={**env, "CUDA_VISIBLE_DEVICES": "2,3"}) for _ in range(2)]
+    try:
+        assert sorted(h.stdout.readline().strip() for h in holders) == ["cuda:0", "cuda:1"]
+        assert locks_held(tmp_path) == ["gpu2.lock", "gpu3.lock"]
+    finally:
+        for proc in holders:
+            proc.kill()
+            proc.wait()

@@ -7,12 +7,14 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
 from resrepro import launch
 from resrepro.devices import DevicePool
 from test_ddp import spec as ddp_spec
+from test_devices import LAUNCHER_ENV
 
 BIN = os.path.dirname(sys.executable)
 
@@ -26,11 +28,12 @@ def test_one_gpu_runs_the_command_itself_and_several_run_torchrun_ranks():
 
 
 def test_a_multi_gpu_job_takes_its_gpus_together_or_waits(tmp_path, monkeypatch):
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    first = DevicePool(4, tmp_path)
-    assert launch.visible_devices(2, 4, first) == "0,1"
-    second = DevicePool(4, tmp_path)
-    assert launch.visible_devices(2, 4, second) == "2,3"
+    for name in LAUNCHER_ENV:
+        monkeypatch.delenv(name, raising=False)
+    first, devices = launch.take_gpus(2, 4, tmp_path)
+    assert devices == "0,1"
+    second, devices = launch.take_gpus(2, 4, tmp_path)
+    assert devices == "2,3"
     third = DevicePool(4, tmp_path)
     with pytest.raises(RuntimeError, match="fewer than 2 of 4 GPUs are free"):
         third.acquire_many(2, timeout_s=0)
@@ -38,16 +41,63 @@ def test_a_multi_gpu_job_takes_its_gpus_together_or_waits(tmp_path, monkeypatch)
     single = DevicePool(4, tmp_path)
     assert single.acquire(timeout_s=0) == 0  # the failed try held nothing back
     assert third.acquire_many(1, timeout_s=0) == [1]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6,7")  # exported by hand: the pool picks among these
+    fourth, devices = launch.take_gpus(2, 3, tmp_path / "other")
+    assert devices == "4,6"
 
 
-def test_a_launcher_or_a_single_gpu_needs_no_pool_and_too_few_gpus_is_an_error(monkeypatch):
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
-    assert launch.visible_devices(2, 8) is None  # Slurm chose the GPUs of this allocation
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-    assert launch.visible_devices(1, 8) is None
-    assert launch.visible_devices(2, 0) is None  # CPU ranks (gloo)
+def test_a_launcher_needs_no_pool_and_too_few_gpus_is_an_error(monkeypatch, tmp_path):
+    for name in LAUNCHER_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    assert launch.take_gpus(2, 8, tmp_path) == (None, None)  # Slurm chose the GPUs of this allocation
+    monkeypatch.delenv("SLURM_JOB_ID")
+    assert launch.take_gpus(2, 0, tmp_path) == (None, None)  # CPU ranks (gloo)
     with pytest.raises(RuntimeError, match="asks for 4 GPUs, this machine has 2"):
-        launch.visible_devices(4, 2)
+        launch.take_gpus(4, 2, tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+# A launch whose command reports the GPUs it was given, then waits for the test to let it go.
+# torch is patched to see two GPUs; `command` is patched so no torchrun starts.
+LAUNCHER = textwrap.dedent(
+    """
+    import os, sys, time, torch
+    from resrepro import launch
+    torch.cuda.device_count = lambda: 2
+    go_on = sys.argv[2]
+    child = "import os, sys, time; print(repr(os.environ.get('CUDA_VISIBLE_DEVICES')), os.environ.get('RESREPRO_GPUS_HELD_BY_LAUNCH'), flush=True)\\n"
+    child += f"while not os.path.exists({go_on!r}): time.sleep(0.05)"
+    launch.command = lambda gpus, argv: [sys.executable, "-c", child]
+    sys.exit(launch.launch(int(sys.argv[1]), ["train"]))
+    """
+)
+
+
+@pytest.mark.parametrize("gpus, visible", [(0, "''"), (1, "'0'"), (2, "'0,1'")])
+def test_launch_holds_its_gpus_until_the_command_ends(tmp_path, gpus, visible):
+    """Seen from another process: while the command runs, its GPUs are locked (a multi-GPU job
+    used to give them back before torchrun started); afterwards they are free. No GPU: nothing is
+    visible to the command, so `gpus_per_job: 0` means the CPU on a GPU machine too."""
+    from test_devices import locks_held
+
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV}
+    go_on = tmp_path / "go_on"
+    proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(gpus), str(go_on)], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        seen, held_by_launch = proc.stdout.readline().split()
+        assert seen == visible
+        lock_dir = tmp_path / ".snakemake" / "gpu_locks"
+        expected = [f"gpu{i}.lock" for i in range(gpus)]
+        assert (locks_held(lock_dir) if lock_dir.exists() else []) == expected
+        assert held_by_launch == ("1" if gpus else "None")
+        go_on.touch()
+        assert proc.wait(timeout=30) == 0, proc.stderr.read()
+        assert (locks_held(lock_dir) if lock_dir.exists() else []) == []
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 @pytest.fixture(scope="module")

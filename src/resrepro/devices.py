@@ -1,10 +1,15 @@
-"""One GPU per local job: a pool of lock files, because Snakemake assigns no GPU ids to local jobs.
+"""Which device a job runs on, and one GPU per local job: a pool of lock files.
 
 With `--resources gpu=N` Snakemake starts at most N GPU jobs at once but does not say which GPU
-each should use. Each job therefore takes the first free `gpu<i>.lock` in a shared folder with an
+each should use. Each job therefore takes the first free `gpu<id>.lock` in a shared folder with an
 exclusive, non-blocking flock and keeps the file open for its lifetime; the kernel releases the
-lock when the process ends, even on SIGKILL, so a crashed job never leaks its GPU. Under Slurm
-(or any launcher that sets CUDA_VISIBLE_DEVICES) the launcher's choice is used instead.
+lock when the process ends, even on SIGKILL, so a crashed job never leaks its GPU. Locks are named
+by the physical GPU (an entry of CUDA_VISIBLE_DEVICES when a workstation exports one), so jobs
+that see the GPUs in different orders still exclude each other.
+
+A launcher that already gave the process its GPUs is trusted instead: a Slurm allocation,
+torchrun (each rank takes cuda:LOCAL_RANK) and `resrepro launch`, which holds the locks of the
+GPUs it hands its command (launch.py).
 """
 
 from __future__ import annotations
@@ -16,13 +21,31 @@ import time
 from pathlib import Path
 
 DEFAULT_LOCK_DIR = Path(".snakemake") / "gpu_locks"
+GPUS_HELD_BY_LAUNCH = "RESREPRO_GPUS_HELD_BY_LAUNCH"  # set by `resrepro launch` for the command it runs
+
+
+def launcher_chose_gpus() -> bool:
+    """Whether this process's GPUs were chosen for it: a Slurm job, a torchrun rank, or a command
+    that `resrepro launch` started with GPUs whose locks it holds."""
+    return any(os.environ.get(name) for name in ("SLURM_JOB_ID", "LOCAL_RANK", GPUS_HELD_BY_LAUNCH))
+
+
+def visible_gpus(device_count: int) -> list[str]:
+    """The physical names of the GPUs torch numbers 0..device_count-1: CUDA_VISIBLE_DEVICES's
+    entries (indices or UUIDs) when set, else the indices themselves."""
+    listed = [name.strip() for name in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if name.strip()]
+    return listed[:device_count] if listed else [str(i) for i in range(device_count)]
 
 
 class DevicePool:
-    def __init__(self, n_devices: int, lock_dir: str | Path = DEFAULT_LOCK_DIR):
-        if n_devices < 1:
+    """`devices`: the GPUs' physical names (visible_gpus), or a count for 0..n-1. acquire() returns
+    positions in that list, which are torch's device indices."""
+
+    def __init__(self, devices: int | list[str], lock_dir: str | Path = DEFAULT_LOCK_DIR):
+        self.names = [str(i) for i in range(devices)] if isinstance(devices, int) else list(devices)
+        if not self.names:
             raise ValueError("a device pool needs at least one device")
-        self.n_devices, self.lock_dir = n_devices, Path(lock_dir)
+        self.n_devices, self.lock_dir = len(self.names), Path(lock_dir)
         self._held = []  # the open lock files of the devices this process holds
 
     def acquire(self, timeout_s: float | None = 0.0, poll_s: float = 0.5) -> int:
@@ -41,7 +64,7 @@ class DevicePool:
         while True:
             taken = []
             for index in range(self.n_devices):
-                handle = open(self.lock_dir / f"gpu{index}.lock", "a")
+                handle = open(self.lock_dir / f"gpu{self.names[index]}.lock", "a")
                 try:
                     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
@@ -73,22 +96,34 @@ _INDEX: int | None = None
 
 
 def cuda_device_for_this_job(device_count: int, lock_dir: str | Path = DEFAULT_LOCK_DIR) -> str:
-    """"cuda" when a launcher already chose (CUDA_VISIBLE_DEVICES) or there is one GPU; otherwise
-    "cuda:<i>" for a GPU that no other local job holds (the same one on every call)."""
+    """"cuda:<i>": the launcher's choice (cuda:LOCAL_RANK, else cuda:0), or a visible GPU that no
+    other local job holds, taken from the pool (the same one on every call)."""
     global _POOL, _INDEX
-    if os.environ.get("CUDA_VISIBLE_DEVICES") is not None or device_count <= 1:
-        return "cuda"
+    if launcher_chose_gpus():
+        return f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
     if _INDEX is None:
-        _POOL = DevicePool(device_count, lock_dir)
+        _POOL = DevicePool(visible_gpus(device_count), lock_dir)
         _INDEX = _POOL.acquire(timeout_s=None)  # a queue: more jobs than GPUs wait their turn
     return f"cuda:{_INDEX}"
 
 
 def pick_device(name: str = "auto"):
-    """The torch device a job runs on. auto: a GPU of its own when there are several (the pool
-    above), the GPU, or the CPU. The one place that chooses; training and evaluation call it."""
+    """The torch device a job runs on, always with an index, and made CUDA's current device (NCCL,
+    CUDA's random generator and new tensors all follow it). auto: a GPU when one is visible (the
+    launcher's or one of its own from the pool), else the CPU; "cuda": the same, but a GPU is
+    required; "cpu", "cuda:1", ...: as given. The one place that chooses; training, evaluation and
+    measurements call it."""
     import torch  # here, not at the top: the workflow imports this package while parsing
 
-    if name == "auto":
-        name = cuda_device_for_this_job(torch.cuda.device_count()) if torch.cuda.is_available() else "cpu"
-    return torch.device(name)
+    if name in ("auto", "cuda"):
+        if torch.cuda.is_available():
+            name = cuda_device_for_this_job(torch.cuda.device_count())
+        elif name == "cuda":
+            raise RuntimeError("--device cuda: no GPU is visible to this process (CUDA_VISIBLE_DEVICES="
+                               f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')!r}); use --device cpu or auto")
+        else:
+            name = "cpu"
+    device = torch.device(name)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return device

@@ -1,9 +1,10 @@
-"""`resrepro launch --gpus N -- <command> ...`: run a resrepro command on N GPUs of one machine.
+"""`resrepro launch --gpus N -- <command> ...`: run a resrepro command on the N GPUs its job holds.
 
-One GPU (or none): the command runs in this process's place. Several: torchrun starts N ranks of
-it inside the same allocation (a Slurm job with --gpus=N, or a workstation), and DDP splits the
-batches. On a workstation without a launcher's CUDA_VISIBLE_DEVICES, the N GPUs are taken from
-the same lock pool single-GPU jobs use (devices.py) and held until the ranks end.
+None: the command runs on the CPU, with no GPU visible (a job that holds no GPU must not use one).
+One: the command runs on its GPU. Several: torchrun starts N ranks of it inside the same
+allocation (a Slurm job with --gpus=N, or a workstation), and DDP splits the batches. Outside
+Slurm, the GPUs are taken from the lock pool (devices.py) and held here until the command ends;
+the command sees only them.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .devices import DEFAULT_LOCK_DIR, DevicePool
+from .devices import DEFAULT_LOCK_DIR, GPUS_HELD_BY_LAUNCH, DevicePool, launcher_chose_gpus, visible_gpus
 
 DDP_ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
 
@@ -26,26 +27,36 @@ def command(gpus: int, argv: list[str]) -> list[str]:
     return [str(torchrun), "--standalone", f"--nproc_per_node={gpus}", "-m", "resrepro.cli", *argv]
 
 
-def visible_devices(gpus: int, device_count: int, pool: DevicePool | None = None) -> str | None:
-    """CUDA_VISIBLE_DEVICES for a local multi-GPU job: `gpus` GPUs no other job holds (waiting for
-    them), or None when a launcher already chose, the job needs one GPU, or there is no GPU."""
-    if os.environ.get("CUDA_VISIBLE_DEVICES") is not None or gpus <= 1 or device_count == 0:
-        return None  # a launcher chose, or a single device, or CPU ranks (gloo)
+def take_gpus(gpus: int, device_count: int, lock_dir: str | Path = DEFAULT_LOCK_DIR) -> tuple[DevicePool | None, str | None]:
+    """(the pool holding them, their CUDA_VISIBLE_DEVICES) for a local job's `gpus` GPUs, ones no
+    other job holds (waiting for them); (None, None) when a launcher (Slurm) already chose, or
+    there is no GPU (CPU ranks, gloo). The GPUs stay taken while the returned pool lives."""
+    if launcher_chose_gpus() or gpus < 1 or device_count == 0:
+        return None, None
     if device_count < gpus:
         raise RuntimeError(f"the job asks for {gpus} GPUs, this machine has {device_count}")
-    pool = pool or DevicePool(device_count, DEFAULT_LOCK_DIR)
-    return ",".join(str(i) for i in pool.acquire_many(gpus, timeout_s=None))
+    names = visible_gpus(device_count)
+    pool = DevicePool(names, lock_dir)
+    return pool, ",".join(names[i] for i in pool.acquire_many(gpus, timeout_s=None))
 
 
 def launch(gpus: int, argv: list[str]) -> int:
     if not argv:
         raise SystemExit("launch: give the resrepro command after --")
     env = {k: v for k, v in os.environ.items() if k not in DDP_ENV}
-    if gpus > 1:
+    pool = None
+    if gpus == 0:
+        env["CUDA_VISIBLE_DEVICES"] = ""  # gpus_per_job: 0 means the CPU, even on a GPU machine
+    else:
         import torch
 
-        if (devices := visible_devices(gpus, torch.cuda.device_count())) is not None:
-            env["CUDA_VISIBLE_DEVICES"] = devices
-        print(f"launch: {gpus} ranks (CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES', 'unset')})", file=sys.stderr)
-    # The pool's locks stay held (this process keeps them open) until the ranks have ended.
-    return subprocess.run(command(gpus, argv), env=env).returncode
+        pool, devices = take_gpus(gpus, torch.cuda.device_count())
+        if devices is not None:
+            env["CUDA_VISIBLE_DEVICES"], env[GPUS_HELD_BY_LAUNCH] = devices, "1"
+    what = "the CPU only" if gpus == 0 else f"{gpus} GPU{'s' if gpus > 1 else ''}" + (f", {gpus} ranks" if gpus > 1 else "")
+    print(f"launch: {what} (CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES', 'unset')!r})", file=sys.stderr)
+    try:
+        return subprocess.run(command(gpus, argv), env=env).returncode
+    finally:
+        if pool is not None:
+            pool.release()  # only now: the command and all its ranks have ended

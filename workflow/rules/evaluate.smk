@@ -39,5 +39,5 @@ rule evaluate_translation:
     conda:
         "../../envs/resrepro.yaml"
     shell:
-        "resrepro evaluate-translation --spec {params.spec:q} --data $(dirname {input.data}) --averaged {input.averaged}"
+        "resrepro launch --gpus {resources.gpu} -- evaluate-translation --spec {params.spec:q} --data $(dirname {input.data}) --averaged {input.averaged}"
         " --out-dir $(dirname {output}) --threads {threads} 2> {log}"

@@ -20,5 +20,5 @@ rule measure:
     conda:
         "../../envs/resrepro.yaml"
     shell:
-        "resrepro measure --name {wildcards.measurement} --run-dir $(dirname {input.metrics}) --data {input.data}"
+        "resrepro launch --gpus {resources.gpu} -- measure --name {wildcards.measurement} --run-dir $(dirname {input.metrics}) --data {input.data}"
         " --settings {params.settings:q} --out {output} 2> {log}"

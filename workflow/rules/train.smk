@@ -22,7 +22,8 @@ rule train_classifier:
     conda:
         "../../envs/resrepro.yaml"
     shell:
-        "resrepro train --spec {params.spec:q} --data {input} --out-dir $(dirname {output.metrics})"
+        # launch: the job's GPU (its lock held till the end), or none visible when it holds none
+        "resrepro launch --gpus {resources.gpu} -- train --spec {params.spec:q} --data {input} --out-dir $(dirname {output.metrics})"
         " --threads {threads} 2> {log}"
 
 

@@ -1,7 +1,9 @@
 """Checkpoints of a training run: the part both training loops share.
 
 A loop keeps where it stands in one `LoopState`; a checkpoint holds it beside the model, the
-optimizer and torch's random state, so a killed job resumes exactly where it stopped.
+optimizer and torch's random state, so a killed job resumes exactly where it stopped. The random
+state is each rank's own (under DDP they differ: every rank drops out on its own batches) and, on
+a GPU, includes that GPU's generator, which dropout draws from there.
 """
 
 from __future__ import annotations
@@ -29,15 +31,27 @@ class LoopState:
     generator: torch.Tensor | None = None  # classification: the live state; translation: at the epoch's start
 
 
-def save(path: Path, model, optimizer, spec: dict, state: LoopState, model_spec: dict) -> None:
-    """`model_spec` (models/registry.py) rebuilds the model from this file alone."""
+def random_state(device: torch.device) -> dict:
+    """torch's random state as this process draws from it: the CPU's and, on a GPU, that GPU's."""
+    return {"cpu": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
+
+
+def set_random_state(saved: dict, device: torch.device) -> None:
+    torch.set_rng_state(saved["cpu"])
+    if device.type == "cuda" and saved["cuda"] is not None:
+        torch.cuda.set_rng_state(saved["cuda"], device)
+
+
+def save(path: Path, model, optimizer, spec: dict, state: LoopState, model_spec: dict, random_states: list[dict]) -> None:
+    """`model_spec` (models/registry.py) rebuilds the model from this file alone; `random_states`
+    holds every rank's random_state(), in rank order."""
     files.save_torch(path, {"model": model.state_dict(), "model_spec": model_spec, "optimizer": optimizer.state_dict(),
-                            "torch_rng": torch.get_rng_state(), "spec": spec, **asdict(state)})
+                            "random_states": random_states, "spec": spec, **asdict(state)})
 
 
-def resume(path: Path, spec: dict, model, optimizer) -> LoopState | None:
-    """Restore model, optimizer and torch's random state from `path` when it was written for this
-    very spec, and return the loop's state; None to start afresh."""
+def resume(path: Path, spec: dict, model, optimizer, device: torch.device = torch.device("cpu"), rank: int = 0) -> LoopState | None:
+    """Restore model, optimizer and this rank's random state from `path` when it was written for
+    this very spec, and return the loop's state; None to start afresh."""
     for stale in path.parent.glob(".*.tmp"):  # a killed job's half-written files (files.atomic_write)
         stale.unlink(missing_ok=True)
     if not path.exists():
@@ -48,6 +62,8 @@ def resume(path: Path, spec: dict, model, optimizer) -> LoopState | None:
         return None
     model.load_state_dict(ckpt["model"])
     optimizer.load_state_dict(ckpt["optimizer"])
-    torch.set_rng_state(ckpt["torch_rng"])
+    # checkpoints written before random_states kept the CPU state of one process as torch_rng
+    saved = ckpt["random_states"] if "random_states" in ckpt else [{"cpu": ckpt["torch_rng"], "cuda": None}]
+    set_random_state(saved[rank], device)
     print(f"resuming from {path} (step {ckpt['step']})", file=sys.stderr)
     return LoopState(**{f.name: ckpt[f.name] for f in fields(LoopState) if f.name in ckpt})

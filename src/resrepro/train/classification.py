@@ -28,7 +28,7 @@ from .. import files, models, provenance
 from ..data.images import augment_batch, iterate_batches, load_prepared, normalize
 from ..devices import pick_device
 from ..evaluate.classification import evaluate
-from .checkpoint import LoopState, resume, save
+from .checkpoint import LoopState, random_state, resume, save
 
 LOG_FIELDS = ("epoch", "step", "lr", "train_loss", "train_error", "test_loss", "test_error", "seconds")
 
@@ -64,12 +64,12 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
     model = model.to(device, memory_format=torch.channels_last if on_cuda else torch.contiguous_format)
     opt = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=spec["momentum"], weight_decay=spec["weight_decay"])
 
-    state = resume(ckpt_path, spec, model, opt) or LoopState(generator=gen.get_state())
+    state = resume(ckpt_path, spec, model, opt, device) or LoopState(generator=gen.get_state())
     gen.set_state(state.generator)
 
     def checkpoint():
         state.generator = gen.get_state()  # the live generator: the next epoch's shuffle and crops
-        save(ckpt_path, model, opt, spec, state, model_spec)
+        save(ckpt_path, model, opt, spec, state, model_spec, [random_state(device)])
 
     train_x, train_y = data["train_x"].to(device), data["train_y"].to(device)
     test_x, test_y = data["test_x"].to(device), data["test_y"].to(device)

@@ -15,6 +15,7 @@ gradients; only rank 0 writes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -28,7 +29,7 @@ from tqdm import tqdm
 from .. import files, models, provenance
 from ..devices import pick_device
 from ..models.transformer import Transformer, label_smoothed_loss
-from .checkpoint import LoopState, resume, save
+from .checkpoint import LoopState, random_state, resume, save
 from .classification import log_csv
 
 LOG_FIELDS = ("step", "epoch", "lr", "train_loss", "dev_loss", "tokens_per_s", "seconds")
@@ -102,9 +103,7 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
     if spec.get("world_size", world) != world:  # the batch would not be the recipe's
         raise RuntimeError(f"the spec asks for {spec['world_size']} ranks (translation.gpus), this job has {world}; "
                            "run it through `resrepro launch --gpus N`")
-    device = pick_device(f"cuda:{os.environ.get('LOCAL_RANK', 0)}" if world > 1 and torch.cuda.is_available() else device)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
+    device = pick_device(device)  # under torchrun, auto means cuda:LOCAL_RANK; --device cpu gives CPU ranks
     if world > 1 and not torch.distributed.is_initialized():
         torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
 
@@ -113,7 +112,7 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
     model_spec = models.model_spec(spec, vocab_size=vocab_size)
     model = build_model(spec, vocab_size).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    state = resume(ckpt_dir / "last.pt", spec, model, opt) or LoopState(generator=gen.get_state())
+    state = resume(ckpt_dir / "last.pt", spec, model, opt, device, rank) or LoopState(generator=gen.get_state())
     # positions is a constant buffer: nothing to broadcast before each forward
     ddp_model = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False) if world > 1 else model
 
@@ -130,23 +129,29 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
             for group in opt.param_groups:
                 group["lr"] = lr
             opt.zero_grad(set_to_none=True)
-            group_tokens = sum(sum(lengths[i][1] for i in idx) for idx in groups[state.position])
-            for idx in groups[state.position]:
+            update = groups[state.position]  # this update's batches
+            # The loss is the mean over every target token of this update, on all ranks together, as
+            # on one GPU: DDP averages the ranks' gradients, so each rank's sum is scaled by world/tokens.
+            (update_tokens,) = sum_over_ranks([sum(sum(lengths[i][1] for i in idx) for idx in update)], device, world)
+            for k, idx in enumerate(update):
                 batch = collate(train_pairs, idx, spec["pad_id"], spec["bos_id"], spec["eos_id"])
                 if device.type == "cuda":  # pinned host memory: the copy overlaps with compute
                     batch = tuple(t.pin_memory() for t in batch)
                 src, tin, tout = (t.to(device, non_blocking=True) for t in batch)
                 n = int((tout != spec["pad_id"]).sum())
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-                    logits = ddp_model(src, tin)
-                loss = label_smoothed_loss(logits, tout, spec["pad_id"], spec["label_smoothing"])
-                finite = torch.isfinite(loss.detach()).float()
-                if world > 1:  # every rank must stop together, or the others wait in backward() forever
-                    torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN)
-                if not finite:
-                    state.diverged = {"step": state.step + 1, "loss": str(loss.item())}
-                    break
-                (loss * n / group_tokens).backward()  # token-weighted mean over the accumulated batches
+                # gradients are all-reduced once per update, after its last batch, not after each
+                syncing = world == 1 or k == len(update) - 1
+                with contextlib.nullcontext() if syncing else ddp_model.no_sync():
+                    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+                        logits = ddp_model(src, tin)
+                    loss = label_smoothed_loss(logits, tout, spec["pad_id"], spec["label_smoothing"])
+                    finite = torch.isfinite(loss.detach()).float()
+                    if world > 1:  # every rank must stop together, or the others wait in backward() forever
+                        torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN)
+                    if not finite:
+                        state.diverged = {"step": state.step + 1, "loss": str(loss.item())}
+                        break
+                    (loss * n * world / update_tokens).backward()
                 loss_sum, loss_tokens = loss_sum + loss.item() * n, loss_tokens + n
                 seen_tokens += int((src != spec["pad_id"]).sum()) + n
             if state.diverged is not None:
@@ -156,19 +161,23 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
             bar.update(1)
             if state.step % spec["checkpoint_every"] == 0 or state.step == spec["max_updates"]:
                 elapsed = time.perf_counter() - started
+                loss_sum, loss_tokens, seen_tokens = sum_over_ranks([loss_sum, loss_tokens, seen_tokens], device, world)
                 row = {"step": state.step, "epoch": state.epoch, "lr": lr, "train_loss": loss_sum / max(loss_tokens, 1),
                        "dev_loss": dev_loss(model, dev_pairs, spec, device), "tokens_per_s": seen_tokens / elapsed, "seconds": elapsed}
                 state.log.append(row)
                 bar.set_postfix(train_loss=f"{row['train_loss']:.3f}", dev_loss=f"{row['dev_loss']:.3f}")
                 started, loss_sum, loss_tokens, seen_tokens = time.perf_counter(), 0.0, 0, 0
+                random_states = random_states_of_all_ranks(device, world)
                 if rank == 0:
                     files.write_text(out_dir / "train_log.csv", log_csv(state.log, LOG_FIELDS))
-                    _save(ckpt_dir, model, opt, spec, state, model_spec)
+                    _save(ckpt_dir, model, opt, spec, state, model_spec, random_states)
         if state.diverged is None and state.position >= len(groups):
             state.epoch, state.position, state.generator = state.epoch + 1, 0, gen.get_state()
     bar.close()
-    if state.diverged is not None and rank == 0:
-        _save(ckpt_dir, model, opt, spec, state, model_spec)
+    if state.diverged is not None:
+        random_states = random_states_of_all_ranks(device, world)
+        if rank == 0:
+            _save(ckpt_dir, model, opt, spec, state, model_spec, random_states)
 
     rows = state.log
     metrics = {"spec": spec, "seed": spec["seed"], "diverged": state.diverged is not None, "diverged_at": state.diverged,
@@ -181,11 +190,29 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
     return metrics
 
 
-def _save(ckpt_dir: Path, model, opt, spec: dict, state: LoopState, model_spec: dict) -> None:
+def sum_over_ranks(values: list[float], device, world: int) -> list[float]:
+    """Each value summed over the ranks (float64: token counts stay exact); as given on one process."""
+    if world == 1:
+        return values
+    summed = torch.tensor(values, dtype=torch.float64, device=device)
+    torch.distributed.all_reduce(summed)
+    return summed.tolist()
+
+
+def random_states_of_all_ranks(device, world: int) -> list[dict]:
+    """Every rank's random_state(), in rank order (a collective: every rank calls it)."""
+    if world == 1:
+        return [random_state(device)]
+    gathered = [None] * world
+    torch.distributed.all_gather_object(gathered, random_state(device))
+    return gathered
+
+
+def _save(ckpt_dir: Path, model, opt, spec: dict, state: LoopState, model_spec: dict, random_states: list[dict]) -> None:
     """last.pt for resuming; step<N>.pt (model and its spec) for averaging, the newest `keep_checkpoints` kept."""
     if state.diverged is None:
         files.save_torch(ckpt_dir / f"step{state.step}.pt", {"model": model.state_dict(), "model_spec": model_spec, "step": state.step})
         kept = sorted(ckpt_dir.glob("step*.pt"), key=lambda p: int(p.stem.removeprefix("step")))
         for old in kept[: -spec["keep_checkpoints"]]:
             old.unlink()
-    save(ckpt_dir / "last.pt", model, opt, spec, state, model_spec)
+    save(ckpt_dir / "last.pt", model, opt, spec, state, model_spec, random_states)
