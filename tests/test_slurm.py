@@ -121,7 +121,7 @@ def scontrol_job(root: Path, env: dict, rule: str) -> str:
 
 @pytest.mark.parametrize("rule, gpus", [("train_translator", 2), ("train_classifier", 1), ("evaluate_translation", 1)])
 def test_jobs_got_their_gpus_cpus_memory_and_time(slurm_run, rule, gpus):
-    """Each rule's needs (config resources, gpu) and the profile's cpus_per_gpu reached sbatch."""
+    """Each rule's needs (config resources, gpu) and the profile's cpus_per_gpu, nodes and tasks reached sbatch."""
     root, _, env = slurm_run
     shown = scontrol_job(root, env, rule)
     need = yaml.safe_load((REPO / "config" / "mini.yaml").read_text())["resources"][rule]
@@ -130,6 +130,8 @@ def test_jobs_got_their_gpus_cpus_memory_and_time(slurm_run, rule, gpus):
     assert re.search(rf"TresPerJob=(gres:)?gpu:{gpus}\b", shown), shown
     profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
     assert f"NumCPUs={gpus * profile['set-resources'][rule]['cpus_per_gpu']}" in shown, shown
+    # one node and one task: the command runs once and starts its torchrun ranks itself
+    assert re.search(r"NumNodes=1\b", shown) and re.search(r"NumTasks=1\b", shown), shown
     assert "JobState=COMPLETED" in shown
 
 

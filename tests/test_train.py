@@ -117,3 +117,30 @@ def test_atomic_write_leaves_old_file_on_failure_and_readable_files(tmp_path):
         files.atomic_write(target, crash)
     assert json.loads(target.read_text()) == {"a": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]  # no temp file left behind
+
+
+@pytest.fixture
+def deterministic_mode_restored(monkeypatch):
+    """use_deterministic_algorithms() is process-wide: put torch's switches back afterwards."""
+    saved = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
+             torch.backends.cuda.cudnn_sdp_enabled())
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    yield
+    torch.use_deterministic_algorithms(saved[0])
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved[1], saved[2]
+    torch.backends.cuda.enable_cudnn_sdp(saved[3])
+
+
+def test_deterministic_recipe_turns_on_every_switch_and_keeps_the_cpu_numbers(digits, tmp_path, deterministic_mode_restored):
+    """`deterministic: true` sets torch's deterministic mode, deterministic cuDNN without
+    autotuning, the cuBLAS workspace and no cuDNN attention before training; on the CPU, already
+    deterministic, the numbers are those of the same seed without it."""
+    import os
+
+    plain = train(spec(), digits, tmp_path / "plain", device="cpu", progress=False)
+    assert not torch.are_deterministic_algorithms_enabled()
+    strict = train(spec(deterministic=True), digits, tmp_path / "strict", device="cpu", progress=False)
+    assert torch.are_deterministic_algorithms_enabled() and torch.backends.cudnn.deterministic
+    assert not torch.backends.cudnn.benchmark and not torch.backends.cuda.cudnn_sdp_enabled()
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    assert strict["final"] == plain["final"] and strict["spec"]["deterministic"] is True

@@ -85,3 +85,12 @@ def test_training_lowers_the_dev_loss_and_records_provenance(tmp_path):
 def test_divergence_is_recorded(tmp_path):
     m = train(spec(lr_scale=1e12, variant="add", args={}), corpus(100, 0), corpus(10, 1), 26, tmp_path, device="cpu", progress=False)
     assert m["diverged"] is True and m["final"] is None and m["diverged_at"]["step"] >= 1
+
+
+def test_deterministic_recipe_switches_torch_to_deterministic_kernels(tmp_path, monkeypatch):
+    called = []
+    monkeypatch.setattr(translation, "use_deterministic_algorithms", lambda: called.append(True))
+    train(spec(max_updates=2, checkpoint_every=2), corpus(40, 0), corpus(5, 1), 26, tmp_path / "plain", device="cpu", progress=False)
+    assert called == []
+    train(spec(max_updates=2, checkpoint_every=2, deterministic=True), corpus(40, 0), corpus(5, 1), 26, tmp_path / "strict", device="cpu", progress=False)
+    assert called == [True]

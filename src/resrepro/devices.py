@@ -127,3 +127,19 @@ def pick_device(name: str = "auto"):
     if device.type == "cuda":
         torch.cuda.set_device(device)
     return device
+
+
+def use_deterministic_algorithms() -> None:
+    """The same seed gives the same numbers on the same GPU and software (the recipe's
+    `deterministic: true`): torch's deterministic mode (an operation without a deterministic kernel
+    raises instead of silently differing), cuDNN's deterministic convolutions without autotuning,
+    cuBLAS with a fixed workspace (read when cuBLAS starts: call this before the first matrix
+    product), and no cuDNN attention, whose backward is not deterministic. The CPU is deterministic
+    without it. Process-wide: a job runs one training."""
+    import torch
+
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cuda.enable_cudnn_sdp(False)

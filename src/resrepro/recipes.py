@@ -26,8 +26,9 @@ from .residual import ConfigError
 # A task block's keys that say how this scale maps the papers, not how a run trains.
 SCALE_KEYS = frozenset({"datasets", "depths", "sizes", "seeds", "gpus", "refine"})
 EVAL_KEYS = {"classification": frozenset(), "translation": frozenset({"average_last", "beam", "alpha", "max_len_a", "max_len_b"})}
-# Keys a recipe may leave out: the model's own default applies (dropout: the Transformer preset's).
-OPTIONAL_KEYS = {"classification": frozenset(), "translation": frozenset({"dropout"})}
+# Keys a recipe may leave out: the default applies (dropout: the Transformer preset's;
+# deterministic: off, torch's fastest kernels).
+OPTIONAL_KEYS = {"classification": frozenset({"deterministic"}), "translation": frozenset({"dropout", "deterministic"})}
 MATCH_KEYS = ("paper", "table", "dataset", "depth", "size")
 DEFAULT = "default"
 

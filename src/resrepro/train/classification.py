@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from .. import files, models, provenance
 from ..data.images import augment_batch, iterate_batches, load_prepared, normalize
-from ..devices import pick_device
+from ..devices import pick_device, use_deterministic_algorithms
 from ..evaluate.classification import evaluate
 from .checkpoint import LoopState, random_state, resume, save
 
@@ -53,6 +53,8 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
     """Run (or resume) one training run; writes out_dir/{train_log.csv, metrics.json, checkpoints/last.pt}."""
     out_dir = Path(out_dir)
     ckpt_path = out_dir / "checkpoints" / "last.pt"
+    if spec.get("deterministic"):
+        use_deterministic_algorithms()
     device = pick_device(device)
     on_cuda = device.type == "cuda"
     data = load_prepared(data_path)

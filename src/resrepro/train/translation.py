@@ -27,7 +27,7 @@ from torch import nn
 from tqdm import tqdm
 
 from .. import files, models, provenance
-from ..devices import pick_device
+from ..devices import pick_device, use_deterministic_algorithms
 from ..models.transformer import Transformer, label_smoothed_loss
 from .checkpoint import LoopState, random_state, resume, save
 from .classification import log_csv
@@ -103,6 +103,8 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
     if spec.get("world_size", world) != world:  # the batch would not be the recipe's
         raise RuntimeError(f"the spec asks for {spec['world_size']} ranks (translation.gpus), this job has {world}; "
                            "run it through `resrepro launch --gpus N`")
+    if spec.get("deterministic"):
+        use_deterministic_algorithms()
     device = pick_device(device)  # under torchrun, auto means cuda:LOCAL_RANK; --device cpu gives CPU ranks
     if world > 1 and not torch.distributed.is_initialized():
         torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
