@@ -39,7 +39,7 @@ import time
 import torch
 from torch import nn
 
-from resrepro import residual
+from resrepro import devices, residual
 from resrepro.models import count_parameters
 from resrepro.models.preact_resnet import PreActResNet
 
@@ -85,6 +85,8 @@ def add_run_options(p: argparse.ArgumentParser, rounds: int, steps: int | None =
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
     p.add_argument("--seed", type=int, default=0, help="seed for models and inputs (default 0)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="deterministic kernels, as a recipe's `deterministic: true` trains (its cost on a GPU)")
 
 
 def time_interleaved(benches: list, run_step, sync, opts: argparse.Namespace, t_start: float) -> int:
@@ -139,6 +141,8 @@ def setup_device(opts: argparse.Namespace):
     """Apply --threads and --device; -> (device, sync), sync waiting for queued GPU work (a no-op on CPU)."""
     if opts.threads is not None:
         torch.set_num_threads(opts.threads)
+    if opts.deterministic:
+        devices.use_deterministic_algorithms()  # before the first matrix product (cuBLAS workspace)
     device = pick_device(opts.device)
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     return device, sync

@@ -1,0 +1,258 @@
+"""The GPU paths on a real GPU: `pytest -m gpu` (skipped without CUDA; README, "Running on GPUs").
+
+On one GPU it trains a few steps of every architecture in bf16 with channels-last, checks that
+the gates stay float32 under CUDA autocast, resumes a killed run bit-identically (deterministic
+kernels; dropout draws from the GPU's generator), runs beam search, runs two torchrun ranks on
+the one GPU (NCCL if it allows two ranks per GPU, else gloo on CUDA tensors), and queues jobs on
+the real devices through the lock pool. The same logic is tested on CPU with CUDA patched in
+test_devices.py, test_launch.py, test_checkpoint.py, test_ddp.py and test_residual.py.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+import textwrap
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before this process's first matrix product
+
+import pytest
+import torch
+
+from resrepro import devices, models, residual
+from resrepro.models import transformer
+from resrepro.train import classification, translation
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+IMAGE_VARIANTS = [("add", {}), ("sas", {}), ("highway", {}), ("rskip_ln", {"lam": 2}), ("xskip_bn", {"lam": 2})]
+TEXT_VARIANTS = [("rskip_ln", {"lam": 1}), ("rskip_ln", {"lam": 2}), ("sas", {}), ("highway", {})]
+LAUNCHER_ENV = ("SLURM_JOB_ID", "LOCAL_RANK", "RESREPRO_GPUS_HELD_BY_LAUNCH")
+TINY_PRESET = dict(d_model=32, heads=4, ffn=64, encoder_layers=2, decoder_layers=2, dropout=0.1)
+
+
+@pytest.fixture(autouse=True)
+def own_gpu_and_default_modes(monkeypatch, tmp_path):
+    """No launcher variables, locks in tmp_path, no GPU held yet; torch's deterministic switches
+    back as they were afterwards; the tiny Transformer preset."""
+    for name in LAUNCHER_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(devices, "_POOL", None)
+    monkeypatch.setattr(devices, "_INDEX", None)
+    monkeypatch.setitem(transformer.PRESETS, "base_2block", TINY_PRESET)
+    saved = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
+             torch.backends.cudnn.benchmark, torch.backends.cuda.cudnn_sdp_enabled())
+    yield
+    if devices._POOL is not None:
+        devices._POOL.release()
+    torch.use_deterministic_algorithms(saved[0])
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved[1], saved[2]
+    torch.backends.cuda.enable_cudnn_sdp(saved[3])
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    from resrepro.data.digits import prepare_digits
+
+    path = tmp_path_factory.mktemp("data") / "digits.pt"
+    prepare_digits(path)
+    return path
+
+
+def image_spec(**over):
+    from test_train import spec
+
+    return spec(**{"epochs": 1, **over})
+
+
+def text_spec(**over):
+    from test_train_translation import spec
+
+    return spec(**over)
+
+
+def corpora():
+    from test_train_translation import corpus
+
+    return corpus(300, 0), corpus(30, 1)
+
+
+def keep_built_models(monkeypatch, module) -> list:
+    """The models `module`'s train() builds, kept for the test to inspect."""
+    built, build = [], module.models.build
+
+    def keeping(*args, **kwargs):
+        built.append(build(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(module.models, "build", keeping)
+    return built
+
+
+def test_auto_picks_an_indexed_gpu_and_makes_it_current():
+    device = devices.pick_device("auto")
+    assert device.type == "cuda" and device.index is not None
+    assert torch.cuda.current_device() == device.index
+    assert devices.pick_device("cuda") == device
+
+
+@pytest.mark.parametrize("variant, args", IMAGE_VARIANTS)
+def test_a_classifier_trains_on_the_gpu_in_bf16_and_channels_last(digits, tmp_path, monkeypatch, variant, args):
+    built = keep_built_models(monkeypatch, classification)
+    dtypes = []
+    hook = torch.nn.modules.module.register_module_forward_hook(
+        lambda module, inputs, out: dtypes.append(out.dtype) if isinstance(module, torch.nn.Conv2d) and module.training else None)
+    try:
+        metrics = classification.train(image_spec(variant=variant, args=args), digits, tmp_path / "run", device="auto", progress=False)
+    finally:
+        hook.remove()
+    (model,) = built
+    assert metrics["diverged"] is False and 0 <= metrics["final"]["test_error"] <= 100
+    assert metrics["provenance"]["device"] == torch.cuda.get_device_name()
+    assert next(model.parameters()).is_cuda
+    conv = model.blocks[0].conv1.weight  # 16 x 16 x 3 x 3: the two layouts differ (the stem's 1 channel would not tell)
+    assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
+    assert dtypes and set(dtypes) == {torch.bfloat16}  # every convolution ran under bf16 autocast
+    if variant == "sas":
+        assert all(g.dtype == torch.float32 for b in model.blocks for g in b.residual.last_gates.values())
+
+
+@pytest.mark.parametrize("variant, args", TEXT_VARIANTS)
+def test_a_transformer_trains_on_the_gpu_in_bf16(tmp_path, variant, args):
+    train_pairs, dev_pairs = corpora()
+    metrics = translation.train(text_spec(variant=variant, args=args, max_updates=8, checkpoint_every=4), train_pairs, dev_pairs,
+                                26, tmp_path / "run", device="auto", progress=False)
+    assert metrics["diverged"] is False and metrics["updates"] == 8
+    assert metrics["final"]["train_loss"] < 10 and metrics["provenance"]["device"] == torch.cuda.get_device_name()
+
+
+@pytest.mark.parametrize("layout", residual.LAYOUTS)
+@pytest.mark.parametrize("name", ["sas", "highway"])
+def test_gates_are_float32_under_cuda_autocast(layout, name):
+    torch.manual_seed(0)
+    block = residual.build(name, 16, layout).cuda()
+    shape = (4, 16, 5, 5) if layout == "conv" else (4, 7, 16)
+    x, f = (torch.randn(shape, device="cuda").bfloat16().float() for _ in range(2))
+    gates = [block.transform] if name == "highway" else [block.gate_a, block.gate_b]
+    reference = [g(x, f) for g in gates]
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        mixed = [g(x.bfloat16(), f.bfloat16()) for g in gates]
+    for got, want in zip(mixed, reference):
+        assert got.dtype == torch.float32 and torch.allclose(got, want, rtol=0, atol=1e-6)
+
+
+def test_a_killed_translation_run_resumes_bit_identically_on_the_gpu(tmp_path, monkeypatch):
+    """Dropout draws from the GPU's generator: its state is in the checkpoint. Deterministic
+    kernels, so that the uninterrupted run is itself repeatable."""
+    train_pairs, dev_pairs = corpora()
+    run_spec = text_spec(deterministic=True)
+    whole = translation.train(run_spec, train_pairs, dev_pairs, 26, tmp_path / "whole", device="auto", progress=False)
+    saved, calls = translation._save, []
+
+    def killed_after_first_checkpoint(*args, **kwargs):
+        saved(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt  # stands for SIGKILL right after the step-8 checkpoint
+
+    monkeypatch.setattr(translation, "_save", killed_after_first_checkpoint)
+    with pytest.raises(KeyboardInterrupt):
+        translation.train(run_spec, train_pairs, dev_pairs, 26, tmp_path / "resumed", device="auto", progress=False)
+    monkeypatch.setattr(translation, "_save", saved)
+    resumed = translation.train(run_spec, train_pairs, dev_pairs, 26, tmp_path / "resumed", device="auto", progress=False)
+    assert resumed["final"]["dev_loss"] == whole["final"]["dev_loss"]
+    a = torch.load(tmp_path / "whole" / "checkpoints" / "last.pt", weights_only=True)
+    b = torch.load(tmp_path / "resumed" / "checkpoints" / "last.pt", weights_only=True)
+    assert [k for k in a["model"] if not torch.equal(a["model"][k], b["model"][k])] == []
+    assert a["random_states"][0]["cuda"] is not None and torch.equal(a["random_states"][0]["cuda"], b["random_states"][0]["cuda"])
+
+
+def test_a_killed_classification_run_resumes_bit_identically_on_the_gpu(digits, tmp_path, monkeypatch):
+    run_spec = image_spec(epochs=2, deterministic=True, variant="sas", args={})
+    whole = classification.train(run_spec, digits, tmp_path / "whole", device="auto", progress=False)
+    saved = classification.save
+
+    def killed_after_first_epoch(*args, **kwargs):
+        saved(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(classification, "save", killed_after_first_epoch)
+    with pytest.raises(KeyboardInterrupt):
+        classification.train(run_spec, digits, tmp_path / "resumed", device="auto", progress=False)
+    monkeypatch.setattr(classification, "save", saved)
+    resumed = classification.train(run_spec, digits, tmp_path / "resumed", device="auto", progress=False)
+    assert resumed["final"] == whole["final"]
+
+
+def test_beam_search_on_the_gpu_finds_what_the_cpu_finds():
+    """Float32 on both (beam search runs without autocast): the same hypotheses, up to a rare near
+    tie that float rounding on the two devices can break differently."""
+    from resrepro.evaluate.translation import translate
+
+    torch.manual_seed(0)
+    model = models.build(models.model_spec(text_spec(), vocab_size=26)).eval()
+    sources = [s for s, _ in corpora()[1]]
+    eval_spec = dict(pad_id=0, bos_id=1, eos_id=2, beam=4, alpha=0.6, max_len_a=1.0, max_len_b=10)
+    on_cpu = translate(model, sources, eval_spec, torch.device("cpu"))
+    device = devices.pick_device("auto")
+    on_gpu = translate(model.to(device), sources, eval_spec, device)
+    same = sum(a == b for a, b in zip(on_cpu, on_gpu))
+    assert same >= 0.9 * len(sources), (same, len(sources))
+
+
+def test_two_ranks_share_the_one_gpu(tmp_path):
+    """NCCL refuses two ranks on one GPU in most versions; then gloo carries the CUDA tensors.
+    Either way the ranks stay identical and train on the GPU."""
+    from test_ddp import spec as ddp_spec
+    from test_ddp import torchrun
+
+    run_spec = ddp_spec(max_updates=8, checkpoint_every=4)
+    outcome = {}
+    for backend in ("nccl", "gloo"):
+        try:
+            code, output = torchrun(tmp_path / backend, run_spec, DDP_TEST_DEVICE="cuda:0", DDP_TEST_BACKEND=backend)
+        except pytest.fail.Exception as stuck:  # a hung NCCL start: try gloo
+            code, output = -1, str(stuck)
+        outcome[backend] = code
+        if code == 0:
+            break
+    print(f"two ranks on one GPU: {outcome}")
+    assert code == 0, output[-4000:]
+    ranks = [torch.load(tmp_path / backend / f"rank{r}.pt", weights_only=True) for r in range(2)]
+    assert all(r["device"] == "cuda:0" and r["backend"] == backend and r["updates"] == 8 for r in ranks)
+    assert all(torch.equal(ranks[0]["model"][k], ranks[1]["model"][k]) for k in ranks[0]["model"])
+
+
+HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from resrepro.devices import pick_device
+    print(pick_device("auto"), flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def test_more_jobs_than_gpus_queue_for_the_real_devices(tmp_path):
+    """Each job holds a GPU of its own; one more waits until a holder ends, then gets its GPU."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV}
+    n = torch.cuda.device_count()
+    start = lambda: subprocess.Popen([sys.executable, "-c", HOLDER], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
+    holders = [start() for _ in range(n)]
+    waiter = None
+    try:
+        got = [h.stdout.readline().strip() for h in holders]
+        assert sorted(got) == sorted(f"cuda:{i}" for i in range(n))
+        waiter = start()
+        assert select.select([waiter.stdout], [], [], 5)[0] == []  # still waiting: every GPU is held
+        holders[0].kill()
+        holders[0].wait()
+        assert select.select([waiter.stdout], [], [], 30)[0] == [waiter.stdout]
+        assert waiter.stdout.readline().strip() == got[0]  # the GPU the ended job held
+    finally:
+        for proc in holders + ([waiter] if waiter else []):
+            proc.kill()
+            proc.wait()
