@@ -50,12 +50,17 @@ def test_a_launcher_needs_no_pool_and_too_few_gpus_is_an_error(monkeypatch, tmp_
     for name in LAUNCHER_ENV:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("SLURM_JOB_ID", "7")
-    assert launch.take_gpus(2, 8, tmp_path) == (None, None)  # Slurm chose the GPUs of this allocation
+    assert launch.take_gpus(2, 2, tmp_path) == (None, None)  # Slurm gave this job its 2 GPUs
+    shared, devices = launch.take_gpus(2, 8, tmp_path / "salloc")  # jobs sharing a larger allocation: the pool
+    assert devices == "0,1"
     monkeypatch.delenv("SLURM_JOB_ID")
+    monkeypatch.setenv("RESREPRO_GPUS_HELD_BY_LAUNCH", "1")
+    assert launch.take_gpus(2, 2, tmp_path) == (None, None)  # an enclosing launch holds them
+    monkeypatch.delenv("RESREPRO_GPUS_HELD_BY_LAUNCH")
     assert launch.take_gpus(2, 0, tmp_path) == (None, None)  # CPU ranks (gloo)
     with pytest.raises(RuntimeError, match="asks for 4 GPUs, this machine has 2"):
         launch.take_gpus(4, 2, tmp_path)
-    assert not list(tmp_path.iterdir())
+    assert [p.name for p in tmp_path.iterdir()] == ["salloc"]
 
 
 # A launch whose command reports the GPUs it was given, then waits for the test to let it go.

@@ -2,9 +2,9 @@
 
 None: the command runs on the CPU, with no GPU visible (a job that holds no GPU must not use one).
 One: the command runs on its GPU. Several: torchrun starts N ranks of it inside the same
-allocation (a Slurm job with --gpus=N, or a workstation), and DDP splits the batches. Outside
-Slurm, the GPUs are taken from the lock pool (devices.py) and held here until the command ends;
-the command sees only them.
+allocation (a Slurm job with --gpus=N, or a workstation), and DDP splits the batches. Unless
+Slurm gave the job exactly its GPUs, they are taken from the lock pool (devices.py) and held here
+until the command ends; the command sees only them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .devices import DEFAULT_LOCK_DIR, GPUS_HELD_BY_LAUNCH, DevicePool, launcher_chose_gpus, visible_gpus
+from .devices import DEFAULT_LOCK_DIR, GPUS_HELD_BY_LAUNCH, DevicePool, visible_gpus
 
 DDP_ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
 
@@ -29,9 +29,14 @@ def command(gpus: int, argv: list[str]) -> list[str]:
 
 def take_gpus(gpus: int, device_count: int, lock_dir: str | Path = DEFAULT_LOCK_DIR) -> tuple[DevicePool | None, str | None]:
     """(the pool holding them, their CUDA_VISIBLE_DEVICES) for a local job's `gpus` GPUs, ones no
-    other job holds (waiting for them); (None, None) when a launcher (Slurm) already chose, or
-    there is no GPU (CPU ranks, gloo). The GPUs stay taken while the returned pool lives."""
-    if launcher_chose_gpus() or gpus < 1 or device_count == 0:
+    other job holds (waiting for them); (None, None) when a launcher already chose them, or there
+    is no GPU (CPU ranks, gloo). The GPUs stay taken while the returned pool lives.
+
+    A Slurm job that sees exactly its `gpus` GPUs was given them by Slurm; one that sees more
+    (local Snakemake jobs sharing a larger interactive allocation) shares them through the pool."""
+    if gpus < 1 or device_count == 0 or os.environ.get(GPUS_HELD_BY_LAUNCH) or os.environ.get("LOCAL_RANK"):
+        return None, None
+    if os.environ.get("SLURM_JOB_ID") and device_count == gpus:
         return None, None
     if device_count < gpus:
         raise RuntimeError(f"the job asks for {gpus} GPUs, this machine has {device_count}")

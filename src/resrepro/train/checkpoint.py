@@ -62,8 +62,9 @@ def resume(path: Path, spec: dict, model, optimizer, device: torch.device = torc
         return None
     model.load_state_dict(ckpt["model"])
     optimizer.load_state_dict(ckpt["optimizer"])
-    # checkpoints written before random_states kept the CPU state of one process as torch_rng
-    saved = ckpt["random_states"] if "random_states" in ckpt else [{"cpu": ckpt["torch_rng"], "cuda": None}]
-    set_random_state(saved[rank], device)
+    if "random_states" in ckpt:
+        set_random_state(ckpt["random_states"][rank], device)
+    else:  # written before per-rank states: one CPU state, which every rank took
+        torch.set_rng_state(ckpt["torch_rng"])
     print(f"resuming from {path} (step {ckpt['step']})", file=sys.stderr)
     return LoopState(**{f.name: ckpt[f.name] for f in fields(LoopState) if f.name in ckpt})
