@@ -24,6 +24,7 @@ import torch
 from resrepro import devices, models, residual
 from resrepro.models import transformer
 from resrepro.train import classification, translation
+from test_train import digits  # noqa: F401 (a fixture: the prepared digits dataset)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -51,15 +52,6 @@ def own_gpu_and_default_modes(monkeypatch, tmp_path):
     torch.use_deterministic_algorithms(saved[0])
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved[1], saved[2]
     torch.backends.cuda.enable_cudnn_sdp(saved[3])
-
-
-@pytest.fixture(scope="module")
-def digits(tmp_path_factory):
-    from resrepro.data.digits import prepare_digits
-
-    path = tmp_path_factory.mktemp("data") / "digits.pt"
-    prepare_digits(path)
-    return path
 
 
 def image_spec(**over):
