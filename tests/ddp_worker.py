@@ -78,14 +78,13 @@ def main() -> None:
         translation.random_states_of_all_ranks = killed_when_due
     transformer.PRESETS["base_2block"] = dict(d_model=32, heads=4, ffn=64, encoder_layers=2, decoder_layers=2, dropout=0.1)
     built = []
-    build_model = translation.build_model
+    build = translation.models.build
 
-    def recording_build_model(*args, **kwargs):
-        model = build_model(*args, **kwargs)
-        built.append(model)
-        return model
+    def recording_build(*args, **kwargs):
+        built.append(build(*args, **kwargs))
+        return built[-1]
 
-    translation.build_model = recording_build_model  # train() does not return the model: keep a handle on it
+    translation.models.build = recording_build  # train() does not return the model: keep a handle on it
     device = os.environ.get("DDP_TEST_DEVICE", "cpu")
     metrics = translation.train(spec, corpus(300, 0), corpus(30, 1), 26, out_dir / "run", device=device, progress=False)
     assert torch.distributed.is_initialized() and torch.distributed.get_world_size() == int(os.environ["WORLD_SIZE"])

@@ -58,7 +58,7 @@ def launch(gpus: int, argv: list[str]) -> int:
         pool, devices = take_gpus(gpus, torch.cuda.device_count())
         if devices is not None:
             env["CUDA_VISIBLE_DEVICES"], env[GPUS_HELD_BY_LAUNCH] = devices, "1"
-    what = "the CPU only" if gpus == 0 else f"{gpus} GPU{'s' if gpus > 1 else ''}" + (f", {gpus} ranks" if gpus > 1 else "")
+    what = "the CPU only" if gpus == 0 else "1 GPU" if gpus == 1 else f"{gpus} GPUs, {gpus} ranks"
     print(f"launch: {what} (CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES', 'unset')!r})", file=sys.stderr)
     try:
         return subprocess.run(command(gpus, argv), env=env).returncode

@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from .. import files, models, provenance
 from ..devices import pick_device, use_deterministic_algorithms
-from ..models.transformer import Transformer, label_smoothed_loss
+from ..models.transformer import label_smoothed_loss
 from .checkpoint import LoopState, random_state, resume, save
 from .classification import log_csv
 
@@ -91,10 +91,6 @@ def dev_loss(model, pairs, spec, device) -> float:
     return total / max(tokens, 1)
 
 
-def build_model(spec: dict, vocab_size: int) -> Transformer:
-    return models.build(models.model_spec(spec, vocab_size=vocab_size))
-
-
 def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Path, device: str = "auto", progress: bool = True) -> dict:
     """Run (or resume) one translation run; writes out_dir/{train_log.csv, metrics.json, checkpoints/}."""
     out_dir = Path(out_dir)
@@ -112,7 +108,7 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
     torch.manual_seed(spec["seed"])
     gen = torch.Generator().manual_seed(spec["seed"])
     model_spec = models.model_spec(spec, vocab_size=vocab_size)
-    model = build_model(spec, vocab_size).to(device)
+    model = models.build(model_spec).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
     state = resume(ckpt_dir / "last.pt", spec, model, opt, device, rank) or LoopState(generator=gen.get_state())
     # positions is a constant buffer: nothing to broadcast before each forward
