@@ -88,7 +88,7 @@ def all_run_results(wildcards):
 def measured_data(wildcards):
     """The prepared data a measured run was trained on."""
     if wildcards.task == "classification":
-        return f"results/data/{wildcards.dataset}.pt"
+        return prepared_data(wildcards)
     return f"results/data/{wildcards.dataset}/prepared.json"
 
 
