@@ -1,14 +1,17 @@
 """Where the time of a pipeline run goes: per rule, per job, in total, and process start-up.
 
 Reads the Snakemake log of a finished run (`.snakemake/log/*.snakemake.log`, the newest by
-default): each job's start and finish times give its wall time. The training jobs' own
-metrics.json give the time spent inside their training loops (`wall_time_s`), so the rest of
-each training job (start-up, data loading, final evaluation, writing) is shown beside it. Process
-start-up is measured here: the median time a fresh Python takes to import torch and resrepro's
-command line, as every job does, times the number of jobs.
+default) for which jobs ran, when the first started and the last finished (the run's wall time),
+and where each job's Snakemake benchmark file is (every rule declares one: `benchmark:`). A job's
+benchmark file gives its wall and CPU seconds (`s`, `cpu_time`); a job without one falls back to
+its start and finish in the log (whole seconds). The training runs' own metrics.json give the
+time inside their training loops (`wall_time_s`), so the rest of each training job (start-up,
+data, final evaluation, writing) shows beside it. Process start-up is measured here: the median
+time a fresh Python takes to import torch and resrepro's command line and to make its first
+optimizer (which imports torch._dynamo), as every training job does, times the number of jobs.
 
     .venv/bin/python benchmarks/pipeline_time.py                      # the newest run in this folder
-    .venv/bin/python benchmarks/pipeline_time.py --workdir /tmp/clone --log PATH --scale mini
+    .venv/bin/python benchmarks/pipeline_time.py --workdir /tmp/clone --log PATH
 
 Prints figures; asserts nothing (a timed test would fail on a loaded machine).
 """
@@ -16,6 +19,7 @@ Prints figures; asserts nothing (a timed test would fail on a loaded machine).
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import re
 import statistics
@@ -30,20 +34,25 @@ STARTED = re.compile(r"^(?:local)?rule (\w+):$")
 JOBID = re.compile(r"^\s+jobid: (\d+)$")
 FINISHED = re.compile(r"^Finished jobid: (\d+) \(Rule: (\w+)\)$")
 OUTPUT = re.compile(r"^\s+output: (\S+?),?(?:\s|$)")
+BENCHMARK = re.compile(r"^\s+benchmark: (\S+)$")
+STARTUP = "import torch, resrepro.cli; torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)"
 
 
 def jobs_of(log_text: str) -> list[dict]:
-    """Every finished job of a Snakemake log: rule, first output, start and end (datetime)."""
+    """Every finished job of a Snakemake log: rule, first output, benchmark file (or None), start
+    and end (datetime), and seconds between them."""
     jobs, started, now, pending = {}, {}, None, None
     for line in log_text.splitlines():
         if m := STAMP.match(line):
-            now = datetime.strptime(m.group(1), "%a %b %d %H:%M:%S %Y")
+            now, pending = datetime.strptime(m.group(1), "%a %b %d %H:%M:%S %Y"), None
         elif m := STARTED.match(line):
-            pending = {"rule": m.group(1), "start": now, "output": None}
+            pending = {"rule": m.group(1), "start": now, "output": None, "benchmark": None}
         elif pending is not None and (m := OUTPUT.match(line)):
             pending["output"] = m.group(1)
+        elif pending is not None and (m := BENCHMARK.match(line)):
+            pending["benchmark"] = m.group(1)
         elif pending is not None and (m := JOBID.match(line)):
-            started[m.group(1)], pending = pending, None
+            started[m.group(1)] = pending  # its benchmark line comes after the jobid: keep filling it
         elif m := FINISHED.match(line):
             job = started.pop(m.group(1), None)
             if job is not None:
@@ -51,43 +60,91 @@ def jobs_of(log_text: str) -> list[dict]:
     return list(jobs.values())
 
 
+def read_benchmark(path: Path) -> dict | None:
+    """A Snakemake benchmark file's first row: {"s": wall seconds, "cpu_time": CPU seconds}."""
+    if not path.exists():
+        return None
+    with path.open() as f:
+        row = next(csv.DictReader(f, delimiter="\t"), None)
+    if row is None:
+        return None
+    cpu = row.get("cpu_time", "")
+    return {"s": float(row["s"]), "cpu_time": float(cpu) if cpu not in ("", "NA", "-") else None}
+
+
+def with_benchmarks(jobs: list[dict], workdir: Path) -> list[dict]:
+    """Each job's wall seconds from its benchmark file when it has one (else the log's), and CPU
+    seconds when measured."""
+    out = []
+    for job in jobs:
+        bench = read_benchmark(workdir / job["benchmark"]) if job["benchmark"] else None
+        out.append({**job, "measured": bench is not None, "seconds": bench["s"] if bench else job["seconds"],
+                    "cpu": bench["cpu_time"] if bench else None})
+    return out
+
+
+def loop_seconds(job: dict, workdir: Path) -> float | None:
+    """Seconds inside the training loops of a training job (its runs' metrics.json wall_time_s)."""
+    out = job["output"] or ""
+    if not out.endswith("trained.json") or not (workdir / out).exists():
+        return None
+    job_dir = (workdir / out).parent
+    seeds = json.loads((workdir / out).read_text())["seeds"]
+    return sum(json.loads((job_dir.parent / f"seed{s}" / "metrics.json").read_text()).get("wall_time_s", 0.0) for s in seeds)
+
+
 def startup_seconds(repeats: int) -> float:
-    """Median wall time of a fresh Python importing torch and resrepro's command line."""
+    """Median wall time of a fresh Python starting as a training job does (STARTUP)."""
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import torch, resrepro.cli"], check=True)
+        subprocess.run([sys.executable, "-c", STARTUP], check=True)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def table(jobs: list[dict], workdir: Path) -> list[dict]:
+    """Per rule, slowest first: jobs, summed/median/longest wall seconds, CPU and in-loop seconds."""
+    rows = []
+    for rule in {j["rule"] for j in jobs}:
+        mine = [j for j in jobs if j["rule"] == rule]
+        seconds = [j["seconds"] for j in mine]
+        loops = [s for s in (loop_seconds(j, workdir) for j in mine) if s is not None]
+        cpus = [j["cpu"] for j in mine if j["cpu"] is not None]
+        rows.append({"rule": rule, "jobs": len(mine), "sum": sum(seconds), "median": statistics.median(seconds), "max": max(seconds),
+                     "cpu": sum(cpus) if cpus else None, "loop": sum(loops) if loops else None,
+                     "measured": sum(j["measured"] for j in mine)})
+    return sorted(rows, key=lambda r: -r["sum"])
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workdir", default=".", help="the pipeline's folder (default: here)")
     p.add_argument("--log", default=None, help="a Snakemake log (default: the newest in WORKDIR/.snakemake/log)")
-    p.add_argument("--startup-repeats", type=int, default=3, help="imports timed for the start-up figure (0: skip)")
+    p.add_argument("--startup-repeats", type=int, default=3, help="start-ups timed for the start-up figure (0: skip)")
     a = p.parse_args(argv)
     workdir = Path(a.workdir)
     log = Path(a.log) if a.log else max((workdir / ".snakemake" / "log").glob("*.snakemake.log"), key=lambda f: f.stat().st_mtime)
-    jobs = jobs_of(log.read_text())
+    jobs = with_benchmarks(jobs_of(log.read_text()), workdir)
     if not jobs:
         raise SystemExit(f"{log}: no finished jobs")
     total = (max(j["end"] for j in jobs) - min(j["start"] for j in jobs)).total_seconds()
-    print(f"{log}: {len(jobs)} jobs, {total / 60:.1f} min wall from the first start to the last finish")
-    print(f"{'rule':24s} {'jobs':>5s} {'sum s':>8s} {'median s':>9s} {'max s':>7s} {'in loop s':>10s}")
-    for rule in sorted({j["rule"] for j in jobs}, key=lambda r: -sum(j["seconds"] for j in jobs if j["rule"] == r)):
-        mine = [j for j in jobs if j["rule"] == rule]
-        seconds = [j["seconds"] for j in mine]
-        in_loop = [json.loads((workdir / j["output"]).read_text()).get("wall_time_s", 0.0) for j in mine
-                   if j["output"] and j["output"].endswith("metrics.json") and (workdir / j["output"]).exists()]
-        loop_text = f"{sum(in_loop):10.0f}" if in_loop else f"{'':>10s}"
-        print(f"{rule:24s} {len(mine):5d} {sum(seconds):8.0f} {statistics.median(seconds):9.1f} {max(seconds):7.0f} {loop_text}")
-    print(f"{'all':24s} {len(jobs):5d} {sum(j['seconds'] for j in jobs):8.0f}  (job seconds overlap: jobs run in parallel)")
-    print("in loop: the training jobs' own epoch/update time (metrics.json wall_time_s); the rest of a job is start-up, data, evaluation, writing")
+    print(f"{log}: {len(jobs)} jobs, {total / 60:.1f} min ({total:.0f} s) wall from the first start to the last finish")
+    print(f"{'rule':24s} {'jobs':>5s} {'sum s':>8s} {'median s':>9s} {'max s':>7s} {'cpu s':>7s} {'in loop s':>10s}")
+    for r in table(jobs, workdir):
+        cpu = f"{r['cpu']:7.0f}" if r["cpu"] is not None else f"{'':>7s}"
+        loop = f"{r['loop']:10.0f}" if r["loop"] is not None else f"{'':>10s}"
+        note = "" if r["measured"] == r["jobs"] else f"  ({r['jobs'] - r['measured']} from the log)"
+        print(f"{r['rule']:24s} {r['jobs']:5d} {r['sum']:8.0f} {r['median']:9.1f} {r['max']:7.0f} {cpu} {loop}{note}")
+    job_seconds = sum(j["seconds"] for j in jobs)
+    print(f"{'all':24s} {len(jobs):5d} {job_seconds:8.0f}  (jobs run in parallel: their seconds add up to more than the wall time)")
+    print("seconds are each job's Snakemake benchmark file (wall `s`, `cpu_time`); in loop: the training runs' own "
+          "epoch/update time (metrics.json wall_time_s); the rest of a job is start-up, data, evaluation, writing")
     if a.startup_repeats > 0:
         startup = startup_seconds(a.startup_repeats)
-        print(f"process start-up: {startup:.1f} s per job (median of {a.startup_repeats} imports of torch and resrepro.cli, now), "
-              f"{startup * len(jobs) / 60:.1f} min of job time over {len(jobs)} jobs")
+        print(f"process start-up: {startup:.1f} s per job (median of {a.startup_repeats} fresh starts: torch, resrepro.cli, "
+              f"a first optimizer), {startup * len(jobs):.0f} s of job time over {len(jobs)} jobs "
+              f"({100 * startup * len(jobs) / job_seconds:.0f}% of it)")
     return 0
 
 

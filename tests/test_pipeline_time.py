@@ -1,11 +1,13 @@
-"""benchmarks/pipeline_time.py reads a Snakemake log right: per-job rule, output and wall time."""
+"""benchmarks/pipeline_time.py reads a run right: per-job rule, output and benchmark file from the
+Snakemake log (Snakemake 9 prints a job's benchmark after its jobid), each job's seconds from its benchmark file, training-loop seconds from its runs."""
 
+import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from pipeline_time import jobs_of  # noqa: E402
+from pipeline_time import jobs_of, table, with_benchmarks  # noqa: E402
 
 LOG = """\
 Building DAG of jobs...
@@ -18,8 +20,11 @@ localrule prepare_digits:
 [Mon Nov 23 05:38:36 2026]
 rule train_classifier:
     input: results/data/digits.pt
-    output: results/mini/a/seed0/metrics.json, results/mini/a/seed0/train_log.csv
+    output: results/mini/a/seeds0-1/trained.json
+    log: results/mini/a/seeds0-1/train.log
     jobid: 3
+    benchmark: results/mini/a/seeds0-1/train.benchmark.tsv
+    reason: Missing output files: results/mini/a/seeds0-1/trained.json
 [Mon Nov 23 05:38:43 2026]
 Finished jobid: 12 (Rule: prepare_digits)
 1 of 3 steps (33%) done
@@ -30,11 +35,28 @@ localrule report:
     output: report/mini/index.html
     jobid: 0
 """
+BENCHMARK = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n29.2500\t0:00:29\t512.1\t900.0\t500.0\t505.0\t0.1\t2.0\t95.0\t27.75\n"
 
 
-def test_finished_jobs_with_their_rule_output_and_seconds():
+def test_finished_jobs_with_their_rule_output_benchmark_and_seconds():
     jobs = sorted(jobs_of(LOG), key=lambda j: j["seconds"])
-    assert [(j["rule"], j["output"], j["seconds"]) for j in jobs] == [
-        ("prepare_digits", "results/data/digits.pt", 8.0),
-        ("train_classifier", "results/mini/a/seed0/metrics.json", 30.0),
+    assert [(j["rule"], j["output"], j["benchmark"], j["seconds"]) for j in jobs] == [
+        ("prepare_digits", "results/data/digits.pt", None, 8.0),
+        ("train_classifier", "results/mini/a/seeds0-1/trained.json", "results/mini/a/seeds0-1/train.benchmark.tsv", 30.0),
     ]  # the report never finished: not counted
+
+
+def test_seconds_come_from_the_benchmark_file_and_the_loop_from_the_runs(tmp_path):
+    job = tmp_path / "results/mini/a/seeds0-1"
+    job.mkdir(parents=True)
+    (job / "train.benchmark.tsv").write_text(BENCHMARK)
+    (job / "trained.json").write_text(json.dumps({"seeds": [0, 1]}))
+    for seed, loop in ((0, 10.5), (1, 12.0)):
+        (tmp_path / f"results/mini/a/seed{seed}").mkdir()
+        (tmp_path / f"results/mini/a/seed{seed}/metrics.json").write_text(json.dumps({"wall_time_s": loop}))
+    jobs = with_benchmarks(jobs_of(LOG), tmp_path)
+    rows = {r["rule"]: r for r in table(jobs, tmp_path)}
+    assert (rows["train_classifier"]["sum"], rows["train_classifier"]["cpu"], rows["train_classifier"]["loop"]) == (29.25, 27.75, 22.5)
+    assert rows["train_classifier"]["measured"] == 1
+    assert (rows["prepare_digits"]["sum"], rows["prepare_digits"]["cpu"], rows["prepare_digits"]["measured"]) == (8.0, None, 0)
+    assert [r["rule"] for r in table(jobs, tmp_path)] == ["train_classifier", "prepare_digits"]  # slowest first
