@@ -53,6 +53,34 @@ def test_paper_plan_runs_five_seeds_at_the_papers_depths():
     assert (spec["epochs"], spec["lr_milestones"], spec["weight_decay"], spec["warmup_iterations"]) == (164, [81, 122], 2e-4, 400)
 
 
+@pytest.mark.parametrize(
+    "seeds_per_job, jobs",
+    [("all", ["seeds0-4"]), (2, ["seeds0-1", "seeds2-3", "seeds4"]), (1, ["seeds0", "seeds1", "seeds2", "seeds3", "seeds4"]),
+     (7, ["seeds0-4"])],
+)
+def test_a_cells_seeds_are_grouped_into_jobs(mini, seeds_per_job, jobs):
+    plan = experiments.make_plan({**mini, "seeds": 5, "tables": ["sas-fn1"], "seeds_per_job": seeds_per_job})
+    cells = sorted({run.cell_path for run in plan.runs.values()})
+    assert len(cells) == 2 and sorted(plan.jobs) == sorted(f"{cell}/{job}" for cell in cells for job in jobs)
+    for job, runs in plan.jobs.items():  # a job's runs: its cell's, in seed order, each in exactly one job
+        first, _, last = job.rsplit("/seeds", 1)[1].partition("-")
+        assert runs == [f"{job.rsplit('/', 1)[0]}/seed{s}" for s in range(int(first), int(last or first) + 1)]
+        assert all(plan.job_of(run) == job for run in runs)
+    assert sorted(run for runs in plan.jobs.values() for run in runs) == sorted(plan.runs)
+
+
+def test_a_jobs_spec_is_its_runs_spec_without_the_seed(mini):
+    plan = experiments.make_plan({**mini, "tables": ["sas-fn1"]})
+    job, paths = next(iter(plan.jobs.items()))
+    runs = [plan.runs[p] for p in paths]
+    spec = experiments.job_train_spec(mini, runs)
+    assert "seed" not in spec and len(runs) == mini["seeds"]
+    assert all(experiments.train_spec(mini, run) == {**spec, "seed": run.seed} for run in runs)
+    other = next(plan.runs[p] for p in plan.runs if plan.job_of(p) != job)
+    with pytest.raises(ValueError, match="differ in more than their seed"):
+        experiments.job_train_spec(mini, [runs[0], other])
+
+
 def test_table_seeds_override_one_table(mini):
     cfg = {**mini, "table_seeds": {"rskip-t6": 3}, "seeds": 2}
     plan = experiments.make_plan(cfg)

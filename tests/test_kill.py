@@ -25,8 +25,10 @@ SPEC = {
 
 
 def train_cmd(data, out):
-    return [str(CLI), "train", "--spec", json.dumps(SPEC), "--data", str(data), "--out-dir", str(out), "--threads", "1",
-            "--device", "cpu", "--no-progress"]
+    """`resrepro train` of SPEC's one seed, whose run folder is `out` (<cell>/seed3)."""
+    assert out.name == f"seed{SPEC['seed']}"
+    return [str(CLI), "train", "--spec", json.dumps(SPEC), "--seeds", str(SPEC["seed"]), "--cell-dir", str(out.parent),
+            "--done", str(out.parent / "trained.json"), "--data", str(data), "--threads", "1", "--device", "cpu", "--no-progress"]
 
 
 def checkpoint_epoch(out) -> int:
@@ -45,8 +47,8 @@ def uninterrupted(tmp_path_factory):
     root = tmp_path_factory.mktemp("uninterrupted")
     data = root / "digits.pt"
     prepare_digits(data)
-    subprocess.run(train_cmd(data, root / "whole"), check=True, capture_output=True)
-    return data, json.loads((root / "whole" / "metrics.json").read_text())
+    subprocess.run(train_cmd(data, root / "whole" / "seed3"), check=True, capture_output=True)
+    return data, json.loads((root / "whole" / "seed3" / "metrics.json").read_text())
 
 
 def start_and_wait_for_checkpoint(data, out, epoch: int) -> subprocess.Popen:
@@ -62,7 +64,7 @@ def start_and_wait_for_checkpoint(data, out, epoch: int) -> subprocess.Popen:
 @pytest.mark.parametrize("kill_after_epoch", [1, 4])
 def test_sigkill_mid_epoch_then_rerun_matches_an_uninterrupted_run(tmp_path, uninterrupted, kill_after_epoch):
     data, whole = uninterrupted
-    out = tmp_path / "killed"
+    out = tmp_path / "killed" / "seed3"
     proc = start_and_wait_for_checkpoint(data, out, kill_after_epoch)
     time.sleep(0.1)  # into the next epoch
     os.kill(proc.pid, signal.SIGKILL)
@@ -104,7 +106,7 @@ cli.main(sys.argv[1:])
 @pytest.mark.parametrize("pause_at_save", [1, 3])
 def test_sigkill_during_the_checkpoint_write_keeps_the_last_complete_one(tmp_path, uninterrupted, pause_at_save):
     data, whole = uninterrupted
-    out = tmp_path / "killed"
+    out = tmp_path / "killed" / "seed3"
     env = {**os.environ, "PAUSE_AT_SAVE": str(pause_at_save)}
     proc = subprocess.Popen([sys.executable, "-c", PAUSING_TRAIN, *train_cmd(data, out)[1:]], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -129,7 +131,7 @@ def test_sigterm_as_at_a_time_limit_is_recorded_and_the_rerun_resumes(tmp_path, 
     fails; the rerun resumes from the last checkpoint, finishes as an uninterrupted run, and
     removes failed.json."""
     data, whole = uninterrupted
-    out = tmp_path / "run"
+    out = tmp_path / "run" / "seed3"
     proc = start_and_wait_for_checkpoint(data, out, 1)
     proc.terminate()
     assert proc.wait(timeout=60) != 0

@@ -112,24 +112,28 @@ def synthetic(tmp_path_factory):
     return out
 
 
-def run_launch(gpus: int, run_spec: dict, data, out_dir) -> subprocess.CompletedProcess:
+def run_launch(gpus: int, run_spec: dict, data, cell_dir) -> subprocess.CompletedProcess:
+    """`resrepro launch` of train-translation for the spec's seed, in <cell_dir>/seed<N>/."""
     env = {k: v for k, v in os.environ.items() if k not in launch.DDP_ENV}
     env["OMP_NUM_THREADS"] = "1"
     cmd = [f"{BIN}/resrepro", "launch", "--gpus", str(gpus), "--", "train-translation", "--spec", json.dumps(run_spec),
-           "--data", str(data), "--out-dir", str(out_dir), "--device", "cpu", "--threads", "1", "--no-progress"]
+           "--seeds", str(run_spec["seed"]), "--cell-dir", str(cell_dir), "--done", str(cell_dir / "trained.json"),
+           "--data", str(data), "--device", "cpu", "--threads", "1", "--no-progress"]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.integration
 def test_two_ranks_train_in_one_job_and_a_wrong_rank_count_fails_with_a_record(synthetic, tmp_path):
     run_spec = ddp_spec(size="mini_2block", max_tokens=400, max_updates=6, checkpoint_every=3, world_size=2)
+    run = f"seed{run_spec['seed']}"
     done = run_launch(2, run_spec, synthetic, tmp_path / "two")
     assert done.returncode == 0, done.stderr[-3000:]
-    metrics = json.loads((tmp_path / "two" / "metrics.json").read_text())
-    assert metrics["updates"] == 6 and not (tmp_path / "two" / "failed.json").exists()
+    metrics = json.loads((tmp_path / "two" / run / "metrics.json").read_text())
+    assert metrics["updates"] == 6 and not (tmp_path / "two" / run / "failed.json").exists()
+    assert json.loads((tmp_path / "two" / "trained.json").read_text())["seeds"] == [run_spec["seed"]]  # rank 0 wrote it
 
     wrong = run_launch(1, run_spec, synthetic, tmp_path / "one")
     assert wrong.returncode != 0
-    failed = json.loads((tmp_path / "one" / "failed.json").read_text())
+    failed = json.loads((tmp_path / "one" / run / "failed.json").read_text())
     assert "asks for 2 ranks" in failed["error"] and failed["command"] == "train-translation"
-    assert not (tmp_path / "one" / "metrics.json").exists()
+    assert not (tmp_path / "one" / run / "metrics.json").exists() and not (tmp_path / "one" / "trained.json").exists()

@@ -181,7 +181,7 @@ def test_a_refinements_values_are_checked_by_the_schema(mini):
     [
         ("classification", {"lr_milestones": [9, 6]}, "classification.lr_milestones [9, 6] must be strictly increasing"),
         ("classification", {"lr_milestones": [6, 6]}, "must be strictly increasing"),
-        ("classification", {"lr_milestones": [6, 12]}, "lr_milestones [6, 12] must lie within the 12 epochs (epoch 12 is never reached)"),
+        ("classification", {"epochs": 12, "lr_milestones": [6, 12]}, "lr_milestones [6, 12] must lie within the 12 epochs (epoch 12 is never reached)"),
         ("translation", {"average_last": 11}, "translation.average_last (11) exceeds keep_checkpoints (10)"),
         ("translation", {"max_updates": 420, "checkpoint_every": 50, "average_last": 10},
          "translation.average_last (10) exceeds the 9 checkpoints that max_updates 420 at checkpoint_every 50 writes"),
@@ -198,7 +198,7 @@ def test_recipes_that_would_silently_go_wrong_are_refused(mini, task, change, me
 
 def test_the_edges_of_the_recipe_checks_pass(mini):
     cfg = copy.deepcopy(mini)
-    cfg["classification"]["lr_milestones"] = [1, 11]  # the last epoch is index 11 of 12
+    cfg["classification"].update(epochs=12, lr_milestones=[1, 11])  # the last epoch is index 11 of 12
     cfg["translation"].update(max_updates=450, checkpoint_every=50, average_last=9, keep_checkpoints=9)  # 450/50 = 9 written
     experiments.make_plan(cfg)
     cfg["translation"].update(max_updates=401)  # 8 at multiples of 50, and the last update

@@ -1,10 +1,14 @@
-"""The architecture registry: one place builds a model, from a spec a checkpoint carries."""
+"""The architecture registry: one place builds a model, from a spec a checkpoint carries; and the
+catalog every registry implements."""
+
+import subprocess
+import sys
 
 import pytest
 import torch
 import yaml
 
-from resrepro import experiments, models
+from resrepro import catalog, experiments, measure, models, residual
 from resrepro.models import registry
 from resrepro.models.preact_resnet import PreActResNet
 from resrepro.models.transformer import Transformer
@@ -15,6 +19,31 @@ def test_each_task_has_its_default_architecture():
     assert registry.DEFAULT_FOR_TASK == {"classification": "preact_resnet", "translation": "transformer"}
     assert {a.name: (a.task, a.size_key) for a in models.ARCHITECTURES.values()} == {
         "preact_resnet": ("classification", "depth"), "transformer": ("translation", "size")}
+
+
+def test_every_name_the_catalog_declares_is_implemented_and_nothing_else():
+    assert set(residual.REGISTRY) == set(catalog.VARIANTS)
+    assert all(cls.params is catalog.VARIANTS[name] for name, cls in residual.REGISTRY.items())
+    assert set(registry.BUILDERS) == set(catalog.ARCHITECTURES)
+    assert set(measure.MEASUREMENTS) == set(catalog.MEASUREMENTS)
+    assert all(measure.get(n).defaults == catalog.MEASUREMENTS[n].defaults for n in catalog.MEASUREMENTS)
+
+
+def test_a_name_the_catalog_does_not_declare_cannot_be_registered():
+    with pytest.raises(ValueError, match="declare its arguments in catalog.VARIANTS first"):
+        residual.register("xskipp")(type("XSkipp", (residual.Residual,), {}))
+    with pytest.raises(ValueError, match="declare it in catalog.ARCHITECTURES first"):
+        registry.register("resnext")(lambda spec: None)
+    with pytest.raises(ValueError, match="declare it in catalog.MEASUREMENTS first"):
+        measure.register("cushion", measure=None, summarize=None)
+    assert "xskipp" not in residual.REGISTRY and "resnext" not in registry.BUILDERS
+
+
+def test_checking_a_config_imports_no_torch():
+    """Snakemake's parse (every call, a no-op rerun too) plans and checks the config through these."""
+    code = ("import sys, yaml; from resrepro import config_types, experiments; "
+            "experiments.make_plan(yaml.safe_load(open('config/paper.yaml'))); print('torch' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
 
 
 def test_model_spec_takes_the_run_keys_and_the_data_dimensions():

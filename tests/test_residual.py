@@ -321,10 +321,27 @@ def test_sas_table2_special_cases_with_tied_gamma(monkeypatch, layout, a, b, exp
     0.75x + 0.25F + 0.1875*LN(x+F)."""
     x, f = pair(layout)
     m = build("sas", DIM, layout)
-    monkeypatch.setattr(m.gate_a, "forward", lambda x, f: torch.tensor(a))
-    monkeypatch.setattr(m.gate_b, "forward", lambda x, f: torch.tensor(b))
+    monkeypatch.setattr(m.gate_a, "from_pooled", lambda px, pf: torch.tensor(a))
+    monkeypatch.setattr(m.gate_b, "from_pooled", lambda px, pf: torch.tensor(b))
     close(m(x, f), expected(x, f, ln_ref(x + f, layout)))
     close(m.last_gates["gamma"], torch.tensor((1 - a) * (1 - b)))
+
+
+@pytest.mark.parametrize("layout", residual.LAYOUTS)
+@pytest.mark.parametrize("args", [{}, {"gamma": "free"}, {"gate": "single"}, {"gate": "transform", "gamma": "free"}])
+def test_sas_pools_once_for_all_gates_and_gives_each_gates_own_output(layout, args):
+    """SAS pools x and F once for all its gates (from_pooled); each gate's value is what the gate
+    alone gives from x and F, and y is Eq. (3) over them."""
+    x, f = pair(layout)
+    m = build("sas", DIM, layout, args)
+    for gate in (m.gate_a, m.gate_b, m.gate_gamma):
+        if gate is not None:
+            nn.init.normal_(gate.weight if isinstance(gate, nn.Linear) else gate.net[0].weight, std=0.5)
+    a, b = m.gate_a(x, f), m.gate_b(x, f)
+    gamma = m.gate_gamma(x, f) if m.gate_gamma is not None else (1 - a) * (1 - b)
+    close(m(x, f), a * x + b * f + gamma * m.norm(x + f))
+    for key, expected in (("a", a), ("b", b), ("gamma", gamma)):
+        close(m.last_gates[key], expected)
 
 
 def test_sas_formula_directly():

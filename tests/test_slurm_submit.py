@@ -22,7 +22,7 @@ from test_workflow import BIN, COPIED, REPO
 pytestmark = pytest.mark.integration
 
 # SAS Table 3's WMT EN-DE base run (refinement sas-wmt: 4 GPUs x 6,250 tokens)
-TARGET = "results/paper/translation/wmt14_en_de/transformer_base/sas-wmt/sas-bias_a0-bias_b0/seed1/metrics.json"
+TARGET = "results/paper/translation/wmt14_en_de/transformer_base/sas-wmt/sas-bias_a0-bias_b0/seeds1/trained.json"
 STUBS = {
     "sbatch": 'echo "sbatch $*" >> "$(dirname "$0")/sbatch_calls"; cat > /dev/null; exit 1',
     "sinfo": 'printf "PARTITION\\ngpu*\\n"',

@@ -144,3 +144,39 @@ def test_deterministic_recipe_turns_on_every_switch_and_keeps_the_cpu_numbers(di
     assert not torch.backends.cudnn.benchmark and not torch.backends.cuda.cudnn_sdp_enabled()
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
     assert strict["final"] == plain["final"] and strict["spec"]["deterministic"] is True
+
+
+def train_job(digits, cell, seeds, **over):
+    """`resrepro train` of a job of several seeds, in this process (as the rule runs it)."""
+    from resrepro import cli
+
+    job = {k: v for k, v in spec(epochs=1, lr_milestones=[], **over).items() if k != "seed"}
+    cli.main(["train", "--spec", json.dumps(job), "--seeds", *map(str, seeds), "--data", str(digits), "--cell-dir", str(cell),
+              "--done", str(cell / "seeds.json"), "--device", "cpu", "--no-progress"])
+
+
+def test_a_job_trains_each_seed_into_its_folder_as_a_run_of_its_own(digits, tmp_path):
+    train_job(digits, tmp_path / "cell", [0, 2])
+    done = json.loads((tmp_path / "cell" / "seeds.json").read_text())
+    assert done["seeds"] == [0, 2] and sorted(done["runs"]) == ["seed0", "seed2"]
+    for seed in (0, 2):  # each seed: exactly the run one train() call gives
+        alone = train(spec(epochs=1, lr_milestones=[], seed=seed), digits, tmp_path / f"alone{seed}", device="cpu", progress=False)
+        metrics = json.loads((tmp_path / "cell" / f"seed{seed}" / "metrics.json").read_text())
+        assert metrics["seed"] == seed and metrics["final"] == alone["final"] == done["runs"][f"seed{seed}"]["final"]
+    assert not (tmp_path / "cell" / "seed1").exists()
+
+
+def test_a_failing_seed_is_recorded_the_next_still_trains_and_the_job_fails(digits, tmp_path):
+    cell = tmp_path / "cell"
+    (cell / "seed0" / "checkpoints").mkdir(parents=True)
+    (cell / "seed0" / "checkpoints" / "last.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(SystemExit, match=r"seed\(s\) 0 of .* failed"):
+        train_job(digits, cell, [0, 1])
+    failed = json.loads((cell / "seed0" / "failed.json").read_text())
+    assert "is unreadable" in failed["error"] and failed["command"] == "train"
+    assert (cell / "seed1" / "metrics.json").exists() and not (cell / "seed0" / "metrics.json").exists()
+    assert not (cell / "seeds.json").exists()  # the job's output: only when every seed succeeded
+
+    (cell / "seed0" / "checkpoints" / "last.pt").unlink()
+    train_job(digits, cell, [0, 1])
+    assert not (cell / "seed0" / "failed.json").exists() and (cell / "seeds.json").exists()

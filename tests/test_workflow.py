@@ -116,7 +116,9 @@ def test_second_run_does_nothing(workdir):
     assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {}
 
 
-def test_more_seeds_for_one_table_reruns_only_its_new_runs(workdir):
+def test_more_seeds_for_one_table_reruns_only_its_cells(workdir):
+    """One job per cell (seeds_per_job: all): its new job trains seed 1 and finds seed 0 finished
+    in its checkpoint; no other cell reruns."""
     cfg = tiny_config(workdir)
     t4_cells = {(r["variant"], str(r.get("args"))) for r in experiments.load_tables(workdir / "config" / "tables")["rskip-t4"]["rows"]}
     jobs = planned_jobs(workdir, "--configfile", "tiny.yaml", "--config", "table_seeds={rskip-t4: 2}")
@@ -128,7 +130,7 @@ def test_a_nested_recipe_override_on_the_command_line_reruns_that_task(workdir):
     """`--config classification='{epochs: 3, lr: 0.05}'`: Snakemake passes "3" and "0.05" as strings;
     they are typed by the schema, so the override validates and reruns every classification run."""
     plan = experiments.make_plan(tiny_config(workdir) | {"tables_dir": str(workdir / "config" / "tables")})
-    n_classification = sum(run.task == "classification" for run in plan.runs.values())
+    n_classification = sum(job.startswith("classification/") for job in plan.jobs)
     jobs = planned_jobs(workdir, "--configfile", "tiny.yaml", "--config", "classification={epochs: 3, lr: 0.05}")
     n_measured = sum(len(m["runs"]) for m in plan.measures)  # a retrained run is measured again
     assert jobs == {"train_classifier": n_classification, "measure": n_measured, "aggregate": 1, "report": 1, "all": 1}
@@ -145,9 +147,9 @@ def test_changing_one_rows_lam_reruns_only_that_cell(workdir):
     assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {}
 
 
-def _n_translation_runs(workdir):
+def _n_translation_jobs(workdir):
     plan = experiments.make_plan(tiny_config(workdir) | {"tables_dir": str(workdir / "config" / "tables")})
-    return sum(run.task == "translation" for run in plan.runs.values())
+    return sum(job.startswith("translation/") for job in plan.jobs)
 
 
 @pytest.mark.parametrize(
@@ -155,14 +157,15 @@ def _n_translation_runs(workdir):
     [
         ("translation={beam: 3}", ["evaluate_translation"]),
         ("translation={alpha: 1.0, max_len_b: 4}", ["evaluate_translation"]),
-        ("translation={average_last: 1}", ["average_checkpoints", "evaluate_translation"]),
+        ("translation={average_last: 1}", ["evaluate_translation"]),
         ("report_epoch=best", []),
     ],
 )
 def test_an_evaluation_setting_never_retrains(workdir, override, evaluation_rules):
-    """Beam, length penalty and limits rerun decoding; average_last reruns averaging too; the
-    report's epoch only the aggregate. No training job is planned, so no checkpoint is lost."""
-    n = _n_translation_runs(workdir)
+    """Beam, length penalty, limits and average_last rerun the evaluation (averaging, decoding,
+    scoring); the report's epoch only the aggregate. No training job is planned, so no checkpoint
+    is lost."""
+    n = _n_translation_jobs(workdir)
     jobs = planned_jobs(workdir, "--configfile", "tiny.yaml", "--config", override)
     assert jobs == {**{rule: n for rule in evaluation_rules}, "aggregate": 1, "report": 1, "all": 1}
 
@@ -250,8 +253,9 @@ def test_paper_scale_dry_run_lists_every_job(workdir):
     # paper 001: 6 cells on EN-VI base, 2 two-block, 2 on each other dataset x size; SAS: 2 on
     # each dataset x size. Each paper's protocol differs (refine:), so no cell is shared; 5 seeds.
     assert n_mt == (6 + 2 + 2 * 5 + 2 * 6) * 5
+    assert cfg["seeds_per_job"] == 1 and len(plan.jobs) == len(plan.runs)  # each seed its own job, on its own GPU
     assert jobs == {"download_cifar": 2, "prepare_cifar": 2, "train_classifier": len(plan.runs) - n_mt,
-                    "fetch_translation": 3, "prepare_translation": 3, "train_translator": n_mt, "average_checkpoints": n_mt,
+                    "fetch_translation": 3, "prepare_translation": 3, "train_translator": n_mt,
                     "evaluate_translation": n_mt, "measure": n_measured, "aggregate": 1, "report": 1, "all": 1}
 
 

@@ -37,9 +37,14 @@ def cmd_train(a) -> None:
     if a.threads:
         torch.set_num_threads(a.threads)
     spec = json.loads(a.spec)
-    metrics = train(spec, a.data, a.out_dir, device=a.device, progress=not a.no_progress)
-    status = "diverged" if metrics["diverged"] else f"final test error {metrics['final']['test_error']:.2f}%"
-    print(f"{a.out_dir}: {status} after {metrics['epochs_completed']} epochs", file=sys.stderr)
+
+    def train_seed(seed: int, run_dir: Path) -> dict:
+        metrics = train({**spec, "seed": seed}, a.data, run_dir, device=a.device, progress=not a.no_progress)
+        status = "diverged" if metrics["diverged"] else f"final test error {metrics['final']['test_error']:.2f}%"
+        print(f"{run_dir}: {status} after {metrics['epochs_completed']} epochs", file=sys.stderr)
+        return {"diverged": metrics["diverged"], "final": metrics["final"]}
+
+    return train_seed
 
 
 def cmd_aggregate(a) -> None:
@@ -94,10 +99,16 @@ def cmd_train_translation(a) -> None:
         torch.set_num_threads(a.threads)
     meta = load_prepared_meta(a.data)
     spec = json.loads(a.spec)
-    metrics = train(spec, load_encoded(a.data, "train"), load_encoded(a.data, "dev"), meta["subword"]["vocab_size"],
-                    a.out_dir, device=a.device, progress=not a.no_progress)
-    status = "diverged" if metrics["diverged"] else f"dev loss {metrics['final']['dev_loss']:.3f}"
-    print(f"{a.out_dir}: {status} after {metrics['updates']} updates", file=sys.stderr)
+    train_pairs, dev_pairs = load_encoded(a.data, "train"), load_encoded(a.data, "dev")
+
+    def train_seed(seed: int, run_dir: Path) -> dict:
+        metrics = train({**spec, "seed": seed}, train_pairs, dev_pairs, meta["subword"]["vocab_size"], run_dir,
+                        device=a.device, progress=not a.no_progress)
+        status = "diverged" if metrics["diverged"] else f"dev loss {metrics['final']['dev_loss']:.3f}"
+        print(f"{run_dir}: {status} after {metrics['updates']} updates", file=sys.stderr)
+        return {"diverged": metrics["diverged"], "final": metrics["final"]}
+
+    return train_seed
 
 
 def cmd_average(a) -> None:
@@ -111,11 +122,22 @@ def cmd_evaluate_translation(a) -> None:
     import torch
 
     from .evaluate.translation import evaluate_prepared
+    from .train.average import average_checkpoints, checkpoints_to_average
 
     if a.threads:
         torch.set_num_threads(a.threads)
-    result = evaluate_prepared(json.loads(a.spec), a.data, a.averaged, a.out_dir, device=a.device)
-    print(f"{a.out_dir}: BLEU {result['bleu_tokenized']['bleu']:.2f} tokenized, {result['sacrebleu']['bleu']:.2f} sacreBLEU", file=sys.stderr)
+    spec = json.loads(a.spec)
+
+    def evaluate_seed(seed: int, run_dir: Path) -> dict:
+        averaged = run_dir / "averaged.pt"
+        summary = average_checkpoints(checkpoints_to_average(run_dir / "checkpoints", spec["average_last"]), averaged)
+        print(f"averaged {summary['n']} checkpoints ({', '.join(summary['files'])}) -> {averaged}", file=sys.stderr)
+        result = evaluate_prepared(spec, a.data, averaged, run_dir, device=a.device)
+        bleu, sacre = result["bleu_tokenized"]["bleu"], result["sacrebleu"]["bleu"]
+        print(f"{run_dir}: BLEU {bleu:.2f} tokenized, {sacre:.2f} sacreBLEU", file=sys.stderr)
+        return {"bleu_tokenized": bleu, "sacrebleu": sacre}
+
+    return evaluate_seed
 
 
 def cmd_launch(a) -> None:
@@ -125,9 +147,12 @@ def cmd_launch(a) -> None:
     sys.exit(launch(a.gpus, argv))
 
 
-def recording_failure(command):
-    """Run a training command; if it fails, leave <out-dir>/failed.json saying why (the aggregate
-    shows it in the report) and fail as before. Slurm's time limit sends SIGTERM: that is recorded too."""
+def each_seed(command):
+    """A training or evaluation command over a job's seeds, one after another in this process, each
+    in <cell-dir>/seed<N>/. A seed that fails leaves seed<N>/failed.json saying why (the aggregate
+    shows it in the report), the next seeds still run, and the command then fails; when all succeed
+    it writes the job's --done file last. Slurm's time limit sends SIGTERM: that is recorded too.
+    `command(a)` sets up once and returns the function that does one seed."""
 
     def on_sigterm(signum, frame):
         raise SystemExit("terminated by SIGTERM (a time limit, scancel or shutdown); the rerun resumes from the last checkpoint")
@@ -139,23 +164,43 @@ def recording_failure(command):
 
         from . import files
 
-        failed = Path(a.out_dir) / "failed.json"
-        started = time.time()
         signal.signal(signal.SIGTERM, on_sigterm)
-        try:
-            command(a)
-        except (Exception, SystemExit) as exc:
-            if isinstance(exc, SystemExit) and exc.code in (0, None):
-                raise
-            if failed.exists() and failed.stat().st_mtime >= started:
-                raise  # another rank of this job failed first (torchrun then terminates the rest): keep its reason
-            error = str(exc) if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}"
-            files.write_json(failed, {"error": error, "command": a.command, "host": socket.gethostname(),
-                                      "rank": int(os.environ.get("RANK", 0)), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-            raise
-        failed.unlink(missing_ok=True)
+        do_seed = command(a)
+        done, failed_seeds = {}, []
+        for seed in a.seeds:
+            run_dir = Path(a.cell_dir) / f"seed{seed}"
+            failed = run_dir / "failed.json"
+            started = time.time()
+            try:
+                done[f"seed{seed}"] = do_seed(seed, run_dir)
+            except (Exception, SystemExit) as exc:
+                if isinstance(exc, SystemExit) and exc.code in (0, None):
+                    raise
+                if failed.exists() and failed.stat().st_mtime >= started:
+                    raise  # another rank of this job failed first (torchrun then terminates the rest): keep its reason
+                error = str(exc) if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}"
+                files.write_json(failed, {"error": error, "command": a.command, "host": socket.gethostname(),
+                                          "rank": int(os.environ.get("RANK", 0)), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+                if isinstance(exc, SystemExit) or int(os.environ.get("WORLD_SIZE", 1)) > 1:
+                    raise  # terminated, or ranks that must stay in step: stop here
+                import traceback
+
+                traceback.print_exc()
+                failed_seeds.append(seed)
+                continue
+            failed.unlink(missing_ok=True)
+        if failed_seeds:
+            sys.exit(f"{a.command}: seed(s) {', '.join(map(str, failed_seeds))} of {a.cell_dir} failed (seed<N>/failed.json says why)")
+        if int(os.environ.get("RANK", 0)) == 0:
+            files.write_json(a.done, {"seeds": a.seeds, "runs": done})
 
     return run
+
+
+def add_job_arguments(s) -> None:
+    s.add_argument("--seeds", type=int, nargs="+", required=True, help="the seeds to run, one after another")
+    s.add_argument("--cell-dir", required=True, help="the cell's folder: seed<N>/ inside it for each seed")
+    s.add_argument("--done", required=True, help="written last, when every seed succeeded (the Snakemake output)")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -174,14 +219,14 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--out", required=True)
     s.set_defaults(run=cmd_prepare)
 
-    s = sub.add_parser("train", help="train (or resume) one run")
-    s.add_argument("--spec", required=True, help="the run's spec as JSON (experiments.train_spec)")
+    s = sub.add_parser("train", help="train (or resume) a cell's runs, one per seed")
+    s.add_argument("--spec", required=True, help="the cell's spec as JSON, without the seed (experiments.job_train_spec)")
+    add_job_arguments(s)
     s.add_argument("--data", required=True, help="prepared dataset (.pt)")
-    s.add_argument("--out-dir", required=True)
     s.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:1, ...")
     s.add_argument("--threads", type=int, default=0, help="CPU threads for torch (0: torch's default)")
     s.add_argument("--no-progress", action="store_true")
-    s.set_defaults(run=recording_failure(cmd_train))
+    s.set_defaults(run=each_seed(cmd_train))
 
     s = sub.add_parser("aggregate", help="all runs -> runs.csv, rows.csv, curves.csv")
     s.add_argument("--plan", required=True, help="JSON list of table rows and their runs")
@@ -224,14 +269,14 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--out-dir", required=True)
     s.set_defaults(run=cmd_prepare_translation)
 
-    s = sub.add_parser("train-translation", help="train (or resume) one translation run")
-    s.add_argument("--spec", required=True)
+    s = sub.add_parser("train-translation", help="train (or resume) a translation cell's runs, one per seed")
+    s.add_argument("--spec", required=True, help="the cell's spec as JSON, without the seed")
+    add_job_arguments(s)
     s.add_argument("--data", required=True, help="prepared dataset folder")
-    s.add_argument("--out-dir", required=True)
     s.add_argument("--device", default="auto")
     s.add_argument("--threads", type=int, default=0)
     s.add_argument("--no-progress", action="store_true")
-    s.set_defaults(run=recording_failure(cmd_train_translation))
+    s.set_defaults(run=each_seed(cmd_train_translation))
 
     s = sub.add_parser("average", help="average the last N step checkpoints")
     s.add_argument("--checkpoints", required=True, help="folder of step<N>.pt files")
@@ -239,14 +284,13 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--out", required=True)
     s.set_defaults(run=cmd_average)
 
-    s = sub.add_parser("evaluate-translation", help="beam search on the test set, BLEU both ways")
-    s.add_argument("--spec", required=True)
+    s = sub.add_parser("evaluate-translation", help="per seed: average the last checkpoints, beam search on the test set, BLEU both ways")
+    s.add_argument("--spec", required=True, help="the evaluation spec as JSON (experiments.eval_spec)")
+    add_job_arguments(s)
     s.add_argument("--data", required=True)
-    s.add_argument("--averaged", required=True)
-    s.add_argument("--out-dir", required=True)
     s.add_argument("--device", default="auto")
     s.add_argument("--threads", type=int, default=0)
-    s.set_defaults(run=cmd_evaluate_translation)
+    s.set_defaults(run=each_seed(cmd_evaluate_translation))
 
     s = sub.add_parser("launch", help="run a command on N GPUs: itself for one, torchrun ranks for several")
     s.add_argument("--gpus", type=int, default=0, help="GPUs the job holds (its Snakemake gpu resource)")

@@ -74,7 +74,7 @@ def validate_refinements(config: dict, schema: dict | str | Path) -> None:
     when the first run it matches starts)."""
     import jsonschema
 
-    from .residual import ConfigError
+    from .catalog import ConfigError
 
     if not isinstance(schema, dict):
         schema = yaml.safe_load(Path(schema).read_text())

@@ -15,14 +15,13 @@ from pathlib import Path
 
 import yaml
 
-from . import recipes, residual
-from .models import registry
-from .residual import ConfigError
+from . import catalog, recipes
+from .catalog import ConfigError
 
 TASKS = ("classification", "translation")
 METRICS = {"test_error": False, "test_accuracy": True, "bleu": True}  # metric -> higher is better
 # paper_parameters: the model size the paper prints beside the row (paper 001 Table 7), a count
-# arch: a registered architecture of the table's task (models/registry.py), else the task's default
+# arch: an architecture of the table's task (catalog.ARCHITECTURES), else the task's default
 ROW_KEYS = {"label", "formula", "dataset", "arch", "depth", "size", "variant", "args", "paper", "baseline", "note", "paper_parameters"}
 TABLE_KEYS = {"paper", "caption", "source", "task", "metric", "baseline", "rows"}
 FIGURE_KEYS = {"paper", "caption", "source", "measurement", "settings", "claim", "cells"}
@@ -82,13 +81,13 @@ def _check_cell(task: str, cell: dict, where: str, also_required: tuple[str, ...
             raise ConfigError(f"{where}: missing key {key!r}")
     if unknown := set(cell) - allowed:
         raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r}; allowed: {sorted(allowed)}")
-    residual.validate(cell["variant"], cell.get("args"), where=f"{where}.args")
+    catalog.validate(cell["variant"], cell.get("args"), where=f"{where}.args")
 
 
-def architecture_of(task: str, row: dict, where: str) -> registry.Architecture:
-    name = row.get("arch", registry.DEFAULT_FOR_TASK[task])
+def architecture_of(task: str, row: dict, where: str) -> catalog.Architecture:
+    name = row.get("arch", catalog.DEFAULT_FOR_TASK[task])
     try:
-        return registry.get(name, task)
+        return catalog.architecture(name, task)
     except ConfigError as err:
         raise ConfigError(f"{where}.arch: {err}") from None
 
@@ -97,8 +96,6 @@ def load_figures(source: str | Path | list | None) -> dict[str, dict]:
     """The papers' figures (a folder of YAML files, config/figures, or a list of them; None: no
     figures) by id, each checked: its measurement is registered, its settings are the
     measurement's, its cells are cells of the measurement's task."""
-    from . import measure
-
     figures: dict[str, dict] = {}
     if source is None:
         paths = []
@@ -114,10 +111,10 @@ def load_figures(source: str | Path | list | None) -> dict[str, dict]:
             if unknown := set(figure) - FIGURE_KEYS:
                 raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r}; allowed: {sorted(FIGURE_KEYS)}")
             try:
-                task = measure.get(figure["measurement"]).task
+                task = catalog.measurement(figure["measurement"]).task
             except ConfigError as err:
                 raise ConfigError(f"{where}.measurement: {err}") from None
-            settings = measure.settings_for(figure["measurement"], figure.get("settings"), f"{where}.settings")
+            settings = catalog.settings_for(figure["measurement"], figure.get("settings"), f"{where}.settings")
             for i, cell in enumerate(figure["cells"]):
                 _check_cell(task, cell, f"{where}.cells[{i}]", (), CELL_KEYS)
             figures[figure_id] = {**figure, "task": task, "settings": settings}
@@ -131,7 +128,7 @@ class Run:
     task: str
     dataset: str  # the dataset this scale runs (e.g. digits for the paper's cifar10 at mini)
     arch: str  # the architecture this scale runs, e.g. preact_resnet32: a folder name
-    model: str  # the registered architecture (models/registry.py), e.g. preact_resnet
+    model: str  # the architecture (catalog.ARCHITECTURES), e.g. preact_resnet
     size: int | str  # the size this scale runs, under the architecture's size key: depth 32, size "base"
     variant: str
     args_json: str  # the variant's full args, JSON with sorted keys (hashable, deterministic)
@@ -141,12 +138,17 @@ class Run:
 
     @property
     def variant_id(self) -> str:
-        return residual.variant_id(self.variant, json.loads(self.args_json))
+        return catalog.variant_id(self.variant, json.loads(self.args_json))
+
+    @property
+    def cell_path(self) -> str:
+        """The cell's folder, relative to results/<scale>/: its runs are seed<N>/ inside it."""
+        return f"{self.task}/{self.dataset}/{self.arch}/{self.recipe}/{self.variant_id}"
 
     @property
     def path(self) -> str:
         """Relative to results/<scale>/: the stable layout people script against."""
-        return f"{self.task}/{self.dataset}/{self.arch}/{self.recipe}/{self.variant_id}/seed{self.seed}"
+        return f"{self.cell_path}/seed{self.seed}"
 
 
 @dataclass
@@ -157,6 +159,10 @@ class Plan:
     runs: dict[str, Run] = field(default_factory=dict)  # by Run.path
     rows: list[dict] = field(default_factory=list)  # one per table row: which runs it averages
     measures: list[dict] = field(default_factory=list)  # one per figure cell: its measurement of which runs
+    jobs: dict[str, list[str]] = field(default_factory=dict)  # job path -> the runs it trains, one after another
+
+    def job_of(self, run_path: str) -> str:
+        return next(job for job, runs in self.jobs.items() if run_path in runs)
 
     def datasets(self) -> list[str]:
         return sorted({r.dataset for r in self.runs.values()})
@@ -206,7 +212,29 @@ def make_plan(config: dict) -> Plan:
             plan.measures.append({"figure": figure_id, "cell": i, "label": cell["label"], "measurement": figure["measurement"],
                                   "settings": figure["settings"], "runs": runs})
     _check_one_setting_per_measured_run(plan)
+    plan.jobs = group_into_jobs(plan.runs, config.get("seeds_per_job", 1))
     return plan
+
+
+def group_into_jobs(runs: dict[str, Run], seeds_per_job: int | str) -> dict[str, list[str]]:
+    """The training jobs: each trains `seeds_per_job` seeds of one cell ("all": every seed) in one
+    process, one after another. A process pays its start-up once (torch and its optimizers import
+    in about 5 s on a CPU, more than a mini run trains), and a cell's seeds share everything but the
+    seed. One seed per job (the paper scale) spreads them over GPUs and Slurm allocations.
+
+    A job's path is its cell's folder and its seeds, `<cell>/seeds0-2` (or `seeds3` for one)."""
+    by_cell: dict[str, list[Run]] = {}
+    for run in runs.values():
+        by_cell.setdefault(run.cell_path, []).append(run)
+    jobs = {}
+    for cell, cell_runs in by_cell.items():
+        cell_runs.sort(key=lambda r: r.seed)
+        size = len(cell_runs) if seeds_per_job == "all" else seeds_per_job
+        for i in range(0, len(cell_runs), size):
+            chunk = cell_runs[i : i + size]
+            first, last = chunk[0].seed, chunk[-1].seed
+            jobs[f"{cell}/seeds{first}" + (f"-{last}" if last != first else "")] = [r.path for r in chunk]
+    return jobs
 
 
 def _plan_cell(config: dict, plan: Plan, task: str, paper: str, table_id: str, row: dict, where: str) -> list[str]:
@@ -216,7 +244,7 @@ def _plan_cell(config: dict, plan: Plan, task: str, paper: str, table_id: str, r
     arch = architecture_of(task, row, where)
     map_key = arch.size_key + "s"  # the scale's map of the paper's sizes: depths, sizes
     size = _lookup(task_cfg[map_key], row[arch.size_key], f"{task}.{map_key}", where)
-    args = residual.validate(row["variant"], row.get("args"), where=where)
+    args = catalog.validate(row["variant"], row.get("args"), where=where)
     cell = {"paper": paper, "table": table_id, "dataset": row["dataset"], arch.size_key: row[arch.size_key]}
     recipe_name, recipe = recipes.resolve(task_cfg, cell)
     check_recipe(task, recipe, f"{where} (recipe {recipe_name})")
@@ -293,7 +321,7 @@ def train_spec(config: dict, run: Run) -> dict:
         "dataset": run.dataset,
         "arch": run.arch,
         "model": run.model,
-        registry.get(run.model).size_key: run.size,
+        catalog.architecture(run.model).size_key: run.size,
         "variant": run.variant,
         "args": json.loads(run.args_json),
         "seed": run.seed,
@@ -303,6 +331,15 @@ def train_spec(config: dict, run: Run) -> dict:
         # The GPU count is part of the recipe: each rank takes max_tokens, so it sets the batch.
         spec.update(_model_ids(run), world_size=max(1, gpus_for(config, run)))
     return spec
+
+
+def job_train_spec(config: dict, runs: list[Run]) -> dict:
+    """A training job's spec: its runs' train_spec without the seed, which is all they differ in
+    (the job gets its seeds apart, and gives each run its own)."""
+    specs = [{k: v for k, v in train_spec(config, run).items() if k != "seed"} for run in runs]
+    if any(spec != specs[0] for spec in specs[1:]):  # group_into_jobs groups one cell's runs
+        raise ValueError(f"a job's runs differ in more than their seed: {[run.path for run in runs]}")
+    return specs[0]
 
 
 def eval_spec(run: Run) -> dict:

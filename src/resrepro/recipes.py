@@ -21,7 +21,7 @@ Keys are split by what changing them must redo: ``EVAL_KEYS`` only score a train
 
 from __future__ import annotations
 
-from .residual import ConfigError
+from .catalog import ConfigError
 
 # A task block's keys that say how this scale maps the papers, not how a run trains.
 SCALE_KEYS = frozenset({"datasets", "depths", "sizes", "seeds", "gpus", "refine"})

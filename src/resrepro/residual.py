@@ -3,7 +3,8 @@
 Each variant is one small module `forward(x, f) -> y`, chosen by name from a table row
 (`variant: rskip_ln, args: {lam: 2}`). Models never special-case a variant: a block builds its
 combiner with `build(name, dim, layout, args)`, computes its skip `x` and branch output `f`, and
-hands both to it. Adding a variant is one class and one `@register` line.
+hands both to it. Adding a variant is one class with one `@register` line here, and its arguments
+in catalog.VARIANTS (declared without torch, so that parsing the workflow checks them cheaply).
 
 Layouts decide what "LN", "BN" and "pool for a gate" mean:
 - "conv" (N, C, H, W): LN normalizes over (C, H, W) per example with a per-channel affine
@@ -17,39 +18,23 @@ paper 001 Table 3, `a` and `b` are alpha and beta of paper 000 Eq. (3)-(4).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
-
 import torch
 from torch import nn
 
+from .catalog import VARIANTS, ConfigError, Param, validate, variant_id  # noqa: F401  (the registry's checks)
+
 LAYOUTS = ("conv", "seq")
-
-
-class ConfigError(ValueError):
-    """A bad variant name or argument in the config; the message names the key and what is allowed."""
-
-
-@dataclass(frozen=True)
-class Param:
-    """One argument of a variant: its type, default, and the rule a value must satisfy."""
-
-    kind: type
-    default: Any
-    check: Callable[[Any], bool] = lambda v: True
-    rule: str = ""  # says in words what `check` demands, for error messages
-
-
-def _positive(v) -> bool:
-    return v > 0
-
 
 REGISTRY: dict[str, type["Residual"]] = {}
 
 
 def register(name: str):
+    """The class of a variant declared in catalog.VARIANTS, which gives it its arguments."""
+
     def add(cls):
-        cls.name = name
+        if name not in VARIANTS:
+            raise ValueError(f"variant {name!r}: declare its arguments in catalog.VARIANTS first")
+        cls.name, cls.params = name, VARIANTS[name]
         REGISTRY[name] = cls
         return cls
 
@@ -90,8 +75,9 @@ def broadcast_vector(v: torch.Tensor, layout: str) -> torch.Tensor:
 
 
 class Residual(nn.Module):
-    """Base class: `params` declares the variant's arguments (the config's `args`) and holds their
-    defaults, their one home: `build` passes every argument, so constructors declare none."""
+    """Base class: `params` (from catalog.VARIANTS, set by `register`) are the variant's arguments
+    (the config's `args`) with their defaults: `build` passes every argument, so constructors
+    declare none."""
 
     name = "?"
     params: dict[str, Param] = {}
@@ -126,8 +112,6 @@ class Add(Residual):
 class XSkip(Residual):
     """y = lam*x + F, paper 001 Eq. (2); lam < 1 is the contracted skip of its Table 3."""
 
-    params = {"lam": Param(float, 1.0, _positive, "a number > 0")}
-
     def __init__(self, dim, layout, lam):
         super().__init__(dim, layout)
         self.lam = lam
@@ -140,7 +124,6 @@ class _NormedXSkip(Residual):
     """y = N(lam*x + F), paper 001 Eq. (3) (LN) and its Table 4 (BN)."""
 
     norm_kind = "ln"
-    params = {"lam": Param(float, 1.0, _positive, "a number > 0")}
 
     def __init__(self, dim, layout, lam):
         super().__init__(dim, layout)
@@ -167,8 +150,6 @@ class XSkipBN(_NormedXSkip):
 class ScaleF(Residual):
     """y = x + k*F: the expanded-branch rows of paper 001 Table 3 without a norm."""
 
-    params = {"k": Param(float, 1.0, _positive, "a number > 0")}
-
     def __init__(self, dim, layout, k):
         super().__init__(dim, layout)
         self.k = k
@@ -180,8 +161,6 @@ class ScaleF(Residual):
 @register("ln_scale_f")
 class LNScaleF(Residual):
     """y = LN(x + k*F): paper 001 Table 3, "LN(x + 2*F)" and "LN(x + 3*F)"."""
-
-    params = {"k": Param(float, 1.0, _positive, "a number > 0")}
 
     def __init__(self, dim, layout, k):
         super().__init__(dim, layout)
@@ -201,7 +180,6 @@ class _RecursiveSkip(Residual):
     """
 
     norm_kind = "ln"
-    params = {"lam": Param(int, 1, lambda v: v >= 1, "an integer >= 1")}
 
     def __init__(self, dim, layout, lam):
         super().__init__(dim, layout)
@@ -231,8 +209,6 @@ class WSkipLN(Residual):
     """y = LN(w*x + F) with w a learned vector, one entry per channel/feature (paper 001, "Learning
     lambda": "a sampled w in R^32 at middle layers"), initialised to `init` (1 or 2 in the paper)."""
 
-    params = {"init": Param(float, 1.0, rule="a number")}
-
     def __init__(self, dim, layout, init):
         super().__init__(dim, layout)
         self.w = nn.Parameter(torch.full((dim,), float(init)))
@@ -261,11 +237,11 @@ class ScalingGate(nn.Module):
         nn.init.constant_(self.net[-1].bias, bias)
 
     def forward(self, x, f):
-        return in_float32((x, f), self._gate)
+        return in_float32((x, f), lambda x, f: self.from_pooled(pool_for_gate(x, self.layout), pool_for_gate(f, self.layout)))
 
-    def _gate(self, x, f):
-        z = torch.cat([pool_for_gate(x, self.layout), pool_for_gate(f, self.layout)], dim=-1)
-        return expand_gate(torch.sigmoid(self.net(z)), self.layout)
+    def from_pooled(self, px, pf):
+        """The gate from x and F already pooled (SAS pools once for all its gates)."""
+        return expand_gate(torch.sigmoid(self.net(torch.cat([px, pf], dim=-1))), self.layout)
 
 
 class TransformGate(nn.Linear):
@@ -280,15 +256,16 @@ class TransformGate(nn.Linear):
         nn.init.constant_(self.bias, bias)
 
     def forward(self, x, f=None):  # f unused: the same call as ScalingGate
-        return in_float32((x,), self._gate)
+        return in_float32((x,), lambda x: self.from_pooled(pool_for_gate(x, self.layout)))
 
-    def _gate(self, x):
-        return expand_gate(torch.sigmoid(super().forward(pool_for_gate(x, self.layout))), self.layout)
+    def from_pooled(self, px, pf=None):
+        return expand_gate(torch.sigmoid(super().forward(px)), self.layout)
 
 
 def sas_formula(x, f, a, b, gamma, norm: nn.Module):
-    """Paper 000 Eq. (3): y = a*x + b*F + gamma*N(x + F); Eq. (4) ties gamma = (1-a)(1-b)."""
-    return a * x + b * f + gamma * norm(x + f)
+    """Paper 000 Eq. (3): y = a*x + b*F + gamma*N(x + F); Eq. (4) ties gamma = (1-a)(1-b).
+    As two fused multiply-adds over gamma*N(x + F): two passes over the activations fewer."""
+    return torch.addcmul(torch.addcmul(gamma * norm(x + f), a, x), b, f)
 
 
 @register("sas")
@@ -305,15 +282,6 @@ class SAS(Residual):
     for the analysis of Fig. 3.
     """
 
-    params = {
-        "norm": Param(str, "ln", lambda v: v in ("ln", "bn"), "one of ln, bn"),
-        "gate": Param(str, "full", lambda v: v in ("full", "single", "transform"), "one of full, single, transform"),
-        "gamma": Param(str, "tied", lambda v: v in ("tied", "free"), "one of tied, free"),
-        "bias_a": Param(float, 3.0, rule="a number"),
-        "bias_b": Param(float, -3.0, rule="a number"),
-        "bias_gamma": Param(float, -3.0, rule="a number"),
-    }
-
     def __init__(self, dim, layout, norm, gate, gamma, bias_a, bias_b, bias_gamma):
         super().__init__(dim, layout)
 
@@ -326,9 +294,14 @@ class SAS(Residual):
         self.last_gates: dict[str, torch.Tensor] = {}
 
     def gates(self, x, f):
-        a, b = self.gate_a(x, f), self.gate_b(x, f)
-        gamma = self.gate_gamma(x, f) if self.gate_gamma is not None else (1 - a) * (1 - b)
-        return a, b, gamma
+        a, b, gamma = in_float32((x, f), self._gates)
+        return a, b, gamma if gamma is not None else (1 - a) * (1 - b)
+
+    def _gates(self, x, f):
+        # x and F pooled once for every gate (on conv maps each pooling reads the whole activation)
+        px, pf = pool_for_gate(x, self.layout), pool_for_gate(f, self.layout)
+        gamma = self.gate_gamma.from_pooled(px, pf) if self.gate_gamma is not None else None
+        return self.gate_a.from_pooled(px, pf), self.gate_b.from_pooled(px, pf), gamma
 
     def forward(self, x, f):
         a, b, gamma = self.gates(x, f)
@@ -345,8 +318,6 @@ class Highway(Residual):
     negative, "to attach more importance to the skip connection for initialization" (Sec. 4.2).
     """
 
-    params = {"bias": Param(float, -3.0, rule="a number")}
-
     def __init__(self, dim, layout, bias):
         super().__init__(dim, layout)
         self.transform = TransformGate(dim, layout, bias)
@@ -354,45 +325,6 @@ class Highway(Residual):
     def forward(self, x, f):
         t = self.transform(x)
         return t * f + (1 - t) * x
-
-
-# ---------------------------------------------------------------------------------------------
-# How a table row names a variant (`variant: NAME, args: {...}`), checked before any job runs.
-
-
-def _coerce(key: str, p: Param, given, where: str):
-    value, ok_type = given, isinstance(given, p.kind) and not isinstance(given, bool)
-    if p.kind is float and isinstance(given, int) and not isinstance(given, bool):
-        value, ok_type = float(given), True
-    if not ok_type or not p.check(value):
-        raise ConfigError(f"{where}: {key}={given!r} is invalid; expected {p.rule or p.kind.__name__}")
-    return value
-
-
-def validate(name: str, args: dict | None = None, where: str = "variant") -> dict:
-    """Return the full argument dict of a variant (defaults filled in) or raise ConfigError."""
-    if name not in REGISTRY:
-        raise ConfigError(f"{where}: unknown variant {name!r}; allowed: {', '.join(sorted(REGISTRY))}")
-    params = REGISTRY[name].params
-    args = dict(args or {})
-    unknown = sorted(set(args) - set(params))
-    if unknown:
-        allowed = ", ".join(params) or "none"
-        raise ConfigError(f"{where}: {name} has no argument {unknown[0]!r}; allowed: {allowed}")
-    return {k: _coerce(k, p, args.get(k, p.default), f"{where} ({name})") for k, p in params.items()}
-
-
-def variant_id(name: str, args: dict | None = None) -> str:
-    """A short, stable, path-safe id: the name plus every argument that differs from its default,
-    e.g. "xskip_ln-lam2", "sas-normbn", "add"."""
-    full = validate(name, args)
-    parts = [name]
-    for k, p in REGISTRY[name].params.items():
-        if full[k] != p.default:
-            v = full[k]
-            text = str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)  # full precision: ids must not collide
-            parts.append(f"{k}{text}")
-    return "-".join(parts)
 
 
 def build(name: str, dim: int, layout: str, args: dict | None = None) -> Residual:

@@ -21,6 +21,8 @@ rule aggregate:
         epoch=config["report_epoch"],
     log:
         "logs/{scale}/aggregate.log",
+    benchmark:
+        "logs/{scale}/aggregate.benchmark.tsv"
     resources:
         mem_mb=needs("aggregate", "mem_mb"),
         runtime=needs("aggregate", "runtime"),

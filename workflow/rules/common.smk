@@ -15,6 +15,7 @@ wildcard_constraints:
     arch="[a-z0-9_]+",
     recipe="[a-z0-9_+-]+",
     seed="[0-9]+",
+    seeds="[0-9]+(-[0-9]+)?",
     task="classification|translation",
     measurement="[a-z0-9_]+",
 
@@ -23,9 +24,17 @@ def report_target():
     return f"report/{config['scale']}/index.html"
 
 
+def job_runs(task, wildcards):
+    """The runs (experiments.Run) one training or evaluation job does, in seed order."""
+    w = wildcards
+    job = f"{task}/{w.dataset}/{w.arch}/{w.recipe}/{w.variant}/seeds{w.seeds}"
+    return [PLAN.runs[path] for path in PLAN.jobs[job]]
+
+
 def run_spec(task, wildcards):
-    """The run's training spec as JSON: the rule's params, so a changed value reruns it."""
-    return json.dumps(experiments.train_spec(config, run_of(task, wildcards)), sort_keys=True)
+    """The job's training spec (its cell's, without the seed) as JSON: the rule's params, so a
+    changed value reruns it."""
+    return json.dumps(experiments.job_train_spec(config, job_runs(task, wildcards)), sort_keys=True)
 
 
 def train_spec(wildcards):
@@ -37,22 +46,23 @@ def translation_spec(wildcards):
 
 
 def translation_eval_spec(wildcards):
-    """The run's evaluation spec (model identity, beam, alpha, length limits, average_last)."""
-    return json.dumps(experiments.eval_spec(run_of("translation", wildcards)), sort_keys=True)
+    """The job's evaluation spec (model identity, beam, alpha, length limits, average_last)."""
+    return json.dumps(experiments.eval_spec(job_runs("translation", wildcards)[0]), sort_keys=True)
 
 
-def average_last(wildcards):
-    return experiments.eval_spec(run_of("translation", wildcards))["average_last"]
+def job_seeds(task):
+    """The job's seeds, space-separated, for the command line."""
+    return lambda wildcards: " ".join(str(run.seed) for run in job_runs(task, wildcards))
 
 
-def run_of(task, wildcards):
-    w = wildcards
-    return PLAN.runs[f"{task}/{w.dataset}/{w.arch}/{w.recipe}/{w.variant}/seed{w.seed}"]
+def cell_dir(wildcards, output):
+    """The cell's folder (the job's output is <cell>/seeds<...>/<file>): seed<N>/ inside it holds each run."""
+    return str(Path(output[0]).parent.parent)
 
 
 def translation_gpus(wildcards):
     """GPUs of one translation training job (translation.gpus by dataset); several run as torchrun ranks."""
-    return experiments.gpus_for(config, run_of("translation", wildcards))
+    return experiments.gpus_for(config, job_runs("translation", wildcards)[0])
 
 
 def single_gpu():
@@ -68,21 +78,39 @@ def needs(rule_name, key):
     return config.get("resources", {}).get(rule_name, {}).get(key, DEFAULT_NEEDS[key])
 
 
+def runtime_of_seeds(rule_name, task):
+    """A training or evaluation job's runtime: the scale's minutes per run times the job's seeds."""
+    return lambda wildcards: needs(rule_name, "runtime") * len(job_runs(task, wildcards))
+
+
 def prepared_data(wildcards):
     return f"results/data/{wildcards.dataset}.pt"
 
 
 def all_run_results(wildcards):
-    """What the aggregate reads of each run: metrics.json, and eval.json for translation. With
-    `partial: true` only those that exist now, so a report shows what finished and lists the rest."""
+    """What the aggregate waits for: every training job, and each translation job's evaluation
+    (it reads each run's seed<N>/ folder). With `partial: true` only the jobs that finished, so a
+    report shows what finished and lists the rest."""
     out = []
-    for path, run in PLAN.runs.items():
-        out.append(f"results/{wildcards.scale}/{path}/metrics.json")
-        if run.task == "translation":
-            out.append(f"results/{wildcards.scale}/{path}/eval.json")
+    for job, runs in PLAN.jobs.items():
+        out.append(f"results/{wildcards.scale}/{job}/trained.json")
+        if PLAN.runs[runs[0]].task == "translation":
+            out.append(f"results/{wildcards.scale}/{job}/evaluated.json")
     if config["partial"]:
         out = [f for f in out if os.path.exists(f)]
     return out
+
+
+def measured_job(wildcards):
+    """The training job of a measured run: measuring waits for it."""
+    w = wildcards
+    run = f"{w.task}/{w.dataset}/{w.arch}/{w.recipe}/{w.variant}/seed{w.seed}"
+    return f"results/{w.scale}/{PLAN.job_of(run)}/trained.json"
+
+
+def measured_run_dir(wildcards, output):
+    """The measured run's folder (the output is <run>/measure/<name>.csv)."""
+    return str(Path(output[0]).parent.parent)
 
 
 def measured_data(wildcards):

@@ -12,6 +12,8 @@ rule download_cifar:
         url=download_url,
     log:
         "logs/data/download_{name}.log",
+    benchmark:
+        "logs/data/download_{name}.benchmark.tsv"
     wildcard_constraints:
         name="cifar10|cifar100",
     retries: 2
@@ -28,6 +30,8 @@ rule prepare_cifar:
         "results/data/{name}.pt",
     log:
         "logs/data/prepare_{name}.log",
+    benchmark:
+        "logs/data/prepare_{name}.benchmark.tsv"
     wildcard_constraints:
         name="cifar10|cifar100",
     resources:
@@ -44,6 +48,8 @@ rule prepare_digits:
         "results/data/digits.pt",
     log:
         "logs/data/prepare_digits.log",
+    benchmark:
+        "logs/data/prepare_digits.benchmark.tsv"
     conda:
         "../../envs/resrepro.yaml"
     shell:
@@ -61,6 +67,8 @@ rule fetch_translation:
         mirror=translation_mirror,
     log:
         "logs/data/fetch_{dataset}.log",
+    benchmark:
+        "logs/data/fetch_{dataset}.benchmark.tsv"
     wildcard_constraints:
         dataset="iwslt15_en_vi|wmt14_en_de|wmt14_en_fr",
     retries: 2
@@ -77,6 +85,8 @@ rule prepare_translation:
         "results/data/{dataset}/prepared.json",
     log:
         "logs/data/prepare_{dataset}.log",
+    benchmark:
+        "logs/data/prepare_{dataset}.benchmark.tsv"
     wildcard_constraints:
         dataset="iwslt15_en_vi|wmt14_en_de|wmt14_en_fr",
     resources:
@@ -93,6 +103,8 @@ rule synthesize_translation:
         "results/data/synthetic/prepared.json",
     log:
         "logs/data/prepare_synthetic.log",
+    benchmark:
+        "logs/data/prepare_synthetic.benchmark.tsv"
     conda:
         "../../envs/resrepro.yaml"
     shell:

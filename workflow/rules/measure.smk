@@ -1,18 +1,21 @@
 # One job per (run, measurement) of the selected figures: it reads the checkpoint that the run's
-# training job wrote (metrics.json marks it finished), so a retrained run is measured again, and
-# a changed setting remeasures without retraining.
+# training job wrote (its trained.json marks it finished), so a retrained run is measured again,
+# and a changed setting remeasures without retraining.
 
 
 rule measure:
     input:
-        metrics="results/{scale}/{task}/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/metrics.json",
+        trained=measured_job,
         data=measured_data,
     output:
         "results/{scale}/{task}/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/measure/{measurement}.csv",
     params:
         settings=measure_settings,
+        run=measured_run_dir,
     log:
         "results/{scale}/{task}/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/measure/{measurement}.log",
+    benchmark:
+        "results/{scale}/{task}/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/measure/{measurement}.benchmark.tsv"
     resources:
         gpu=single_gpu(),
         mem_mb=needs("measure", "mem_mb"),
@@ -20,5 +23,5 @@ rule measure:
     conda:
         "../../envs/resrepro.yaml"
     shell:
-        "resrepro launch --gpus {resources.gpu} -- measure --name {wildcards.measurement} --run-dir $(dirname {input.metrics}) --data {input.data}"
+        "resrepro launch --gpus {resources.gpu} -- measure --name {wildcards.measurement} --run-dir {params.run} --data {input.data}"
         " --settings {params.settings:q} --out {output} 2> {log}"

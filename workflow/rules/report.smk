@@ -23,6 +23,8 @@ rule report:
         note=config.get("note", ""),
     log:
         "logs/{scale}/report.log",
+    benchmark:
+        "logs/{scale}/report.benchmark.tsv"
     conda:
         "../../envs/resrepro.yaml"
     shell:

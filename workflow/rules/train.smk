@@ -1,52 +1,57 @@
-# One job per run (cell x seed). Checkpoints are not declared outputs, so a failed or killed job
-# keeps them and its rerun resumes from the last finished epoch.
+# One job per cell and group of seeds (seeds_per_job): it trains its seeds one after another in
+# one process, each into its own seed<N>/ folder (metrics.json, train_log.csv, checkpoints/), and
+# writes the job's trained.json last. Checkpoints are not declared outputs, so a failed or killed
+# job keeps them and its rerun resumes each seed from its last finished epoch; seeds already
+# finished only rewrite their metrics.
 
 
 rule train_classifier:
     input:
         prepared_data,
     output:
-        metrics="results/{scale}/classification/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/metrics.json",
-        log="results/{scale}/classification/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/train_log.csv",
+        "results/{scale}/classification/{dataset}/{arch}/{recipe}/{variant}/seeds{seeds}/trained.json",
     params:
         spec=train_spec,
+        seeds=job_seeds("classification"),
+        cell=cell_dir,
     log:
-        "results/{scale}/classification/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/train.log",
+        "results/{scale}/classification/{dataset}/{arch}/{recipe}/{variant}/seeds{seeds}/train.log",
     benchmark:
-        "results/{scale}/classification/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/benchmark.tsv"
+        "results/{scale}/classification/{dataset}/{arch}/{recipe}/{variant}/seeds{seeds}/train.benchmark.tsv"
     threads: 1
     resources:
         gpu=single_gpu(),
         mem_mb=needs("train_classifier", "mem_mb"),
-        runtime=needs("train_classifier", "runtime"),
+        runtime=runtime_of_seeds("train_classifier", "classification"),
     conda:
         "../../envs/resrepro.yaml"
     shell:
         # launch: the job's GPU (its lock held till the end), or none visible when it holds none
-        "resrepro launch --gpus {resources.gpu} -- train --spec {params.spec:q} --data {input} --out-dir $(dirname {output.metrics})"
-        " --threads {threads} 2> {log}"
+        "resrepro launch --gpus {resources.gpu} -- train --spec {params.spec:q} --seeds {params.seeds} --data {input}"
+        " --cell-dir {params.cell} --done {output} --threads {threads} 2> {log}"
 
 
 rule train_translator:
     input:
         "results/data/{dataset}/prepared.json",
     output:
-        metrics="results/{scale}/translation/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/metrics.json",
-        log="results/{scale}/translation/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/train_log.csv",
+        "results/{scale}/translation/{dataset}/{arch}/{recipe}/{variant}/seeds{seeds}/trained.json",
     params:
         spec=translation_spec,
+        seeds=job_seeds("translation"),
+        cell=cell_dir,
     log:
-        "results/{scale}/translation/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/train.log",
+        "results/{scale}/translation/{dataset}/{arch}/{recipe}/{variant}/seeds{seeds}/train.log",
     benchmark:
-        "results/{scale}/translation/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/benchmark.tsv"
+        "results/{scale}/translation/{dataset}/{arch}/{recipe}/{variant}/seeds{seeds}/train.benchmark.tsv"
     threads: 1
     resources:
         gpu=translation_gpus,
         mem_mb=needs("train_translator", "mem_mb"),
-        runtime=needs("train_translator", "runtime"),
+        runtime=runtime_of_seeds("train_translator", "translation"),
     conda:
         "../../envs/resrepro.yaml"
     shell:
         # Several GPUs: torchrun ranks inside this one job (one Slurm allocation).
-        "resrepro launch --gpus {resources.gpu} -- train-translation --spec {params.spec:q} --data $(dirname {input})"
-        " --out-dir $(dirname {output.metrics}) --threads {threads} 2> {log}"
+        "resrepro launch --gpus {resources.gpu} -- train-translation --spec {params.spec:q} --seeds {params.seeds}"
+        " --data $(dirname {input}) --cell-dir {params.cell} --done {output} --threads {threads} 2> {log}"

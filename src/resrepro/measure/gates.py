@@ -12,7 +12,7 @@ import torch
 
 from ..data.images import normalize
 from ..residual import SAS
-from . import Measurement, register
+from . import register
 
 QUANTITIES = {"a": "alpha", "b": "beta", "gamma": "gamma"}  # SAS.last_gates key -> column value
 
@@ -56,8 +56,4 @@ def summarize_gates(frame: pd.DataFrame) -> str:
             f"rho = {rho_b:+.2f} and (1-alpha)(1-beta) rho = {rho_g:+.2f}")
 
 
-register(Measurement(
-    name="sas_gates", task="classification", kind="per_block",
-    defaults={"examples": 10000, "split": "test", "batch_size": 500},
-    measure=measure_gates, summarize=summarize_gates,
-))
+register("sas_gates", measure=measure_gates, summarize=summarize_gates)

@@ -74,7 +74,6 @@ class PreActResNet(nn.Module):
         return self.fc(out)
 
 
-@register("preact_resnet", task="classification", size_key="depth", run_name="preact_resnet{}",
-          run_keys=("depth", "variant", "args"), default=True)
+@register("preact_resnet")
 def build(spec: dict) -> PreActResNet:
     return PreActResNet(spec["depth"], spec["classes"], spec["variant"], spec["args"], in_channels=spec["in_channels"])

@@ -7,51 +7,36 @@ knows (classes, input channels, vocabulary size). Training writes it into every 
 (`model_spec`), so that evaluation and measurement jobs rebuild the model from the checkpoint
 alone (`from_checkpoint`).
 
-A new architecture is one builder registered here with `@register(...)`.
+A new architecture is its entry in catalog.ARCHITECTURES (task, size key, folder name, what its
+model spec reads: declared without torch, for the workflow's parse) and one builder registered
+here with `@register(name)`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import torch
 from torch import nn
 
-from ..residual import ConfigError
+from ..catalog import ARCHITECTURES, DEFAULT_FOR_TASK, Architecture  # noqa: F401  (what each builder builds)
+from ..catalog import architecture as get
+
+BUILDERS: dict[str, Callable[[dict], nn.Module]] = {}
 
 
-@dataclass(frozen=True)
-class Architecture:
-    name: str
-    task: str  # classification or translation: which tables may name it
-    size_key: str  # the table row's key that picks the size: depth, size
-    run_name: str  # the run's arch folder from the scale's size, e.g. "preact_resnet{}" -> preact_resnet110
-    run_keys: tuple[str, ...]  # what a model spec copies from the run's training spec (optional if absent)
-    build: Callable[[dict], nn.Module]
+def register(name: str):
+    """The builder of an architecture declared in catalog.ARCHITECTURES."""
 
-
-ARCHITECTURES: dict[str, Architecture] = {}
-DEFAULT_FOR_TASK: dict[str, str] = {}
-
-
-def register(name: str, task: str, size_key: str, run_name: str, run_keys: tuple[str, ...], default: bool = False):
     def decorator(build: Callable[[dict], nn.Module]):
-        if name in ARCHITECTURES:
+        if name not in ARCHITECTURES:
+            raise ValueError(f"architecture {name!r}: declare it in catalog.ARCHITECTURES first")
+        if name in BUILDERS:
             raise ValueError(f"architecture {name!r} is registered twice")
-        ARCHITECTURES[name] = Architecture(name, task, size_key, run_name, run_keys, build)
-        if default:
-            DEFAULT_FOR_TASK[task] = name
+        BUILDERS[name] = build
         return build
 
     return decorator
-
-
-def get(name: str, task: str | None = None) -> Architecture:
-    allowed = [a for a, arch in ARCHITECTURES.items() if task is None or arch.task == task]
-    if name not in allowed:
-        raise ConfigError(f"architecture {name!r} unknown{f' for {task}' if task else ''}; allowed: {', '.join(allowed)}")
-    return ARCHITECTURES[name]
 
 
 def model_spec(run_spec: dict, **from_data) -> dict:
@@ -62,7 +47,7 @@ def model_spec(run_spec: dict, **from_data) -> dict:
 
 
 def build(spec: dict) -> nn.Module:
-    return get(spec["arch"]).build(spec)
+    return BUILDERS[get(spec["arch"]).name](spec)
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -208,7 +208,6 @@ def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, pad_id: int,
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), target.reshape(-1), ignore_index=pad_id, label_smoothing=smoothing)
 
 
-@register("transformer", task="translation", size_key="size", run_name="transformer_{}",
-          run_keys=("size", "variant", "args", "pad_id", "dropout"), default=True)
+@register("transformer")
 def build(spec: dict) -> Transformer:
     return Transformer(TransformerConfig.from_spec(spec, spec["vocab_size"]))

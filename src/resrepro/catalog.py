@@ -1,0 +1,156 @@
+"""Every name a config may use, declared without torch: residual variants and their arguments,
+architectures and their sizes, measurements and their settings.
+
+Snakemake parses the workflow on every call (a no-op rerun, a dry run of the paper scale) and
+checks the whole config then: every table row's variant and args, every figure's measurement and
+settings. Importing torch for that would cost seconds each time, so what the checks need lives
+here, and the implementations register against it: `residual.register("xskip")` takes its
+arguments from VARIANTS["xskip"], `models.registry.register("preact_resnet")` its sizes from
+ARCHITECTURES, `measure.register` its settings from MEASUREMENTS. Each refuses a name not declared
+here, and tests/test_registry.py checks that every declared name is implemented.
+
+Adding a variant: its arguments here (one line), its class in residual.py (the formula).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+class ConfigError(ValueError):
+    """A bad name or value in the config; the message names the key and what is allowed."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One argument of a variant: its type, default, and the rule a value must satisfy."""
+
+    kind: type
+    default: Any
+    check: Callable[[Any], bool] = lambda v: True
+    rule: str = ""  # says in words what `check` demands, for error messages
+
+
+def _positive(v) -> bool:
+    return v > 0
+
+
+_LAM = Param(float, 1.0, _positive, "a number > 0")  # lambda of paper 001 Eq. (1)-(3)
+_K = Param(float, 1.0, _positive, "a number > 0")  # the factor on F of paper 001 Table 3
+
+# Each residual variant's arguments (a table row's `args`), by name; formulas in residual.py.
+VARIANTS: dict[str, dict[str, Param]] = {
+    "plain": {},
+    "add": {},
+    "xskip": {"lam": _LAM},
+    "xskip_ln": {"lam": _LAM},
+    "xskip_bn": {"lam": _LAM},
+    "scale_f": {"k": _K},
+    "ln_scale_f": {"k": _K},
+    "rskip_ln": {"lam": Param(int, 1, lambda v: v >= 1, "an integer >= 1")},  # "no smaller than one"
+    "rskip_bn": {"lam": Param(int, 1, lambda v: v >= 1, "an integer >= 1")},
+    "wskip_ln": {"init": Param(float, 1.0, rule="a number")},
+    "sas": {
+        "norm": Param(str, "ln", lambda v: v in ("ln", "bn"), "one of ln, bn"),
+        "gate": Param(str, "full", lambda v: v in ("full", "single", "transform"), "one of full, single, transform"),
+        "gamma": Param(str, "tied", lambda v: v in ("tied", "free"), "one of tied, free"),
+        "bias_a": Param(float, 3.0, rule="a number"),
+        "bias_b": Param(float, -3.0, rule="a number"),
+        "bias_gamma": Param(float, -3.0, rule="a number"),
+    },
+    "highway": {"bias": Param(float, -3.0, rule="a number")},
+}
+
+
+def _coerce(key: str, p: Param, given, where: str):
+    value, ok_type = given, isinstance(given, p.kind) and not isinstance(given, bool)
+    if p.kind is float and isinstance(given, int) and not isinstance(given, bool):
+        value, ok_type = float(given), True
+    if not ok_type or not p.check(value):
+        raise ConfigError(f"{where}: {key}={given!r} is invalid; expected {p.rule or p.kind.__name__}")
+    return value
+
+
+def validate(name: str, args: dict | None = None, where: str = "variant") -> dict:
+    """Return the full argument dict of a variant (defaults filled in) or raise ConfigError."""
+    if name not in VARIANTS:
+        raise ConfigError(f"{where}: unknown variant {name!r}; allowed: {', '.join(sorted(VARIANTS))}")
+    params = VARIANTS[name]
+    args = dict(args or {})
+    unknown = sorted(set(args) - set(params))
+    if unknown:
+        allowed = ", ".join(params) or "none"
+        raise ConfigError(f"{where}: {name} has no argument {unknown[0]!r}; allowed: {allowed}")
+    return {k: _coerce(k, p, args.get(k, p.default), f"{where} ({name})") for k, p in params.items()}
+
+
+def variant_id(name: str, args: dict | None = None) -> str:
+    """A short, stable, path-safe id: the name plus every argument that differs from its default,
+    e.g. "xskip_ln-lam2", "sas-normbn", "add"."""
+    full = validate(name, args)
+    parts = [name]
+    for k, p in VARIANTS[name].items():
+        if full[k] != p.default:
+            v = full[k]
+            text = str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)  # full precision: ids must not collide
+            parts.append(f"{k}{text}")
+    return "-".join(parts)
+
+
+@dataclass(frozen=True)
+class Architecture:
+    name: str
+    task: str  # classification or translation: which tables may name it
+    size_key: str  # the table row's key that picks the size: depth, size
+    run_name: str  # the run's arch folder from the scale's size, e.g. "preact_resnet{}" -> preact_resnet110
+    run_keys: tuple[str, ...]  # what a model spec copies from the run's training spec (optional if absent)
+
+
+ARCHITECTURES: dict[str, Architecture] = {
+    a.name: a
+    for a in (
+        Architecture("preact_resnet", "classification", "depth", "preact_resnet{}", ("depth", "variant", "args")),
+        Architecture("transformer", "translation", "size", "transformer_{}", ("size", "variant", "args", "pad_id", "dropout")),
+    )
+}
+DEFAULT_FOR_TASK = {"classification": "preact_resnet", "translation": "transformer"}  # a row without `arch:`
+
+
+def architecture(name: str, task: str | None = None) -> Architecture:
+    allowed = [a for a, arch in ARCHITECTURES.items() if task is None or arch.task == task]
+    if name not in allowed:
+        raise ConfigError(f"architecture {name!r} unknown{f' for {task}' if task else ''}; allowed: {', '.join(allowed)}")
+    return ARCHITECTURES[name]
+
+
+@dataclass(frozen=True)
+class MeasurementSpec:
+    name: str
+    task: str  # whose runs it reads: classification or translation
+    kind: str  # the tidy frame's shape, which picks the report's drawing: per_block
+    defaults: dict  # its settings and their defaults; a figure may set each
+
+
+MEASUREMENTS: dict[str, MeasurementSpec] = {
+    m.name: m
+    for m in (
+        # paper 000 Fig. 3: "averaging over 10,000 experimental examples" (CIFAR-10's test set)
+        MeasurementSpec("sas_gates", "classification", "per_block", {"examples": 10000, "split": "test", "batch_size": 500}),
+    )
+}
+
+
+def measurement(name: str) -> MeasurementSpec:
+    if name not in MEASUREMENTS:
+        raise ConfigError(f"measurement {name!r} unknown; allowed: {', '.join(MEASUREMENTS)}")
+    return MEASUREMENTS[name]
+
+
+def settings_for(name: str, given: dict | None, where: str) -> dict:
+    """The measurement's defaults with a figure's settings over them; an unknown key is refused."""
+    m = measurement(name)
+    given = given or {}
+    if unknown := set(given) - set(m.defaults):
+        raise ConfigError(f"{where}: {name} has no setting {sorted(unknown)[0]!r}; allowed: {sorted(m.defaults)}")
+    return {**m.defaults, **given}
