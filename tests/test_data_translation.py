@@ -365,9 +365,10 @@ def test_synthetic_default_sizes_and_lengths():
     corpus = synth.generate_corpus(seed=0)
     assert [len(corpus[s]) for s in ("train", "dev", "test")] == [4000, 300, 300]
     lengths = [len(s.split()) for s, _ in corpus["train"]]
-    assert min(lengths) >= 4 and max(lengths) <= 25
-    assert sum(n >= 15 for n in lengths) > 300  # long sentences with subordinate clauses exist
-    assert sum(" , " in t for _, t in corpus["train"]) > 500
+    assert min(lengths) == synth.MIN_TOKENS == 4 and max(lengths) == synth.MAX_TOKENS == 14
+    assert sum(n >= 12 for n in lengths) > 500  # long sentences exist ...
+    assert sum(" , " in t for _, t in corpus["train"]) > 500  # ... with a subordinate clause moved first
+    assert sum(" that " in s for s, _ in corpus["train"]) > 300  # and with a complement clause
 
 
 def test_synthetic_grammar_on_one_sentence():

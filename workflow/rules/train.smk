@@ -49,6 +49,9 @@ rule train_translator:
         gpu=translation_gpus,
         mem_mb=needs("train_translator", "mem_mb"),
         runtime=runtime_of_seeds("train_translator", "translation"),
+    # The longest jobs start first, so that the short classification jobs fill the cores at
+    # the end instead of one translation job running alone.
+    priority: 1
     conda:
         "../../envs/resrepro.yaml"
     shell:
