@@ -12,7 +12,7 @@ prints each run's final test error, its training-loop seconds and the recipe's m
 Translation trains mini's translation cells that tell the variants apart (mini_base with
 LN(x + F), x + F and 2rSkip+LN, mini_big with LN(x + F)) on the synthetic corpus, averages the
 last checkpoints, decodes the test set and prints tokenized BLEU. --corpus changes the corpus
-(prepare_synthetic's n_train / vocab_size, and max_tokens: the longest source sentence);
+(prepare_synthetic's n_train / vocab_size, and max_source_tokens: the longest source sentence);
 --models JSON changes the mini presets, e.g. '{"mini_big": {"d_model": 96}}'.
 
 A recipe is JSON over config/mini.yaml's classification block ('{}': mini's own), e.g.
@@ -99,8 +99,8 @@ def translation(a) -> int:
     from resrepro.train.translation import train
 
     corpus = json.loads(a.corpus)
-    if "max_tokens" in corpus:  # a probe of shorter sentences: the generator's bound, for this process only
-        synthetic_translation.MAX_TOKENS = corpus.pop("max_tokens")
+    if "max_source_tokens" in corpus:  # a probe of other sentence lengths: the generator's bound, this process only
+        synthetic_translation.MAX_TOKENS = corpus.pop("max_source_tokens")
     for name, change in json.loads(a.models).items():
         transformer.PRESETS[name] = {**transformer.PRESETS[name], **change}
     mini = yaml.safe_load((REPO / "config" / "mini.yaml").read_text())

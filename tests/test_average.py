@@ -250,7 +250,7 @@ def test_module_state_dict_loads_strict():
 
 @pytest.mark.parametrize("last", [1, 3, 5])
 def test_average_command_averages_exactly_the_n_newest(tmp_path, last):
-    """`resrepro average --last N` (the rule's command): the N newest by step, read back from
+    """`resrepro average --last N` (what evaluate-translation does per seed): the N newest by step, read back from
     `averaged_from`, and their mean; older and unnumbered files are left out."""
     from resrepro import cli
 

@@ -111,18 +111,22 @@ def cmd_train_translation(a) -> None:
     return train_seed
 
 
-def cmd_average(a) -> None:
+def average_newest(checkpoints: Path, last: int, out: Path) -> None:
+    """Average the `last` newest step checkpoints into `out`, and say which."""
     from .train.average import average_checkpoints, checkpoints_to_average
 
-    summary = average_checkpoints(checkpoints_to_average(Path(a.checkpoints), a.last), Path(a.out))
-    print(f"averaged {summary['n']} checkpoints ({', '.join(summary['files'])}) -> {a.out}", file=sys.stderr)
+    summary = average_checkpoints(checkpoints_to_average(checkpoints, last), out)
+    print(f"averaged {summary['n']} checkpoints ({', '.join(summary['files'])}) -> {out}", file=sys.stderr)
+
+
+def cmd_average(a) -> None:
+    average_newest(Path(a.checkpoints), a.last, Path(a.out))
 
 
 def cmd_evaluate_translation(a) -> None:
     import torch
 
     from .evaluate.translation import evaluate_prepared
-    from .train.average import average_checkpoints, checkpoints_to_average
 
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -130,8 +134,7 @@ def cmd_evaluate_translation(a) -> None:
 
     def evaluate_seed(seed: int, run_dir: Path) -> dict:
         averaged = run_dir / "averaged.pt"
-        summary = average_checkpoints(checkpoints_to_average(run_dir / "checkpoints", spec["average_last"]), averaged)
-        print(f"averaged {summary['n']} checkpoints ({', '.join(summary['files'])}) -> {averaged}", file=sys.stderr)
+        average_newest(run_dir / "checkpoints", spec["average_last"], averaged)
         result = evaluate_prepared(spec, a.data, averaged, run_dir, device=a.device)
         bleu, sacre = result["bleu_tokenized"]["bleu"], result["sacrebleu"]["bleu"]
         print(f"{run_dir}: BLEU {bleu:.2f} tokenized, {sacre:.2f} sacreBLEU", file=sys.stderr)
