@@ -146,13 +146,13 @@ def test_deterministic_recipe_turns_on_every_switch_and_keeps_the_cpu_numbers(di
     assert strict["final"] == plain["final"] and strict["spec"]["deterministic"] is True
 
 
-def train_job(digits, cell, seeds, **over):
+def train_job(digits, cell, seeds, *options, **over):
     """`resrepro train` of a job of several seeds, in this process (as the rule runs it)."""
     from resrepro import cli
 
     job = {k: v for k, v in spec(epochs=1, lr_milestones=[], **over).items() if k != "seed"}
     cli.main(["train", "--spec", json.dumps(job), "--seeds", *map(str, seeds), "--data", str(digits), "--cell-dir", str(cell),
-              "--done", str(cell / "seeds.json"), "--device", "cpu", "--no-progress"])
+              "--done", str(cell / "seeds.json"), "--device", "cpu", "--no-progress", *options])
 
 
 def test_a_job_trains_each_seed_into_its_folder_as_a_run_of_its_own(digits, tmp_path):
@@ -180,3 +180,26 @@ def test_a_failing_seed_is_recorded_the_next_still_trains_and_the_job_fails(digi
     (cell / "seed0" / "checkpoints" / "last.pt").unlink()
     train_job(digits, cell, [0, 1])
     assert not (cell / "seed0" / "failed.json").exists() and (cell / "seeds.json").exists()
+
+
+def test_seeds_side_by_side_give_the_runs_one_after_another_give(digits, tmp_path):
+    """--parallel 2: each seed its own process on the job's device (small runs sharing a GPU); the
+    runs and the job's record are those of the sequential job."""
+    train_job(digits, tmp_path / "sequential", [0, 1])
+    train_job(digits, tmp_path / "parallel", [0, 1], "--parallel", "2")
+    one_by_one = json.loads((tmp_path / "sequential" / "seeds.json").read_text())
+    side_by_side = json.loads((tmp_path / "parallel" / "seeds.json").read_text())
+    assert side_by_side == one_by_one and sorted(side_by_side["runs"]) == ["seed0", "seed1"]
+    for seed in (0, 1):
+        metrics = [json.loads((tmp_path / job / f"seed{seed}" / "metrics.json").read_text()) for job in ("sequential", "parallel")]
+        assert metrics[0]["final"] == metrics[1]["final"] and not (tmp_path / "parallel" / f"seed{seed}" / "done.json").exists()
+
+
+def test_a_failing_seed_side_by_side_is_recorded_and_fails_the_job(digits, tmp_path):
+    cell = tmp_path / "cell"
+    (cell / "seed1" / "checkpoints").mkdir(parents=True)
+    (cell / "seed1" / "checkpoints" / "last.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(SystemExit, match=r"seed\(s\) 1 of .* failed"):
+        train_job(digits, cell, [0, 1], "--parallel", "2")
+    assert "is unreadable" in json.loads((cell / "seed1" / "failed.json").read_text())["error"]
+    assert (cell / "seed0" / "metrics.json").exists() and not (cell / "seeds.json").exists()

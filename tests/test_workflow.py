@@ -136,6 +136,11 @@ def test_a_nested_recipe_override_on_the_command_line_reruns_that_task(workdir):
     assert jobs == {"train_classifier": n_classification, "measure": n_measured, "aggregate": 1, "report": 1, "all": 1}
 
 
+def test_training_seeds_side_by_side_reruns_nothing(workdir):
+    """seeds_in_parallel only says how a job schedules its seeds on its device: the runs are the same."""
+    assert planned_jobs(workdir, "--configfile", "tiny.yaml", "--config", "seeds_in_parallel=2") == {}
+
+
 def test_changing_one_rows_lam_reruns_only_that_cell(workdir):
     path = workdir / "config" / "tables" / "rskip.yaml"
     original = path.read_text()

@@ -168,6 +168,8 @@ def each_seed(command):
         from . import files
 
         signal.signal(signal.SIGTERM, on_sigterm)
+        if getattr(a, "parallel", 1) > 1 and len(a.seeds) > 1:
+            return run_seeds_side_by_side(a)
         do_seed = command(a)
         done, failed_seeds = {}, []
         for seed in a.seeds:
@@ -200,10 +202,44 @@ def each_seed(command):
     return run
 
 
+def run_seeds_side_by_side(a) -> None:
+    """A job's seeds as separate processes, at most `a.parallel` at a time, all on the job's device:
+    small runs that cannot fill a GPU share it. Each is the same command for one seed (writing its
+    own seed<N>/ and, on failure, failed.json); the job's --done file is written when all succeed."""
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    from . import files
+
+    if int(os.environ.get("WORLD_SIZE", 1)) > 1:
+        sys.exit(f"{a.command}: --parallel runs seeds side by side on one device; it cannot combine with torchrun ranks")
+
+    def one_seed(seed: int) -> tuple[int, Path]:
+        done = Path(a.cell_dir) / f"seed{seed}" / "done.json"
+        argv = [*a.command_line, "--seeds", str(seed), "--done", str(done), "--parallel", "1"]  # argparse: the last value wins
+        return subprocess.run([sys.executable, "-m", "resrepro.cli", *argv]).returncode, done
+
+    with ThreadPoolExecutor(max_workers=a.parallel) as pool:
+        outcomes = dict(zip(a.seeds, pool.map(one_seed, a.seeds)))
+    failed_seeds = [seed for seed, (code, _) in outcomes.items() if code != 0]
+    if failed_seeds:
+        sys.exit(f"{a.command}: seed(s) {', '.join(map(str, failed_seeds))} of {a.cell_dir} failed (seed<N>/failed.json says why)")
+    runs = {}
+    for code, done in outcomes.values():
+        runs |= json.loads(done.read_text())["runs"]
+        done.unlink()
+    files.write_json(a.done, {"seeds": a.seeds, "runs": runs})
+
+
 def add_job_arguments(s) -> None:
     s.add_argument("--seeds", type=int, nargs="+", required=True, help="the seeds to run, one after another")
     s.add_argument("--cell-dir", required=True, help="the cell's folder: seed<N>/ inside it for each seed")
     s.add_argument("--done", required=True, help="written last, when every seed succeeded (the Snakemake output)")
+
+
+def add_parallel_argument(s) -> None:
+    s.add_argument("--parallel", type=int, default=1,
+                   help="seeds trained at once, each its own process on the job's device (config seeds_in_parallel)")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -229,6 +265,7 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:1, ...")
     s.add_argument("--threads", type=int, default=0, help="CPU threads for torch (0: torch's default)")
     s.add_argument("--no-progress", action="store_true")
+    add_parallel_argument(s)
     s.set_defaults(run=each_seed(cmd_train))
 
     s = sub.add_parser("aggregate", help="all runs -> runs.csv, rows.csv, curves.csv")
@@ -279,6 +316,7 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--device", default="auto")
     s.add_argument("--threads", type=int, default=0)
     s.add_argument("--no-progress", action="store_true")
+    add_parallel_argument(s)
     s.set_defaults(run=each_seed(cmd_train_translation))
 
     s = sub.add_parser("average", help="average the last N step checkpoints")
@@ -301,6 +339,7 @@ def main(argv: list[str] | None = None) -> None:
     s.set_defaults(run=cmd_launch)
 
     a = p.parse_args(argv)
+    a.command_line = list(sys.argv[1:] if argv is None else argv)  # as given: --parallel reruns it per seed
     a.run(a)
 
 

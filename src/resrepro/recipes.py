@@ -27,8 +27,9 @@ from .catalog import ConfigError
 SCALE_KEYS = frozenset({"datasets", "depths", "sizes", "seeds", "gpus", "refine"})
 EVAL_KEYS = {"classification": frozenset(), "translation": frozenset({"average_last", "beam", "alpha", "max_len_a", "max_len_b"})}
 # Keys a recipe may leave out: the default applies (dropout: the Transformer preset's;
-# deterministic: off, torch's fastest kernels).
-OPTIONAL_KEYS = {"classification": frozenset({"deterministic"}), "translation": frozenset({"dropout", "deterministic"})}
+# deterministic: off, torch's fastest kernels; the speed switches: speed.DEFAULTS).
+SPEED_KEYS = frozenset({"amp", "channels_last", "compile", "fused_optimizer"})  # speed.DEFAULTS's keys (speed imports torch)
+OPTIONAL_KEYS = {"classification": frozenset({"deterministic"}) | SPEED_KEYS, "translation": frozenset({"dropout", "deterministic"}) | SPEED_KEYS}
 MATCH_KEYS = ("paper", "table", "dataset", "depth", "size")
 DEFAULT = "default"
 

@@ -83,6 +83,16 @@ def runtime_of_seeds(rule_name, task):
     return lambda wildcards: needs(rule_name, "runtime") * len(job_runs(task, wildcards))
 
 
+def seeds_at_once(task):
+    """How many of a training job's seeds train side by side (seeds_in_parallel, at most the job's)."""
+    return lambda wildcards: min(config.get("seeds_in_parallel", 1), len(job_runs(task, wildcards)))
+
+
+def runtime_of_training(rule_name, task):
+    """A training job's runtime: the minutes per run times the rounds its seeds take, side by side."""
+    return lambda wildcards: needs(rule_name, "runtime") * -(-len(job_runs(task, wildcards)) // seeds_at_once(task)(wildcards))
+
+
 def prepared_data(wildcards):
     return f"results/data/{wildcards.dataset}.pt"
 

@@ -2,7 +2,8 @@
 # one process, each into its own seed<N>/ folder (metrics.json, train_log.csv, checkpoints/), and
 # writes the job's trained.json last. Checkpoints are not declared outputs, so a failed or killed
 # job keeps them and its rerun resumes each seed from its last finished epoch; seeds already
-# finished only rewrite their metrics.
+# finished only rewrite their metrics. With seeds_in_parallel > 1 its seeds train side by side, each
+# its own process on the job's device; a resource, not a param: changing it retrains nothing.
 
 
 rule train_classifier:
@@ -22,13 +23,14 @@ rule train_classifier:
     resources:
         gpu=single_gpu(),
         mem_mb=needs("train_classifier", "mem_mb"),
-        runtime=runtime_of_seeds("train_classifier", "classification"),
+        runtime=runtime_of_training("train_classifier", "classification"),
+        seeds_at_once=seeds_at_once("classification"),
     conda:
         "../../envs/resrepro.yaml"
     shell:
         # launch: the job's GPU (its lock held till the end), or none visible when it holds none
         "resrepro launch --gpus {resources.gpu} -- train --spec {params.spec:q} --seeds {params.seeds} --data {input}"
-        " --cell-dir {params.cell} --done {output} --threads {threads} 2> {log}"
+        " --cell-dir {params.cell} --done {output} --threads {threads} --parallel {resources.seeds_at_once} 2> {log}"
 
 
 rule train_translator:
@@ -48,7 +50,8 @@ rule train_translator:
     resources:
         gpu=translation_gpus,
         mem_mb=needs("train_translator", "mem_mb"),
-        runtime=runtime_of_seeds("train_translator", "translation"),
+        runtime=runtime_of_training("train_translator", "translation"),
+        seeds_at_once=seeds_at_once("translation"),
     # The longest jobs start first, so that the short classification jobs fill the cores at
     # the end instead of one translation job running alone.
     priority: 1
@@ -57,4 +60,5 @@ rule train_translator:
     shell:
         # Several GPUs: torchrun ranks inside this one job (one Slurm allocation).
         "resrepro launch --gpus {resources.gpu} -- train-translation --spec {params.spec:q} --seeds {params.seeds}"
-        " --data $(dirname {input}) --cell-dir {params.cell} --done {output} --threads {threads} 2> {log}"
+        " --data $(dirname {input}) --cell-dir {params.cell} --done {output} --threads {threads}"
+        " --parallel {resources.seeds_at_once} 2> {log}"

@@ -18,6 +18,7 @@ import io
 import math
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -28,6 +29,7 @@ from .. import files, models, provenance
 from ..data.images import augment_batch, iterate_batches, load_prepared, normalize
 from ..devices import pick_device, use_deterministic_algorithms
 from ..evaluate.classification import evaluate
+from ..speed import speed_of
 from .checkpoint import LoopState, random_state, resume, save
 
 LOG_FIELDS = ("epoch", "step", "lr", "train_loss", "train_error", "test_loss", "test_error", "seconds")
@@ -56,15 +58,17 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
     if spec.get("deterministic"):
         use_deterministic_algorithms()
     device = pick_device(device)
-    on_cuda = device.type == "cuda"
+    speed = speed_of(spec, device, image_model=True)
     data = load_prepared(data_path)
 
     torch.manual_seed(spec["seed"])
     gen = torch.Generator().manual_seed(spec["seed"])  # shuffling and augmentation, CPU, saved in checkpoints
     model_spec = models.model_spec(spec, classes=len(data["classes"]), in_channels=data["train_x"].shape[1])
     model = models.build(model_spec)
-    model = model.to(device, memory_format=torch.channels_last if on_cuda else torch.contiguous_format)
-    opt = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=spec["momentum"], weight_decay=spec["weight_decay"])
+    model = speed.place(model, device)
+    forward = speed.compiled(model)
+    opt = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=spec["momentum"], weight_decay=spec["weight_decay"],
+                          **speed.optimizer_options())
 
     state = resume(ckpt_path, spec, model, opt, device) or LoopState(generator=gen.get_state())
     gen.set_state(state.generator)
@@ -85,14 +89,12 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
         for idx in iterate_batches(len(train_y), spec["batch_size"], gen):
             idx = idx.to(device)
             x = augment_batch(train_x[idx].float(), spec["augment_pad"], spec["augment_flip"], gen)
-            x, y = normalize(x, mean, std), train_y[idx]
-            if on_cuda:
-                x = x.contiguous(memory_format=torch.channels_last)
+            x, y = speed.layout(normalize(x, mean, std)), train_y[idx]
             lr = lr_at(spec, state.epoch, state.step)
             for group in opt.param_groups:
                 group["lr"] = lr
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=on_cuda):
-                logits = model(x)
+            with speed.autocast(device):
+                logits = forward(x)
                 loss = F.cross_entropy(logits.float(), y)
             state.step += 1
             bar.update(1)
@@ -108,7 +110,7 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
         if state.diverged is not None:
             break
         state.epoch += 1
-        test_loss, test_error = evaluate(model, test_x, test_y, mean, std, spec["batch_size"], on_cuda)
+        test_loss, test_error = evaluate(model, test_x, test_y, mean, std, spec["batch_size"], speed)
         state.log.append(
             {
                 "epoch": state.epoch,
@@ -130,6 +132,7 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
 
     metrics = summarize(spec, state.log, state.diverged)
     metrics["parameters"] = models.count_parameters(model)
+    metrics["speed"] = asdict(speed)  # the switches as resolved on this device
     metrics["provenance"] = provenance.collect(device)
     files.write_text(out_dir / "train_log.csv", log_csv(state.log))
     files.write_json(out_dir / "metrics.json", metrics)

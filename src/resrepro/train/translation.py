@@ -19,6 +19,7 @@ import contextlib
 import os
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,7 @@ from tqdm import tqdm
 from .. import files, models, provenance
 from ..devices import pick_device, use_deterministic_algorithms
 from ..models.transformer import label_smoothed_loss
+from ..speed import Speed, speed_of
 from .checkpoint import LoopState, random_state, resume, save
 from .classification import log_csv
 
@@ -76,14 +78,14 @@ def collate(pairs, idx: list[int], pad: int, bos: int, eos: int):
 
 
 @torch.no_grad()
-def dev_loss(model, pairs, spec, device) -> float:
+def dev_loss(model, pairs, spec, device, speed: Speed) -> float:
     model.eval()
     total, tokens = 0.0, 0
     batches = token_batches([(len(s) + 1, len(t) + 1) for s, t in pairs], spec["max_tokens"], torch.Generator().manual_seed(0))
     for idx in batches:
         src, tin, tout = (t.to(device) for t in collate(pairs, idx, spec["pad_id"], spec["bos_id"], spec["eos_id"]))
         n = int((tout != spec["pad_id"]).sum())
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        with speed.autocast(device):
             logits = model(src, tin)
         total += label_smoothed_loss(logits, tout, spec["pad_id"], spec["label_smoothing"]).item() * n
         tokens += n
@@ -102,6 +104,7 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
     if spec.get("deterministic"):
         use_deterministic_algorithms()
     device = pick_device(device)  # under torchrun, auto means cuda:LOCAL_RANK; --device cpu gives CPU ranks
+    speed = speed_of(spec, device)
     if world > 1 and not torch.distributed.is_initialized():
         torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
 
@@ -109,10 +112,11 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
     gen = torch.Generator().manual_seed(spec["seed"])
     model_spec = models.model_spec(spec, vocab_size=vocab_size)
     model = models.build(model_spec).to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9, **speed.optimizer_options())
     state = resume(ckpt_dir / "last.pt", spec, model, opt, device, rank) or LoopState(generator=gen.get_state())
     # positions is a constant buffer: nothing to broadcast before each forward
     ddp_model = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False) if world > 1 else model
+    forward = speed.compiled(ddp_model)
 
     lengths = [(len(s) + 1, len(t) + 1) for s, t in train_pairs]
     bar = tqdm(total=spec["max_updates"], initial=state.step, desc=str(out_dir), disable=not progress or rank > 0, mininterval=2, file=sys.stderr)
@@ -140,8 +144,8 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
                 # gradients are all-reduced once per update, after its last batch, not after each
                 syncing = world == 1 or k == len(update) - 1
                 with contextlib.nullcontext() if syncing else ddp_model.no_sync():
-                    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-                        logits = ddp_model(src, tin)
+                    with speed.autocast(device):
+                        logits = forward(src, tin)
                     loss = label_smoothed_loss(logits, tout, spec["pad_id"], spec["label_smoothing"])
                     finite = torch.isfinite(loss.detach()).float()
                     if world > 1:  # every rank must stop together, or the others wait in backward() forever
@@ -161,7 +165,7 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
                 elapsed = time.perf_counter() - started
                 loss_sum, loss_tokens, seen_tokens = sum_over_ranks([loss_sum, loss_tokens, seen_tokens], device, world)
                 row = {"step": state.step, "epoch": state.epoch, "lr": lr, "train_loss": loss_sum / max(loss_tokens, 1),
-                       "dev_loss": dev_loss(model, dev_pairs, spec, device), "tokens_per_s": seen_tokens / elapsed, "seconds": elapsed}
+                       "dev_loss": dev_loss(model, dev_pairs, spec, device, speed), "tokens_per_s": seen_tokens / elapsed, "seconds": elapsed}
                 state.log.append(row)
                 bar.set_postfix(train_loss=f"{row['train_loss']:.3f}", dev_loss=f"{row['dev_loss']:.3f}")
                 started, loss_sum, loss_tokens, seen_tokens = time.perf_counter(), 0.0, 0, 0
@@ -179,7 +183,7 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
 
     rows = state.log
     metrics = {"spec": spec, "seed": spec["seed"], "diverged": state.diverged is not None, "diverged_at": state.diverged,
-               "updates": state.step, "epochs": state.epoch, "parameters": models.count_parameters(model),
+               "updates": state.step, "epochs": state.epoch, "parameters": models.count_parameters(model), "speed": asdict(speed),
                "wall_time_s": sum(r["seconds"] for r in rows), "final": rows[-1] if rows and state.diverged is None else None,
                "provenance": provenance.collect(device)}
     if rank == 0:

@@ -1,0 +1,80 @@
+"""How a run uses its device: the recipe's speed switches, shared by both training loops.
+
+Each switch changes how fast a run trains and the rounding of its numbers, never the model or
+the recipe's formulas, so each is a recipe key (changing one retrains: the bits of the result
+differ) that a recipe may leave out:
+
+- ``amp``: ``auto`` (bf16 autocast on a GPU, float32 on the CPU), ``bf16`` or ``fp32``. The
+  residual gates stay float32 under it (residual.in_float32).
+- ``channels_last``: ``auto`` (on a GPU), ``true`` or ``false``: NHWC convolutions, which
+  cuDNN's fastest kernels and oneDNN on the CPU both prefer (image models only).
+- ``compile``: ``false``, ``true`` (torch.compile with its default inductor backend) or a
+  backend's name (``aot_eager`` traces without generating code: a quick check of the graph).
+- ``fused_optimizer``: ``auto`` (on a GPU), ``true`` or ``false``: torch's fused SGD/Adam, one
+  kernel for the whole update instead of one per tensor and operation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+DEFAULTS = {"amp": "auto", "channels_last": "auto", "compile": False, "fused_optimizer": "auto"}
+
+
+@dataclass(frozen=True)
+class Speed:
+    amp: bool
+    channels_last: bool
+    compile: str | None  # the backend, or None
+    fused_optimizer: bool
+
+    def autocast(self, device: torch.device):
+        """bf16 autocast when amp is on, a no-op context otherwise."""
+        if not self.amp:
+            return contextlib.nullcontext()
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+
+    def optimizer_options(self) -> dict:
+        return {"fused": True} if self.fused_optimizer else {}
+
+    def layout(self, x: torch.Tensor) -> torch.Tensor:
+        """An image batch in the memory layout the model's weights use."""
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
+
+    def place(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+        """The model on `device`, channels-last when asked (in place: the same module)."""
+        return model.to(device, memory_format=torch.channels_last if self.channels_last else torch.contiguous_format)
+
+    def compiled(self, module):
+        """What the loop calls forward on: `module` itself, or torch.compile's wrapper of it. The
+        checkpoint keeps `module`'s own state_dict (the wrapper's keys carry a prefix)."""
+        return torch.compile(module, backend=self.compile) if self.compile else module
+
+
+def _on(value, device: torch.device) -> bool:
+    if value == "auto":
+        return device.type == "cuda"
+    if isinstance(value, bool):
+        return value
+    raise ValueError(f"expected auto, true or false, got {value!r}")
+
+
+def speed_of(spec: dict, device: torch.device, image_model: bool = False) -> Speed:
+    """The switches of a run's spec (DEFAULTS for those it leaves out) resolved for `device`.
+    channels_last applies to image models only."""
+    options = {**DEFAULTS, **{k: spec[k] for k in DEFAULTS if k in spec}}
+    amp = options["amp"]
+    if amp not in ("auto", "bf16", "fp32"):
+        raise ValueError(f"amp: expected auto, bf16 or fp32, got {amp!r}")
+    backend = options["compile"]
+    if backend is True:
+        backend = "inductor"
+    return Speed(
+        amp=device.type == "cuda" if amp == "auto" else amp == "bf16",
+        channels_last=image_model and _on(options["channels_last"], device),
+        compile=backend or None,
+        fused_optimizer=_on(options["fused_optimizer"], device),
+    )

@@ -1,0 +1,128 @@
+"""The recipe's speed switches (speed.py): how each resolves on a CPU and a GPU, and each one's code
+path in both training loops, run on the CPU (bf16 autocast, channels-last, fused optimizers and
+torch.compile all exist there too)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from resrepro import speed
+from resrepro.models import transformer
+from resrepro.speed import Speed, speed_of
+from resrepro.train import classification, translation
+from test_train import digits, spec  # noqa: F401 (digits: a fixture, the prepared digits dataset)
+from test_train_translation import corpus
+from test_train_translation import spec as text_spec
+
+CPU, GPU = torch.device("cpu"), torch.device("cuda", 0)  # a device object needs no GPU
+
+
+def test_auto_means_on_a_gpu_and_off_on_the_cpu():
+    assert speed_of({}, GPU, image_model=True) == Speed(amp=True, channels_last=True, compile=None, fused_optimizer=True)
+    assert speed_of({}, CPU, image_model=True) == Speed(amp=False, channels_last=False, compile=None, fused_optimizer=False)
+    # channels-last is a layout of image tensors: a Transformer never takes it
+    assert speed_of({"channels_last": True}, GPU).channels_last is False
+
+
+def test_explicit_switches_override_the_device():
+    on = speed_of({"amp": "bf16", "channels_last": True, "fused_optimizer": True, "compile": True}, CPU, image_model=True)
+    assert on == Speed(amp=True, channels_last=True, compile="inductor", fused_optimizer=True)
+    off = speed_of({"amp": "fp32", "channels_last": False, "fused_optimizer": False, "compile": False}, GPU, image_model=True)
+    assert off == Speed(amp=False, channels_last=False, compile=None, fused_optimizer=False)
+    assert speed_of({"compile": "aot_eager"}, GPU).compile == "aot_eager"
+
+
+@pytest.mark.parametrize("spec, message", [({"amp": "fp16"}, "amp: expected auto, bf16 or fp32"),
+                                           ({"fused_optimizer": "yes"}, "expected auto, true or false")])
+def test_an_unknown_value_is_refused(spec, message):
+    with pytest.raises(ValueError, match=message):
+        speed_of(spec, CPU)
+
+
+def test_each_switch_does_what_it_says():
+    on = Speed(amp=True, channels_last=True, compile="aot_eager", fused_optimizer=True)
+    off = Speed(amp=False, channels_last=False, compile=None, fused_optimizer=False)
+    linear = torch.nn.Linear(4, 4)
+    with on.autocast(CPU):
+        assert linear(torch.randn(2, 4)).dtype == torch.bfloat16
+    with off.autocast(CPU):
+        assert linear(torch.randn(2, 4)).dtype == torch.float32
+    assert on.optimizer_options() == {"fused": True} and off.optimizer_options() == {}
+    x = torch.randn(2, 3, 4, 4)
+    assert on.layout(x).is_contiguous(memory_format=torch.channels_last) and not on.layout(x).is_contiguous()
+    assert off.layout(x) is x
+    conv = torch.nn.Conv2d(3, 3, 3)
+    assert on.place(conv, CPU) is conv and conv.weight.is_contiguous(memory_format=torch.channels_last)
+    assert off.compiled(conv) is conv
+    compiled = on.compiled(conv)
+    assert compiled is not conv and torch.allclose(compiled(x), conv(x))
+    assert set(speed.DEFAULTS) == {"amp", "channels_last", "compile", "fused_optimizer"}
+
+
+def conv_dtypes_during(fn) -> list[torch.dtype]:
+    seen = []
+    hook = torch.nn.modules.module.register_module_forward_hook(
+        lambda module, inputs, out: seen.append((out.dtype, inputs[0].is_contiguous(memory_format=torch.channels_last)))
+        if isinstance(module, torch.nn.Conv2d) and module.training else None)
+    try:
+        fn()
+    finally:
+        hook.remove()
+    return seen
+
+
+SWITCHES_ON = {"amp": "bf16", "channels_last": True, "fused_optimizer": True, "compile": "aot_eager"}
+
+
+def test_a_classifier_trains_in_bf16_channels_last_with_a_fused_optimizer(digits, tmp_path, monkeypatch):
+    optimizers = []
+    real_sgd = torch.optim.SGD
+    monkeypatch.setattr(torch.optim, "SGD", lambda *a, **kw: optimizers.append(kw) or real_sgd(*a, **kw))
+    metrics = {}
+    switches = {"amp": "bf16", "channels_last": True, "fused_optimizer": True}
+    seen = conv_dtypes_during(lambda: metrics.update(classification.train(
+        spec(epochs=1, lr_milestones=[], **switches), digits, tmp_path / "run", device="cpu", progress=False)))
+    assert metrics["diverged"] is False and 0 <= metrics["final"]["test_error"] <= 100
+    assert metrics["speed"] == {"amp": True, "channels_last": True, "compile": None, "fused_optimizer": True}
+    assert optimizers[0]["fused"] is True
+    assert seen and all(dtype == torch.bfloat16 and channels_last for dtype, channels_last in seen)
+
+
+def test_a_compiled_classifier_trains_and_matches_the_eager_one(digits, tmp_path, monkeypatch):
+    """aot_eager traces forward and backward as inductor would, without generating code: the same
+    numbers as eager up to rounding, and the checkpoint holds the model's own keys."""
+    compiled = []
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda module, **kw: compiled.append(kw) or real_compile(module, **kw))
+    eager = classification.train(spec(epochs=1, lr_milestones=[]), digits, tmp_path / "eager", device="cpu", progress=False)
+    traced = classification.train(spec(epochs=1, lr_milestones=[], compile="aot_eager"), digits, tmp_path / "traced", device="cpu",
+                                  progress=False)
+    assert compiled == [{"backend": "aot_eager"}] and traced["speed"]["compile"] == "aot_eager"
+    assert traced["final"]["train_loss"] == pytest.approx(eager["final"]["train_loss"], rel=1e-3)
+    saved = torch.load(tmp_path / "traced" / "checkpoints" / "last.pt", weights_only=False)["model"]
+    assert not any(key.startswith("_orig_mod") for key in saved)
+
+
+def test_a_classifier_on_the_cpu_by_default_is_float32_and_contiguous(digits, tmp_path):
+    metrics = {}
+    seen = conv_dtypes_during(lambda: metrics.update(classification.train(
+        spec(epochs=1, lr_milestones=[]), digits, tmp_path / "run", device="cpu", progress=False)))
+    assert metrics["speed"] == {"amp": False, "channels_last": False, "compile": None, "fused_optimizer": False}
+    assert seen and all(dtype == torch.float32 for dtype, _ in seen)
+
+
+def test_a_transformer_trains_with_every_switch_on(tmp_path, monkeypatch):
+    monkeypatch.setitem(transformer.PRESETS, "base_2block", dict(d_model=32, heads=4, ffn=64, encoder_layers=2, decoder_layers=2, dropout=0.1))
+    optimizers = []
+    real_adam = torch.optim.Adam
+    monkeypatch.setattr(torch.optim, "Adam", lambda *a, **kw: optimizers.append(kw) or real_adam(*a, **kw))
+    train_pairs, dev_pairs = corpus(300, 0), corpus(30, 1)
+    metrics = translation.train(text_spec(max_updates=4, checkpoint_every=2, **SWITCHES_ON), train_pairs, dev_pairs, 26,
+                                tmp_path / "run", device="cpu", progress=False)
+    assert metrics["diverged"] is False and metrics["updates"] == 4 and metrics["final"]["train_loss"] < 10
+    assert metrics["speed"] == {"amp": True, "channels_last": False, "compile": "aot_eager", "fused_optimizer": True}
+    assert optimizers[0]["fused"] is True
+    # the checkpoint holds the model's own keys, not the compiled wrapper's (_orig_mod.)
+    saved = torch.load(tmp_path / "run" / "checkpoints" / "last.pt", weights_only=False)["model"]
+    assert not any(key.startswith("_orig_mod") for key in saved)
