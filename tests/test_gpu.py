@@ -104,12 +104,23 @@ def test_a_classifier_trains_on_the_gpu_in_bf16_and_channels_last(digits, tmp_pa
     (model,) = built
     assert metrics["diverged"] is False and 0 <= metrics["final"]["test_error"] <= 100
     assert metrics["provenance"]["device"] == torch.cuda.get_device_name()
+    assert metrics["speed"] == {"amp": True, "channels_last": True, "compile": None, "fused_optimizer": True}  # auto on a GPU
     assert next(model.parameters()).is_cuda
     conv = model.blocks[0].conv1.weight  # 16 x 16 x 3 x 3: the two layouts differ (the stem's 1 channel would not tell)
     assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
     assert dtypes and set(dtypes) == {torch.bfloat16}  # every convolution ran under bf16 autocast
     if variant == "sas":
         assert all(g.dtype == torch.float32 for b in model.blocks for g in b.residual.last_gates.values())
+
+
+def test_compiled_training_runs_on_the_gpu(digits, tmp_path):
+    """compile: true (inductor) on the GPU, for both loops."""
+    metrics = classification.train(image_spec(compile=True), digits, tmp_path / "image", device="auto", progress=False)
+    assert metrics["diverged"] is False and metrics["speed"]["compile"] == "inductor"
+    train_pairs, dev_pairs = corpora()
+    metrics = translation.train(text_spec(max_updates=4, checkpoint_every=2, compile=True), train_pairs, dev_pairs, 26,
+                                tmp_path / "text", device="auto", progress=False)
+    assert metrics["diverged"] is False and metrics["updates"] == 4
 
 
 @pytest.mark.parametrize("variant, args", TEXT_VARIANTS)
