@@ -13,6 +13,7 @@ import torch
 
 from resrepro.evaluate import classification, translation
 from resrepro.evaluate.bleu import read_lines, sacre_bleu, tokenized_bleu
+from resrepro.speed import Speed
 from resrepro.train.classification import summarize
 
 # --------------------------------------------------------------------------- classification
@@ -65,27 +66,19 @@ class InputProbe(torch.nn.Module):
         return out
 
 
-@pytest.mark.parametrize("cuda", [False, True])
-def test_device_paths_channels_last_on_cuda_and_bfloat16_autocast_only_with_amp(monkeypatch, cuda):
-    """The GPU path on CPU: with `is_cuda` patched, batches go channels-last as on a GPU; autocast
-    is asked for bfloat16 on the batch's device and is on only with amp (off by default)."""
-    calls = []
-    real_autocast = torch.autocast
-
-    def spy(device_type, dtype=None, enabled=True):
-        calls.append((device_type, dtype, enabled))
-        return real_autocast(device_type, dtype=dtype, enabled=enabled)
-
-    monkeypatch.setattr(torch, "autocast", spy)
-    if cuda:
-        monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_batches_take_the_runs_layout_and_bfloat16_autocast_only_with_amp(channels_last):
+    """The GPU path on CPU: the training run's Speed decides the batches' memory layout and
+    whether they run under bf16 autocast; the default is float32 in the contiguous layout."""
     x, y = torch.zeros(3, 3, 2, 2, dtype=torch.uint8), torch.zeros(3, dtype=torch.long)
-    for amp, dtype in [(None, torch.float32), (True, torch.bfloat16)]:
+    probe = InputProbe()
+    classification.evaluate(probe, x, y, [0.0] * 3, [1.0] * 3, batch_size=2)
+    assert probe.seen == [(False, torch.float32)] * 2
+    for amp, dtype in [(False, torch.float32), (True, torch.bfloat16)]:
         probe = InputProbe()
-        kwargs = {} if amp is None else {"amp": amp}
-        classification.evaluate(probe, x, y, [0.0] * 3, [1.0] * 3, batch_size=2, **kwargs)
-        assert probe.seen == [(cuda, dtype)] * 2
-    assert calls == [("cpu", torch.bfloat16, False)] * 2 + [("cpu", torch.bfloat16, True)] * 2
+        speed = Speed(amp=amp, channels_last=channels_last, compile=None, fused_optimizer=False)
+        classification.evaluate(probe, x, y, [0.0] * 3, [1.0] * 3, batch_size=2, speed=speed)
+        assert probe.seen == [(channels_last, dtype)] * 2
 
 
 def test_summarize_reports_final_and_best_epoch():

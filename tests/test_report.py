@@ -292,3 +292,23 @@ def test_empty_text_cells_stay_empty():
     assert [view[k] for k in ("verdict", "reason", "baseline", "note", "parameters_vocabulary", "parameters", "paper_parameters")] == [""] * 7
     view = _row_view(row.copy().fillna({"verdict": "supported", "reason": "p < 0.05", "baseline": "b", "parameters_vocabulary": 32768}))
     assert (view["verdict"], view["reason"], view["baseline"], view["parameters_vocabulary"]) == ("supported", "p < 0.05", "b", "32,768")
+
+
+def test_gpu_hours_per_table_are_shown_with_their_device_and_basis(report):
+    """gpu_hours.csv (resrepro gpu-hours): a table of every costed table and scale, and a line in
+    each table's section; without the file, neither."""
+    from report_html import table_rows
+
+    assert 'id="gpu-hours"' not in report.html
+    pd.DataFrame([
+        {"scale": "paper", "table": "sas-t7", "runs": 15, "seeds": 5, "gpu_hours": 43.44, "gpu_hours_per_seed": 8.688},
+        {"scale": "paper", "table": "total", "runs": 315, "seeds": 5, "gpu_hours": 3397.7, "gpu_hours_per_seed": float("nan")},
+        {"scale": "gpu-day", "table": "sas-t7", "runs": 6, "seeds": 2, "gpu_hours": 1.63, "gpu_hours_per_seed": 0.815},
+        {"scale": "gpu-day", "table": "total", "runs": 126, "seeds": 2, "gpu_hours": 18.4, "gpu_hours_per_seed": float("nan")},
+    ]).assign(device="NVIDIA H100", basis="estimate", source="from anchors").to_csv(report.aggregate / "gpu_hours.csv", index=False)
+    html = render_report(report.aggregate, report.aggregate / "costed.html")
+    assert "GPU-hours per table at paper and gpu-day scale, on NVIDIA H100" in html and "an estimate" in html
+    sas_t7, total = (list(row.values()) for row in table_rows(html, "gpu-hours"))
+    assert sas_t7 == ["sas-t7", "15", "43.4", "8.7", "6", "1.6", "0.8"]
+    assert total[:3] == ["total", "315", "3397.7"] and total[4:6] == ["126", "18.4"]
+    assert "Cost: 43.4 GPU-hours at paper scale (8.7 per seed), 1.6 GPU-hours at gpu-day scale (0.8 per seed)" in " ".join(html.split())

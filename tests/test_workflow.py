@@ -85,6 +85,8 @@ def test_report_holds_every_table_with_paper_and_reproduced_values(workdir):
                                                                   cell["this run shows (mean over its seeds)"])
     assert "data:image/png;base64," in html  # learning curves are embedded
     assert "Provenance" in html and "final-epoch" in html
+    costed = [row["table"] for row in table_rows(html, "gpu-hours")]  # the paper scale's cost, every table and the total
+    assert costed == [*experiments.load_tables(workdir / "config" / "tables"), "total"]
     metrics = list((workdir / "results" / "tiny").glob("*/*/*/*/*/seed0/metrics.json"))
     plan = experiments.make_plan(tiny_config(workdir) | {"tables_dir": str(workdir / "config" / "tables")})
     assert len(metrics) == len(plan.runs)
@@ -146,7 +148,8 @@ def test_changing_one_rows_lam_reruns_only_that_cell(workdir):
     original = path.read_text()
     try:
         path.write_text(original.replace("variant: xskip, args: {lam: 3}, paper: 9.23", "variant: xskip, args: {lam: 4}, paper: 9.23"))
-        assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {"train_classifier": 1, "aggregate": 1, "report": 1, "all": 1}
+        assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {"train_classifier": 1, "aggregate": 1, "gpu_hours": 1, "report": 1,
+                                                                       "all": 1}
     finally:
         path.write_text(original)
     assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {}
@@ -175,13 +178,14 @@ def test_an_evaluation_setting_never_retrains(workdir, override, evaluation_rule
     assert jobs == {**{rule: n for rule in evaluation_rules}, "aggregate": 1, "report": 1, "all": 1}
 
 
-def test_editing_a_caption_reruns_only_the_aggregate_and_the_report(workdir):
+def test_editing_a_caption_reruns_only_the_aggregate_the_cost_and_the_report(workdir):
+    """The table file changed, so its costs are counted again (a second, no training)."""
     path = workdir / "config" / "tables" / "sas.yaml"
     original = path.read_text()
     try:
         path.write_text(original.replace("Higher means better.", "Higher is better.", 1))
         assert path.read_text() != original
-        assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {"aggregate": 1, "report": 1, "all": 1}
+        assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {"aggregate": 1, "gpu_hours": 1, "report": 1, "all": 1}
     finally:
         path.write_text(original)
 
@@ -261,7 +265,22 @@ def test_paper_scale_dry_run_lists_every_job(workdir):
     assert cfg["seeds_per_job"] == 1 and len(plan.jobs) == len(plan.runs)  # each seed its own job, on its own GPU
     assert jobs == {"download_cifar": 2, "prepare_cifar": 2, "train_classifier": len(plan.runs) - n_mt,
                     "fetch_translation": 3, "prepare_translation": 3, "train_translator": n_mt,
-                    "evaluate_translation": n_mt, "measure": n_measured, "aggregate": 1, "report": 1, "all": 1}
+                    "evaluate_translation": n_mt, "measure": n_measured, "aggregate": 1, "gpu_hours": 1, "report": 1, "all": 1}
+
+
+def test_the_gpu_day_scale_runs_every_table_on_one_gpu_per_job(workdir):
+    """config/gpu-day.yaml: the paper scale's jobs at 2 seeds, every one on a single GPU (WMT keeps
+    the papers' batch by accumulation instead of 4 GPUs)."""
+    cfg = yaml.safe_load((workdir / "config" / "gpu-day.yaml").read_text())
+    plan = experiments.make_plan(cfg | {"tables_dir": str(workdir / "config" / "tables")})
+    paper = experiments.make_plan(yaml.safe_load((workdir / "config" / "paper.yaml").read_text())
+                                  | {"tables_dir": str(workdir / "config" / "tables")})
+    assert len(plan.runs) == len(paper.runs) * 2 // 5 and set(plan.tables) == set(paper.tables)
+    assert {experiments.gpus_for(cfg, run) for run in plan.runs.values()} == {1}
+    wmt = [json.loads(run.recipe_json) for run in plan.runs.values() if run.dataset.startswith("wmt")]
+    assert wmt and {(r["max_tokens"] * r["update_freq"]) for r in wmt} == {25_000, 16_384}
+    jobs = planned_jobs(workdir, "--configfile", "config/gpu-day.yaml")
+    assert jobs["train_classifier"] + jobs["train_translator"] == len(plan.runs) and jobs["gpu_hours"] == 1
 
 
 def test_lint_is_clean(workdir):

@@ -60,6 +60,22 @@ def cmd_aggregate(a) -> None:
     files.write_json(out / "plan.json", plan)
 
 
+def cmd_gpu_hours(a) -> None:
+    import pandas as pd
+    import yaml
+
+    from . import files
+    from .analysis.cost import load_step_times, table_costs
+    from .experiments import make_plan
+
+    step_times = load_step_times(a.step_times)
+    frames = []
+    for path in a.scales:
+        config = yaml.safe_load(Path(path).read_text())
+        frames.append(table_costs(make_plan(config), config, step_times))
+    files.write_text(a.out, pd.concat(frames).to_csv(index=False))
+
+
 def cmd_measure(a) -> None:
     from .measure.run import run_measurement
 
@@ -276,6 +292,12 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--measures", default="[]", help="JSON list of figure cells, their measurement and runs")
     s.add_argument("--out-dir", required=True)
     s.set_defaults(run=cmd_aggregate)
+
+    s = sub.add_parser("gpu-hours", help="GPU-hours per table of the given scales, from a step-times file -> CSV")
+    s.add_argument("--scales", nargs="+", required=True, help="scale profiles to cost (config/paper.yaml, ...)")
+    s.add_argument("--step-times", required=True, help="config/costs/*.yaml (benchmarks/gpu_budget.py)")
+    s.add_argument("--out", required=True)
+    s.set_defaults(run=cmd_gpu_hours)
 
     s = sub.add_parser("measure", help="a registered measurement of one trained run -> a tidy CSV")
     s.add_argument("--name", required=True, help="the measurement (resrepro.measure.MEASUREMENTS)")

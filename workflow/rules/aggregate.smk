@@ -31,3 +31,19 @@ rule aggregate:
     shell:
         "resrepro aggregate --plan {params.plan:q} --results-dir {params.results} --tables {input.tables}"
         " --epoch {params.epoch} --measures {params.measures:q} --out-dir $(dirname {output.rows}) 2> {log}"
+
+
+# The paper-scale cost of each table (and of any other scale named in gpu_costs), for the report.
+rule gpu_hours:
+    input:
+        scales=config["gpu_costs"]["scales"],
+        step_times=config["gpu_costs"]["step_times"],
+        tables=table_files(),
+    output:
+        "results/{scale}/aggregate/gpu_hours.csv",
+    log:
+        "logs/{scale}/gpu_hours.log",
+    conda:
+        "../../envs/resrepro.yaml"
+    shell:
+        "resrepro gpu-hours --scales {input.scales} --step-times {input.step_times} --out {output} 2> {log}"

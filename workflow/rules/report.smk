@@ -3,6 +3,7 @@
 
 localrules:
     report,
+    gpu_hours,
 
 
 rule report:
@@ -13,6 +14,7 @@ rule report:
         plan="results/{scale}/aggregate/plan.json",
         figures_data="results/{scale}/aggregate/figures.csv",
         figure_cells="results/{scale}/aggregate/figure_cells.csv",
+        gpu_hours="results/{scale}/aggregate/gpu_hours.csv",
         tables=table_files(),
         figures=figure_files(),
         template="report/templates/index.html.j2",

@@ -54,6 +54,7 @@ def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: 
     tables = load_tables(tables)
     runs_by_row = {(r["table"], r["label"]): r["runs"] for r in plan}
 
+    costs = gpu_costs(agg_dir / "gpu_hours.csv")
     papers = []
     for paper_id, title in PAPERS.items():
         sections = []
@@ -63,7 +64,8 @@ def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: 
                 continue
             trows = rows[rows["table"] == table_id]
             figure = figures.learning_curves(trows, curves, {lbl: runs_by_row[(table_id, lbl)] for lbl in trows["label"]}, table_id, table["task"])
-            sections.append({"id": table_id, "table": table, "rows": [_row_view(r) for _, r in trows.iterrows()], "figure": data_uri(figure)})
+            sections.append({"id": table_id, "table": table, "rows": [_row_view(r) for _, r in trows.iterrows()], "figure": data_uri(figure),
+                             "cost": costs["tables"].get(table_id) if costs else None})
         papers.append({"id": paper_id, "title": title, "sections": sections, "figures": _figure_sections(agg_dir, figure_entries, paper_id)})
 
     status = runs["status"].value_counts().to_dict()
@@ -73,6 +75,7 @@ def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: 
         "note": note,
         "recipe": recipe,
         "papers": papers,
+        "costs": costs,
         "epoch_basis": rows["epoch_basis"].iloc[0] if len(rows) else "final",
         "counts": {"runs": len(runs), **{s: status.get(s, 0) for s in ("ok", "diverged", *UNFINISHED)}},
         # Runs without a result (a partial report): each with its status and why, so nothing is silently dropped.
@@ -87,6 +90,22 @@ def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: 
             "compute_hours": runs["wall_time_s"].fillna(0).sum() / 3600,
         },
     }
+
+
+def gpu_costs(path: Path) -> dict | None:
+    """The GPU-hours of each table at each costed scale (analysis/cost.py), for the report: its
+    device and basis, and per table and scale the runs, seeds, hours and hours per seed."""
+    if not path.exists():
+        return None
+    frame = pd.read_csv(path)
+    first = frame.iloc[0]
+    tables: dict[str, dict] = {}
+    for _, r in frame.iterrows():
+        tables.setdefault(r["table"], {})[r["scale"]] = {
+            "runs": int(r["runs"]), "seeds": int(r["seeds"]), "hours": fmt(r["gpu_hours"], 1), "per_seed": fmt(r["gpu_hours_per_seed"], 1)}
+    total = tables.pop("total")
+    return {"device": first["device"], "basis": first["basis"], "source": first["source"], "scales": list(dict.fromkeys(frame["scale"])),
+            "tables": tables, "total": total}
 
 
 def _figure_sections(agg_dir: Path, figure_entries, paper_id: str) -> list[dict]:

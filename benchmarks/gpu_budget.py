@@ -1,0 +1,165 @@
+"""The GPU-hours of every table of a scale: step times of each architecture, size and variant at
+the scale's batch, measured on this device (or estimated from measured anchors), times each run's
+steps (resrepro.analysis.cost).
+
+Measure on a GPU (writes the step-times file the report reads, then prints each table's cost):
+
+    .venv/bin/python benchmarks/gpu_budget.py --device cuda --out config/costs/h100.yaml
+
+and point `gpu_costs` in config/*.yaml at it. Without a GPU, the estimate from measured anchors:
+
+    .venv/bin/python benchmarks/gpu_budget.py --estimate config/costs/h100-anchors.yaml --out config/costs/h100-estimate.yaml
+
+Each distinct step (task, architecture and size, variant, batch) of the configs is measured once:
+a model built as training builds it, with the recipe's speed switches and deterministic mode as
+the training loop resolves them on the device, `--warmup` untimed steps, then the median of
+`--steps` timed steps (forward, loss, backward, optimizer step; synchronised). Classification
+steps take random CIFAR-shaped batches of `batch_size`; translation steps random batches of
+`max_tokens` tokens in sentences of 25 source and 25 target tokens, vocabulary 32,768.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from resrepro import experiments
+from resrepro.analysis import cost
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def plans(config_paths: list[str]) -> list[tuple[dict, experiments.Plan]]:
+    out = []
+    for path in config_paths:
+        config = yaml.safe_load(Path(path).read_text())
+        config.setdefault("tables_dir", "config/tables")
+        out.append((config, experiments.make_plan(config)))
+    return out
+
+
+def distinct_steps(configs_and_plans) -> dict[str, tuple[dict, experiments.Run]]:
+    """One (config, run) per step key, in plan order."""
+    steps = {}
+    for config, plan in configs_and_plans:
+        for run in plan.runs.values():
+            steps.setdefault(cost.step_key(run), (config, run))
+    return steps
+
+
+def measure_step_ms(config: dict, run: experiments.Run, device_name: str, warmup: int, steps: int) -> float:
+    import torch
+    from torch.nn import functional as F
+
+    from resrepro import models
+    from resrepro.devices import pick_device, use_deterministic_algorithms
+    from resrepro.models.transformer import label_smoothed_loss
+    from resrepro.speed import speed_of
+
+    spec = experiments.train_spec(config, run)
+    if spec.get("deterministic"):
+        use_deterministic_algorithms()
+    device = pick_device(device_name)
+    torch.manual_seed(0)
+    if run.task == "classification":
+        speed = speed_of(spec, device, image_model=True)
+        model = speed.place(models.build(models.model_spec(spec, classes=100 if run.dataset == "cifar100" else 10, in_channels=3)), device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, **speed.optimizer_options())
+        x = speed.layout(torch.randn(spec["batch_size"], 3, 32, 32, device=device))
+        y = torch.randint(0, 10, (spec["batch_size"],), device=device)
+
+        def loss_of():
+            return F.cross_entropy(net(x).float(), y)
+    else:
+        speed = speed_of(spec, device)
+        vocab, length = 32_768, 25
+        model = models.build(models.model_spec(spec, vocab_size=vocab)).to(device)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, **speed.optimizer_options())
+        n = max(1, spec["max_tokens"] // (length + 1))
+        src = torch.randint(4, vocab, (n, length + 1), device=device)
+        tgt = torch.randint(4, vocab, (n, length + 1), device=device)
+
+        def loss_of():
+            return label_smoothed_loss(net(src, tgt), tgt, 0, 0.1)
+    net = speed.compiled(model)  # a compiled model compiles in its warm-up steps
+
+    def step():
+        with speed.autocast(device):
+            loss = loss_of()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        started = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - started)
+    return 1000 * statistics.median(times)
+
+
+def device_label(device_name: str) -> str:
+    import platform
+
+    import torch
+
+    if device_name.startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name()
+    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def git_commit() -> str:
+    proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return proc.stdout.strip() or "unknown"
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", nargs="+", default=["config/paper.yaml", "config/gpu-day.yaml"], help="the scales to cost")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--estimate", help="an anchors file: estimate every step from it instead of measuring")
+    p.add_argument("--out", help="write the step-times file here (config/costs/*.yaml)")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--steps", type=int, default=20)
+    opts = p.parse_args(argv)
+
+    configs_and_plans = plans(opts.config)
+    steps = distinct_steps(configs_and_plans)
+    today = datetime.date.today().isoformat()
+    if opts.estimate:
+        anchors = yaml.safe_load(Path(opts.estimate).read_text())
+        step_ms = {key: round(cost.estimate_step_ms(run, anchors), 2) for key, (_, run) in steps.items()}
+        times = {"device": anchors["device"], "basis": "estimate",
+                 "source": f"estimated {today} by benchmarks/gpu_budget.py from {opts.estimate}: {anchors['source'].strip()}", "step_ms": step_ms}
+    else:
+        step_ms = {}
+        for i, (key, (config, run)) in enumerate(steps.items(), 1):
+            step_ms[key] = round(measure_step_ms(config, run, opts.device, opts.warmup, opts.steps), 2)
+            print(f"[{i}/{len(steps)}] {key}: {step_ms[key]:.1f} ms", file=sys.stderr)
+        import torch
+
+        times = {"device": device_label(opts.device), "basis": "measured",
+                 "source": f"measured {today} by benchmarks/gpu_budget.py at commit {git_commit()}, torch {torch.__version__}",
+                 "step_ms": step_ms}
+    if opts.out:
+        Path(opts.out).write_text(yaml.safe_dump(times, sort_keys=False, width=100))
+        print(f"wrote {opts.out} ({len(step_ms)} step times)", file=sys.stderr)
+    for config, plan in configs_and_plans:
+        frame = cost.table_costs(plan, config, times)
+        print(f"\n{config['scale']}: GPU-hours on {times['device']} ({times['basis']})")
+        print(frame[["table", "runs", "seeds", "gpu_hours", "gpu_hours_per_seed"]].to_string(index=False, float_format="%.1f"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""GPU-hours of a scale's tables, from step times measured (or estimated) on a named GPU.
+
+A step-times file (config/costs/*.yaml, written by benchmarks/gpu_budget.py) holds one training
+step's milliseconds per key `task/arch/variant/batch` (`step_key`): a classification step is one
+batch of `batch_size` images; a translation step is one batch of `max_tokens` tokens on one GPU.
+The file names its device and its basis: `measured` (on that device, by gpu_budget.py) or
+`estimate` (with the measurements it extrapolates from).
+
+A run's GPU-hours are its steps times the step time times the GPUs it holds: classification
+`epochs x ceil(train images / batch_size)` steps on one GPU; translation `max_updates x
+update_freq` batches on each of its GPUs. Training only: evaluation (beam search), checkpoint
+writes and data preparation are left out. A table's cost is that of its runs (a run that two
+tables share counts in both); a scale's total counts each run once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from ..catalog import ConfigError
+from ..experiments import Plan, Run, gpus_for
+
+# Training examples per dataset that classification costs epochs in (Krizhevsky 2009: CIFAR-10 and
+# CIFAR-100 have 50,000 training images each; digits: data/digits.py's split).
+TRAIN_EXAMPLES = {"cifar10": 50_000, "cifar100": 50_000, "digits": 1_297}
+BASES = ("measured", "estimate")
+
+
+def step_key(run: Run) -> str:
+    recipe = json.loads(run.recipe_json)
+    batch = f"batch{recipe['batch_size']}" if run.task == "classification" else f"tokens{recipe['max_tokens']}"
+    return f"{run.task}/{run.arch}/{run.variant_id}/{batch}"
+
+
+def steps_of(run: Run) -> int:
+    """Training steps of one run on each of its GPUs (see the module docstring)."""
+    recipe = json.loads(run.recipe_json)
+    if run.task == "classification":
+        if run.dataset not in TRAIN_EXAMPLES:
+            raise ConfigError(f"cost: the number of training images of {run.dataset!r} is unknown; known: {', '.join(TRAIN_EXAMPLES)}")
+        return recipe["epochs"] * math.ceil(TRAIN_EXAMPLES[run.dataset] / recipe["batch_size"])
+    return recipe["max_updates"] * recipe["update_freq"]
+
+
+def load_step_times(path: str | Path) -> dict:
+    """A step-times file: device, basis (measured | estimate), source, step_ms {key: ms}."""
+    data = yaml.safe_load(Path(path).read_text())
+    for key in ("device", "basis", "source", "step_ms"):
+        if key not in data:
+            raise ConfigError(f"{path}: missing key {key!r}")
+    if data["basis"] not in BASES:
+        raise ConfigError(f"{path}: basis must be one of {', '.join(BASES)}, got {data['basis']!r}")
+    return data
+
+
+def run_gpu_hours(run: Run, step_ms: dict[str, float], gpus: int) -> float:
+    key = step_key(run)
+    if key not in step_ms:
+        raise ConfigError(f"cost: no step time for {key}; measure it with `benchmarks/gpu_budget.py --device cuda` "
+                          "(or add it to the estimate)")
+    return steps_of(run) * step_ms[key] * max(gpus, 1) / 3.6e6
+
+
+def table_costs(plan: Plan, config: dict, step_times: dict) -> pd.DataFrame:
+    """Per table of `plan`: its runs, seeds (the most of any row), GPU-hours in all and per seed;
+    then a row `total` over every run of the scale once. Each row names the scale and the step
+    times' device and basis."""
+    hours = {path: run_gpu_hours(run, step_times["step_ms"], gpus_for(config, run)) for path, run in plan.runs.items()}
+    by_table: dict[str, dict] = {}
+    for row in plan.rows:
+        entry = by_table.setdefault(row["table"], {"runs": set(), "seeds": 0})
+        entry["runs"].update(row["runs"])
+        entry["seeds"] = max(entry["seeds"], len(row["runs"]))
+    out = []
+    for table, entry in by_table.items():
+        total = sum(hours[r] for r in entry["runs"])
+        out.append({"table": table, "runs": len(entry["runs"]), "seeds": entry["seeds"], "gpu_hours": total,
+                    "gpu_hours_per_seed": total / max(entry["seeds"], 1)})
+    out.append({"table": "total", "runs": len(hours), "seeds": max((e["seeds"] for e in by_table.values()), default=0),
+                "gpu_hours": sum(hours.values()), "gpu_hours_per_seed": float("nan")})
+    frame = pd.DataFrame(out)
+    frame.insert(0, "scale", config["scale"])
+    frame["device"], frame["basis"], frame["source"] = step_times["device"], step_times["basis"], step_times["source"]
+    return frame
+
+
+def estimate_step_ms(run: Run, anchors: dict) -> float:
+    """A step time extrapolated from a few measured anchors (config/costs/*-anchors.yaml):
+    classification, the baseline's ms at two or more depths at `batch_size`, linear in depth between
+    and beyond them; translation, the baseline's ms per size at `tokens` tokens, scaled up in
+    proportion above that batch (below it a GPU step is bound by kernel launches, not tokens);
+    both times the variant's ratio to the baseline (`ratio`, by variant name, else `other`)."""
+    task = anchors[run.task]
+    recipe = json.loads(run.recipe_json)
+    if run.task == "classification":
+        depths = sorted((int(d), ms) for d, ms in task["baseline_ms"].items())
+        (d0, ms0), (d1, ms1) = (depths[0], depths[-1]) if len(depths) > 1 else (depths[0], depths[0])
+        slope = 0.0 if d1 == d0 else (ms1 - ms0) / (d1 - d0)
+        base = (ms0 + slope * (int(run.size) - d0)) * recipe["batch_size"] / task["batch_size"]
+    else:
+        base = task["baseline_ms"][str(run.size)] * max(1.0, recipe["max_tokens"] / task["tokens"])
+    return base * task["ratio"].get(run.variant, task["ratio"]["other"])

@@ -1,0 +1,110 @@
+"""GPU-hours of a scale's tables (analysis/cost.py), against hand-computed values."""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from resrepro.analysis import cost
+from resrepro.catalog import ConfigError
+from resrepro.experiments import Plan, Run
+
+CIFAR = {"epochs": 10, "batch_size": 128}
+MT = {"max_tokens": 4096, "max_updates": 1000, "update_freq": 2}
+
+
+def run(task="classification", dataset="cifar10", arch="preact_resnet20", size=20, variant="add", args=None, seed=0, recipe=None):
+    model = "preact_resnet" if task == "classification" else "transformer"
+    return Run(task, dataset, arch, model, size, variant, json.dumps(args or {}, sort_keys=True), seed,
+               recipe_json=json.dumps(recipe or (CIFAR if task == "classification" else MT), sort_keys=True))
+
+
+def test_step_key_and_steps_follow_the_recipe():
+    image = run(variant="xskip", args={"lam": 2})
+    assert cost.step_key(image) == "classification/preact_resnet20/xskip-lam2/batch128"
+    assert cost.steps_of(image) == 10 * 391  # ceil(50,000 / 128) = 391 steps an epoch
+    text = run("translation", "wmt14_en_de", "transformer_big", "big", "sas")
+    assert cost.step_key(text) == "translation/transformer_big/sas/tokens4096"
+    assert cost.steps_of(text) == 2000  # 1,000 updates of 2 batches each
+    with pytest.raises(ConfigError, match="training images of 'svhn'"):
+        cost.steps_of(run(dataset="svhn"))
+
+
+def test_hours_are_steps_times_step_time_times_gpus():
+    text = run("translation", "wmt14_en_de", "transformer_big", "big", "sas")
+    assert cost.run_gpu_hours(text, {cost.step_key(text): 90.0}, gpus=4) == pytest.approx(2000 * 0.090 * 4 / 3600)
+    image = run()
+    assert cost.run_gpu_hours(image, {cost.step_key(image): 36.0}, gpus=0) == pytest.approx(3910 * 0.036 / 3600)
+    with pytest.raises(ConfigError, match="no step time for classification/preact_resnet20/add/batch128"):
+        cost.run_gpu_hours(image, {}, gpus=1)
+
+
+def test_a_table_counts_its_runs_and_the_total_counts_each_run_once():
+    a0, a1, b0 = run(seed=0), run(seed=1), run(variant="sas", seed=0)
+    plan = Plan("paper", {}, runs={"a0": a0, "a1": a1, "b0": b0}, rows=[
+        {"table": "t1", "label": "add", "runs": ["a0", "a1"]},
+        {"table": "t1", "label": "sas", "runs": ["b0"]},
+        {"table": "t2", "label": "add", "runs": ["a0", "a1"]},
+    ])
+    step_ms = {cost.step_key(a0): 36.0, cost.step_key(b0): 72.0}
+    times = {"device": "GPU X", "basis": "estimate", "source": "a test", "step_ms": step_ms}
+    frame = cost.table_costs(plan, {"scale": "paper", "gpus_per_job": 1, "translation": {}}, times).set_index("table")
+    add_h = 3910 * 0.036 / 3600  # 0.0391 h a run
+    assert frame.loc["t1", "gpu_hours"] == pytest.approx(2 * add_h + 2 * add_h)  # sas steps take twice as long
+    assert (frame.loc["t1", "runs"], frame.loc["t1", "seeds"]) == (3, 2)
+    assert frame.loc["t1", "gpu_hours_per_seed"] == pytest.approx(4 * add_h / 2)
+    assert frame.loc["t2", "gpu_hours"] == pytest.approx(2 * add_h)
+    assert frame.loc["total", "gpu_hours"] == pytest.approx(4 * add_h) and frame.loc["total", "runs"] == 3
+    assert math.isnan(frame.loc["total", "gpu_hours_per_seed"])
+    assert set(frame["scale"]) == {"paper"} and set(frame["device"]) == {"GPU X"} and set(frame["basis"]) == {"estimate"}
+
+
+ANCHORS = {
+    "classification": {"batch_size": 128, "baseline_ms": {20: 10.0, 110: 46.0}, "ratio": {"add": 1.0, "sas": 4.0, "other": 1.5}},
+    "translation": {"tokens": 4096, "baseline_ms": {"base": 50.0, "big": 60.0}, "ratio": {"xskip_ln": 1.0, "sas": 2.0, "other": 1.2}},
+}
+
+
+def test_the_estimate_is_linear_in_depth_and_batch_and_scaled_by_the_variant():
+    assert cost.estimate_step_ms(run(size=20), ANCHORS) == pytest.approx(10.0)
+    assert cost.estimate_step_ms(run(size=56), ANCHORS) == pytest.approx(10.0 + 36 * 0.4)  # 0.4 ms a layer of depth
+    assert cost.estimate_step_ms(run(size=110, variant="sas"), ANCHORS) == pytest.approx(46.0 * 4.0)
+    assert cost.estimate_step_ms(run(size=20, variant="xskip_ln"), ANCHORS) == pytest.approx(15.0)  # other: 1.5
+    assert cost.estimate_step_ms(run(size=20, recipe={**CIFAR, "batch_size": 64}), ANCHORS) == pytest.approx(5.0)
+
+
+def test_the_translation_estimate_grows_with_tokens_only_above_the_anchor_batch():
+    base = run("translation", "iwslt15_en_vi", "transformer_base", "base", "xskip_ln", {"lam": 1})
+    assert cost.estimate_step_ms(base, ANCHORS) == pytest.approx(50.0)
+    small = run("translation", "iwslt15_en_vi", "transformer_base", "base", "xskip_ln", recipe={**MT, "max_tokens": 2048})
+    assert cost.estimate_step_ms(small, ANCHORS) == pytest.approx(50.0)
+    big = run("translation", "wmt14_en_de", "transformer_big", "big", "sas", recipe={**MT, "max_tokens": 6144})
+    assert cost.estimate_step_ms(big, ANCHORS) == pytest.approx(60.0 * 1.5 * 2.0)
+
+
+def test_a_step_times_file_names_its_device_and_basis(tmp_path):
+    path = tmp_path / "times.yaml"
+    path.write_text("device: GPU X\nbasis: guessed\nsource: s\nstep_ms: {}\n")
+    with pytest.raises(ConfigError, match="basis must be one of measured, estimate"):
+        cost.load_step_times(path)
+    path.write_text("device: GPU X\nbasis: measured\nstep_ms: {}\n")
+    with pytest.raises(ConfigError, match="missing key 'source'"):
+        cost.load_step_times(path)
+
+
+def test_the_committed_estimate_covers_every_run_of_the_costed_scales():
+    """config/costs/h100-estimate.yaml is what benchmarks/gpu_budget.py --estimate writes from the
+    anchors: every run of paper.yaml and gpu-day.yaml has its step time, equal to the estimate."""
+    import yaml
+
+    from resrepro.experiments import make_plan
+
+    times = cost.load_step_times("config/costs/h100-estimate.yaml")
+    anchors = yaml.safe_load(open("config/costs/h100-anchors.yaml"))
+    for scale in ("config/paper.yaml", "config/gpu-day.yaml"):
+        config = yaml.safe_load(open(scale))
+        plan = make_plan(config)
+        for r in plan.runs.values():
+            assert times["step_ms"][cost.step_key(r)] == pytest.approx(cost.estimate_step_ms(r, anchors), abs=0.01)
+        assert isinstance(cost.table_costs(plan, config, times), pd.DataFrame)
