@@ -46,6 +46,7 @@ def test_a_table_counts_its_runs_and_the_total_counts_each_run_once():
         {"table": "t1", "label": "add", "runs": ["a0", "a1"]},
         {"table": "t1", "label": "sas", "runs": ["b0"]},
         {"table": "t2", "label": "add", "runs": ["a0", "a1"]},
+        {"table": "t3", "label": "sas", "runs": ["b0"]},
     ])
     step_ms = {cost.step_key(a0): 36.0, cost.step_key(b0): 72.0}
     times = {"device": "GPU X", "basis": "estimate", "source": "a test", "step_ms": step_ms}
@@ -55,8 +56,12 @@ def test_a_table_counts_its_runs_and_the_total_counts_each_run_once():
     assert (frame.loc["t1", "runs"], frame.loc["t1", "seeds"]) == (3, 2)
     assert frame.loc["t1", "gpu_hours_per_seed"] == pytest.approx(4 * add_h / 2)
     assert frame.loc["t2", "gpu_hours"] == pytest.approx(2 * add_h)
+    assert frame.loc["t3", "gpu_hours"] == frame.loc["t3", "gpu_hours_per_seed"] == pytest.approx(2 * add_h)  # one seed
     assert frame.loc["total", "gpu_hours"] == pytest.approx(4 * add_h) and frame.loc["total", "runs"] == 3
-    assert math.isnan(frame.loc["total", "gpu_hours_per_seed"])
+    assert frame.loc["total", "seeds"] == 2 and math.isnan(frame.loc["total", "gpu_hours_per_seed"])
+    assert list(frame.reset_index().columns) == ["table", "scale", "runs", "seeds", "gpu_hours", "gpu_hours_per_seed", "device", "basis",
+                                                 "source"]
+    assert set(frame["source"]) == {"a test"}
     assert set(frame["scale"]) == {"paper"} and set(frame["device"]) == {"GPU X"} and set(frame["basis"]) == {"estimate"}
 
 
@@ -72,6 +77,10 @@ def test_the_estimate_is_linear_in_depth_and_batch_and_scaled_by_the_variant():
     assert cost.estimate_step_ms(run(size=110, variant="sas"), ANCHORS) == pytest.approx(46.0 * 4.0)
     assert cost.estimate_step_ms(run(size=20, variant="xskip_ln"), ANCHORS) == pytest.approx(15.0)  # other: 1.5
     assert cost.estimate_step_ms(run(size=20, recipe={**CIFAR, "batch_size": 64}), ANCHORS) == pytest.approx(5.0)
+    three = {**ANCHORS, "classification": {**ANCHORS["classification"], "baseline_ms": {20: 10.0, 56: 30.0, 110: 46.0}}}
+    assert cost.estimate_step_ms(run(size=74), three) == pytest.approx(10.0 + 54 * 0.4)  # the outer two anchors
+    one = {**ANCHORS, "classification": {**ANCHORS["classification"], "baseline_ms": {56: 30.0}}}
+    assert cost.estimate_step_ms(run(size=110), one) == pytest.approx(30.0)  # one anchor: no slope
 
 
 def test_the_translation_estimate_grows_with_tokens_only_above_the_anchor_batch():

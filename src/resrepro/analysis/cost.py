@@ -99,8 +99,8 @@ def estimate_step_ms(run: Run, anchors: dict) -> float:
     recipe = json.loads(run.recipe_json)
     if run.task == "classification":
         depths = sorted((int(d), ms) for d, ms in task["baseline_ms"].items())
-        (d0, ms0), (d1, ms1) = (depths[0], depths[-1]) if len(depths) > 1 else (depths[0], depths[0])
-        slope = 0.0 if d1 == d0 else (ms1 - ms0) / (d1 - d0)
+        (d0, ms0), (d1, ms1) = depths[0], depths[-1]  # one anchor: the same step time at every depth
+        slope = (ms1 - ms0) / (d1 - d0) if d1 != d0 else 0.0
         base = (ms0 + slope * (int(run.size) - d0)) * recipe["batch_size"] / task["batch_size"]
     else:
         base = task["baseline_ms"][str(run.size)] * max(1.0, recipe["max_tokens"] / task["tokens"])
