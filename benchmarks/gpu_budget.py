@@ -36,15 +36,6 @@ from resrepro.analysis import cost
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def plans(config_paths: list[str]) -> list[tuple[dict, experiments.Plan]]:
-    out = []
-    for path in config_paths:
-        config = yaml.safe_load(Path(path).read_text())
-        config.setdefault("tables_dir", "config/tables")
-        out.append((config, experiments.make_plan(config)))
-    return out
-
-
 def distinct_steps(configs_and_plans) -> dict[str, tuple[dict, experiments.Run]]:
     """One (config, run) per step key, in plan order."""
     steps = {}
@@ -54,26 +45,26 @@ def distinct_steps(configs_and_plans) -> dict[str, tuple[dict, experiments.Run]]
     return steps
 
 
-def measure_step_ms(config: dict, run: experiments.Run, device_name: str, warmup: int, steps: int) -> float:
+def training_step(spec: dict, device, classes: int = 10):
+    """One training step of the run `spec` names, on random data, as training runs it: the model
+    built through the registry, the recipe's speed switches resolved for `device`, the recipe's
+    optimizer. Classification: a CIFAR-shaped batch of `batch_size`; translation: `max_tokens`
+    tokens in sentences of 25 + 25, vocabulary 32,768. The step ends with a host sync (as the
+    training loops' loss.item() does), so wall-clock timing is honest on a GPU."""
     import torch
     from torch.nn import functional as F
 
     from resrepro import models
-    from resrepro.devices import pick_device, use_deterministic_algorithms
     from resrepro.models.transformer import label_smoothed_loss
     from resrepro.speed import speed_of
 
-    spec = experiments.train_spec(config, run)
-    if spec.get("deterministic"):
-        use_deterministic_algorithms()
-    device = pick_device(device_name)
     torch.manual_seed(0)
-    if run.task == "classification":
+    if spec["task"] == "classification":
         speed = speed_of(spec, device, image_model=True)
-        model = speed.place(models.build(models.model_spec(spec, classes=100 if run.dataset == "cifar100" else 10, in_channels=3)), device)
+        model = speed.place(models.build(models.model_spec(spec, classes=classes, in_channels=3)), device)
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, **speed.optimizer_options())
         x = speed.layout(torch.randn(spec["batch_size"], 3, 32, 32, device=device))
-        y = torch.randint(0, 10, (spec["batch_size"],), device=device)
+        y = torch.randint(0, classes, (spec["batch_size"],), device=device)
 
         def loss_of():
             return F.cross_entropy(net(x).float(), y)
@@ -96,9 +87,18 @@ def measure_step_ms(config: dict, run: experiments.Run, device_name: str, warmup
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        loss.item()
 
+    return step
+
+
+def measure_step_ms(config: dict, run: experiments.Run, device_name: str, warmup: int, steps: int) -> float:
+    from resrepro.devices import pick_device, use_deterministic_algorithms
+
+    spec = experiments.train_spec(config, run)
+    if spec.get("deterministic"):
+        use_deterministic_algorithms()
+    step = training_step(spec, pick_device(device_name), classes=100 if run.dataset == "cifar100" else 10)
     for _ in range(warmup):
         step()
     times = []
@@ -134,7 +134,7 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=20)
     opts = p.parse_args(argv)
 
-    configs_and_plans = plans(opts.config)
+    configs_and_plans = [cost.load_scale(path) for path in opts.config]
     steps = distinct_steps(configs_and_plans)
     today = datetime.date.today().isoformat()
     if opts.estimate:

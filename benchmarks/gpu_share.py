@@ -27,29 +27,14 @@ import time
 def worker(opts: argparse.Namespace) -> None:
     """One run: steps until --seconds have passed after --warmup steps; prints its step times (JSON)."""
     import torch
-    from torch.nn import functional as F
 
-    from resrepro import models
+    from gpu_budget import training_step  # the same step the budget times
     from resrepro.devices import pick_device
-    from resrepro.speed import speed_of
 
     torch.set_num_threads(opts.threads)
-    device = pick_device(opts.device)
-    speed = speed_of({}, device, image_model=True)
-    torch.manual_seed(0)
-    model = speed.place(models.build({"arch": "preact_resnet", "depth": opts.depth, "variant": opts.variant, "args": {},
-                                      "classes": 10, "in_channels": 3}), device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, **speed.optimizer_options())
-    x = speed.layout(torch.randn(opts.batch, 3, 32, 32, device=device))
-    y = torch.randint(0, 10, (opts.batch,), device=device)
-
-    def step():
-        with speed.autocast(device):
-            loss = F.cross_entropy(model(x).float(), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        loss.item()  # as the training loop does: one host sync per step
+    spec = {"task": "classification", "model": "preact_resnet", "depth": opts.depth, "variant": opts.variant, "args": {},
+            "batch_size": opts.batch}
+    step = training_step(spec, pick_device(opts.device))
 
     for _ in range(opts.warmup):
         step()

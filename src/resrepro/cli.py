@@ -62,17 +62,12 @@ def cmd_aggregate(a) -> None:
 
 def cmd_gpu_hours(a) -> None:
     import pandas as pd
-    import yaml
 
     from . import files
-    from .analysis.cost import load_step_times, table_costs
-    from .experiments import make_plan
+    from .analysis.cost import load_scale, load_step_times, table_costs
 
     step_times = load_step_times(a.step_times)
-    frames = []
-    for path in a.scales:
-        config = yaml.safe_load(Path(path).read_text())
-        frames.append(table_costs(make_plan(config), config, step_times))
+    frames = [table_costs(plan, config, step_times) for config, plan in map(load_scale, a.scales)]
     files.write_text(a.out, pd.concat(frames).to_csv(index=False))
 
 

@@ -23,7 +23,7 @@ import pandas as pd
 import yaml
 
 from ..catalog import ConfigError
-from ..experiments import Plan, Run, gpus_for
+from ..experiments import Plan, Run, gpus_for, make_plan
 
 # Training examples per dataset that classification costs epochs in (Krizhevsky 2009: CIFAR-10 and
 # CIFAR-100 have 50,000 training images each; digits: data/digits.py's split).
@@ -56,6 +56,12 @@ def load_step_times(path: str | Path) -> dict:
     if data["basis"] not in BASES:
         raise ConfigError(f"{path}: basis must be one of {', '.join(BASES)}, got {data['basis']!r}")
     return data
+
+
+def load_scale(path: str | Path) -> tuple[dict, Plan]:
+    """A scale profile (config/paper.yaml, ...) as written, and its plan: what is costed."""
+    config = yaml.safe_load(Path(path).read_text())
+    return config, make_plan(config)
 
 
 def run_gpu_hours(run: Run, step_ms: dict[str, float], gpus: int) -> float:
