@@ -8,7 +8,11 @@ from resrepro.config_types import coerce_overrides, validate_refinements
 min_version("9.0")
 
 
-configfile: "config/mini.yaml"
+# The default scale, unless a scale profile is given (--configfile): a profile is a whole config,
+# not a patch over mini.yaml (Snakemake would merge nested keys, e.g. mini's table_seeds, into it).
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/mini.yaml"
 
 
 # Nested --config values arrive as strings: give them the schema's types before validating.

@@ -37,10 +37,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def distinct_steps(configs_and_plans) -> dict[str, tuple[dict, experiments.Run]]:
-    """One (config, run) per step key, in plan order."""
+    """One (config, run) per step key of the tables' runs (cost.tabled_runs), in plan order."""
     steps = {}
     for config, plan in configs_and_plans:
-        for run in plan.runs.values():
+        for run in cost.tabled_runs(plan).values():
             steps.setdefault(cost.step_key(run), (config, run))
     return steps
 

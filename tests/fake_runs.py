@@ -8,10 +8,11 @@ from resrepro import experiments, files
 
 
 def plan_for(tables: list[str], seeds: int = 3) -> experiments.Plan:
-    """The plan the workflow would make for these tables of the tiny config, at `seeds` seeds."""
+    """The plan the workflow would make for these tables of the tiny config, at `seeds` seeds,
+    without figures (whose cells would add runs that no table names)."""
     with open("tests/configs/tiny.yaml") as f:
         config = yaml.safe_load(f)
-    config |= {"tables": tables, "seeds": seeds}
+    config |= {"tables": tables, "seeds": seeds, "figures": []}
     config["translation"] = config["translation"] | {"seeds": seeds}
     return experiments.make_plan(config)
 

@@ -42,7 +42,8 @@ def test_hours_are_steps_times_step_time_times_gpus():
 
 def test_a_table_counts_its_runs_and_the_total_counts_each_run_once():
     a0, a1, b0 = run(seed=0), run(seed=1), run(variant="sas", seed=0)
-    plan = Plan("paper", {}, runs={"a0": a0, "a1": a1, "b0": b0}, rows=[
+    only_a_figure = run(variant="xskip", seed=0)  # no step time: a figure's run is not costed
+    plan = Plan("paper", {}, runs={"a0": a0, "a1": a1, "b0": b0, "f0": only_a_figure}, rows=[
         {"table": "t1", "label": "add", "runs": ["a0", "a1"]},
         {"table": "t1", "label": "sas", "runs": ["b0"]},
         {"table": "t2", "label": "add", "runs": ["a0", "a1"]},
@@ -104,7 +105,7 @@ def test_a_step_times_file_names_its_device_and_basis(tmp_path):
 
 def test_the_committed_estimate_covers_every_run_of_the_costed_scales():
     """config/costs/h100-estimate.yaml is what benchmarks/gpu_budget.py --estimate writes from the
-    anchors: every run of paper.yaml and gpu-day.yaml has its step time, equal to the estimate."""
+    anchors: every run of paper.yaml's and gpu-day.yaml's tables has its step time, equal to the estimate."""
     import yaml
 
     from resrepro.experiments import make_plan
@@ -114,6 +115,6 @@ def test_the_committed_estimate_covers_every_run_of_the_costed_scales():
     for scale in ("config/paper.yaml", "config/gpu-day.yaml"):
         config = yaml.safe_load(open(scale))
         plan = make_plan(config)
-        for r in plan.runs.values():
+        for r in cost.tabled_runs(plan).values():
             assert times["step_ms"][cost.step_key(r)] == pytest.approx(cost.estimate_step_ms(r, anchors), abs=0.01)
         assert isinstance(cost.table_costs(plan, config, times), pd.DataFrame)

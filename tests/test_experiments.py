@@ -1,6 +1,7 @@
 """The papers' tables as data, and config checks that fail before any job (naming the key)."""
 
 import copy
+import json
 
 import pytest
 import yaml
@@ -45,12 +46,19 @@ def test_paper_plan_runs_five_seeds_at_the_papers_depths():
         paper = yaml.safe_load(f)
     plan = experiments.make_plan(paper)
     assert {run.seed for run in plan.runs.values()} == {0, 1, 2, 3, 4}
-    assert {run.arch for run in plan.runs.values() if run.task == "classification"} == {f"preact_resnet{d}" for d in (20, 32, 44, 56, 110)}
+    assert {run.arch for run in plan.runs.values() if run.task == "classification"} == {
+        *(f"preact_resnet{d}" for d in (20, 32, 44, 56, 110)), "single_rep_resnet_paper", "avgpool_resnet_paper", "wide_resnet_paper"}
     assert {run.arch for run in plan.runs.values() if run.task == "translation"} == {"transformer_base", "transformer_big", "transformer_base_2block"}
     assert set(plan.datasets()) == {"cifar10", "cifar100", "iwslt15_en_vi", "wmt14_en_de", "wmt14_en_fr"}
     run = next(r for r in plan.runs.values() if r.arch == "preact_resnet110")
     spec = experiments.train_spec(paper, run)
     assert (spec["epochs"], spec["lr_milestones"], spec["weight_decay"], spec["warmup_iterations"]) == (164, [81, 122], 2e-4, 400)
+    # paper 003's own protocol (Sec. 4) for its nets; one run each, as its figures show
+    recipes = {r.arch: (r.recipe, r.seed) for r in plan.runs.values() if r.recipe.startswith("iter-")}
+    assert recipes == {"preact_resnet110": ("iter-resnet110", 0), "single_rep_resnet_paper": ("iter-single", 0),
+                       "avgpool_resnet_paper": ("iter-pool", 0), "wide_resnet_paper": ("iter-wide", 0)}
+    single = experiments.train_spec(paper, next(r for r in plan.runs.values() if r.recipe == "iter-single"))
+    assert (single["epochs"], single["lr_milestones"], single["lr_decay"], single["warmup_iterations"]) == (200, [40, 60, 80], 0.2, 0)
 
 
 @pytest.mark.parametrize(
@@ -59,7 +67,7 @@ def test_paper_plan_runs_five_seeds_at_the_papers_depths():
      (7, ["seeds0-4"])],
 )
 def test_a_cells_seeds_are_grouped_into_jobs(mini, seeds_per_job, jobs):
-    plan = experiments.make_plan({**mini, "seeds": 5, "tables": ["sas-fn1"], "seeds_per_job": seeds_per_job})
+    plan = experiments.make_plan({**mini, "seeds": 5, "tables": ["sas-fn1"], "figures": [], "seeds_per_job": seeds_per_job})
     cells = sorted({run.cell_path for run in plan.runs.values()})
     assert len(cells) == 2 and sorted(plan.jobs) == sorted(f"{cell}/{job}" for cell in cells for job in jobs)
     for job, runs in plan.jobs.items():  # a job's runs: its cell's, in seed order, each in exactly one job
@@ -87,6 +95,43 @@ def test_table_seeds_override_one_table(mini):
     t6 = [r for r in plan.rows if r["table"] == "rskip-t6"]
     t1 = [r for r in plan.rows if r["table"] == "rskip-t1"]
     assert all(len(r["runs"]) == 3 for r in t6) and all(len(r["runs"]) == 2 for r in t1)
+
+
+def test_table_seeds_may_name_a_figure_whose_cells_only_it_trains(mini):
+    """Paper 003's nets are trained for its figures alone: table_seeds gives them their own count,
+    while a figure cell that a table also names keeps the table's runs and measures its seeds."""
+    plan = experiments.make_plan({**mini, "seeds": 3, "table_seeds": {"iter-f2": 1}})
+    cells = {m["label"]: m["runs"] for m in plan.measures if m["figure"] == "iter-f2"}
+    assert cells["single representation"] == ["classification/digits/single_rep_resnet_mini/default/add/seed0"]
+    assert cells["original ResNet-110"] == ["classification/digits/preact_resnet32/default/add/seed0"]
+    t1_baseline = next(r for r in plan.rows if r["table"] == "rskip-t1" and r["row"] == 0)["runs"]
+    assert cells["original ResNet-110"][0] in t1_baseline and len(t1_baseline) == 3
+
+
+def test_every_papers_figures_are_planned_with_every_table(mini):
+    """tables: all plans paper 003's figures, though no table of paper 003 exists yet; a list of
+    tables plans the figures of its papers only."""
+    assert {f for f in experiments.make_plan(mini).figures if f.startswith("iter-")} >= {"iter-f2", "iter-f3", "iter-f4"}
+    assert not [f for f in experiments.make_plan({**mini, "tables": ["rskip-t1"]}).figures if f.startswith("iter-")]
+
+
+def test_a_refinement_matches_an_architecture(mini):
+    cfg = copy.deepcopy(mini)
+    cfg["classification"]["refine"] = [{"name": "iter-wide", "when": {"paper": "iter", "arch": "wide_resnet"},
+                                        "set": {"epochs": 9, "lr_milestones": [3, 6], "lr_decay": [0.2, 0.5]}, "source": "s"}]
+    plan = experiments.make_plan(cfg)
+    wide = [r for r in plan.runs.values() if r.model == "wide_resnet"]
+    others = [r for r in plan.runs.values() if r.task == "classification" and r.model != "wide_resnet"]
+    assert wide and all(r.recipe == "iter-wide" and json.loads(r.recipe_json)["lr_decay"] == [0.2, 0.5] for r in wide)
+    assert others and all(r.recipe == "default" for r in others)
+    assert experiments.train_spec(cfg, wide[0])["lr_decay"] == [0.2, 0.5]
+
+
+def test_one_decay_factor_per_milestone(mini):
+    cfg = copy.deepcopy(mini)
+    cfg["classification"]["lr_decay"] = [0.2]
+    with pytest.raises(ConfigError, match=r"lr_decay \[0.2\] needs one factor per milestone \(2: \[3, 5\]\)"):
+        experiments.make_plan(cfg)
 
 
 def _bad_tables(tmp_path, mutate):
@@ -120,7 +165,7 @@ def test_bad_tables_fail_naming_the_key(tmp_path, mini, mutate, message):
     "change, message",
     [
         ({"tables": ["rskip-t99"]}, "tables: unknown table 'rskip-t99'; allowed: all, "),
-        ({"table_seeds": {"nope": 2}}, "table_seeds: unknown table 'nope'"),
+        ({"table_seeds": {"nope": 2}}, "table_seeds: unknown table or figure 'nope'"),
         ({"classification": {"datasets": {"cifar10": "digits"}}}, "'cifar100' has no entry in classification.datasets"),
         ({"classification": {"depths": {20: 8}}}, "110 has no entry in classification.depths"),
     ],
@@ -151,17 +196,15 @@ def test_seeds_precedence_table_then_task_then_default(mini):
 
 
 def snakefile_config(*overrides: str, configfile: str = "tests/configs/tiny.yaml") -> dict:
-    """The config the Snakefile sees: config/mini.yaml, then --configfile, then --config entries
-    (parsed by Snakemake's own parser), typed by the schema and validated, as the Snakefile does."""
+    """The config the Snakefile sees: the --configfile (config/mini.yaml without one), then --config
+    entries (parsed by Snakemake's own parser), typed by the schema and validated, as the Snakefile does."""
     from snakemake.cli import parse_config
     from snakemake.utils import update_config, validate
 
     from resrepro.config_types import coerce_overrides, validate_refinements
 
-    with open("config/mini.yaml") as f:
-        config = yaml.safe_load(f)
     with open(configfile) as f:
-        update_config(config, yaml.safe_load(f))
+        config = yaml.safe_load(f)
     update_config(config, parse_config(list(overrides)))
     coerce_overrides(config, SCHEMA)
     validate(config, SCHEMA)

@@ -133,8 +133,10 @@ def test_a_figure_cell_reuses_the_tables_run_and_has_its_settings():
     assert m["settings"] == {"examples": 10000, "split": "test", "batch_size": 500}
     assert experiments.measure_settings(plan, m["runs"][0], "sas_gates") == m["settings"]
     assert not experiments.make_plan(config | {"figures": []}).measures
-    assert experiments.make_plan(config | {"figures": "all"}).measures == plan.measures  # sas-t7 is paper 000's
-    assert not experiments.make_plan(config | {"tables": ["rskip-t1"], "figures": "all"}).measures  # no SAS net for rskip-t1
+    every = experiments.make_plan(config | {"figures": "all"}).measures  # sas-t7 is paper 000's: its figures
+    assert {m["figure"] for m in every} == {"sas-f3", "sas-f4"} and every[0] == m
+    rskip_only = experiments.make_plan(config | {"tables": ["rskip-t1"], "figures": "all"}).measures
+    assert {m["figure"] for m in rskip_only} == {"rskip-f3", "rskip-f4", "rskip-lam-w"}  # paper 001's figures; no SAS net
     with pytest.raises(ConfigError, match="figures: unknown figure 'sas-f9'"):
         experiments.make_plan(config | {"figures": ["sas-f9"]})
 
@@ -167,3 +169,35 @@ def test_figure_data_tags_each_run_and_sums_up_the_mean_over_finished_seeds(tmp_
     # mean alpha per block over the two finished seeds: 0.94, 0.98, 0.6
     assert cell["summary"].startswith("alpha > 0.9 in 2 of 3 blocks; with depth, beta has Spearman rho = +1.00")
     assert json.loads(json.dumps(list(data.columns))) == ["figure", "cell", "label", "run", "seed", "block", "quantity", "value"]
+
+
+def test_a_run_that_only_a_figure_names_is_measured_and_listed_with_the_runs(tmp_path):
+    """Paper 003's nets are trained for its figures alone: no table row names their runs, yet the
+    figure reads them, and runs.csv lists them beside the tables' runs."""
+    plan = plan_for(["sas-t7"])
+    for path in plan.runs:
+        write_metrics(tmp_path, path, 5.0)
+    only_figure = "classification/digits/wide_resnet_mini/default/add/seed0"
+    write_metrics(tmp_path, only_figure, 4.0)
+    rows = [("test", b, "cos(F(h), dL/dh)", v) for b, v in ((1, -0.1), (2, -0.2), (3, -0.3))]
+    files.write_text(tmp_path / only_figure / "measure" / "grad_cosine.csv",
+                     pd.DataFrame(rows, columns=["split", "block", "quantity", "value"]).to_csv(index=False))
+    measures = [{"figure": "iter-f4", "cell": 3, "label": "wide ResNet", "measurement": "grad_cosine", "runs": [only_figure]}]
+    table_runs = aggregate(plan.rows, tmp_path, "config/tables", "final")["runs"]
+    out = aggregate_figures(measures, tmp_path, table_runs)
+    (cell,) = out["figure_cells"].to_dict("records")
+    assert (cell["n"], cell["n_runs"]) == (1, 1)
+    assert cell["summary"] == "test: negative in 3 of 3 blocks; mean -0.100 in the lowest third, -0.300 in the highest"
+    assert list(out["runs"]["run"]) == [*table_runs["run"], only_figure]
+    assert out["runs"].set_index("run").loc[only_figure, "status"] == "ok"
+
+
+def test_the_block_drawing_gives_each_split_its_line():
+    from resrepro.report.figures import per_block
+
+    frame = pd.DataFrame([{"label": "net", "run": "r0", "split": split, "block": b, "quantity": "q", "value": b * k}
+                          for split, k in (("train", 1.0), ("test", 2.0)) for b in (1, 2, 3)])
+    png = per_block(frame, "iter-f2")
+    assert png.startswith(b"\x89PNG")
+    assert per_block(frame.drop(columns="split"), "sas-f3").startswith(b"\x89PNG")  # sas_gates has no split
+    assert per_block(frame.iloc[:0], "empty") is None

@@ -27,6 +27,10 @@ GOLDEN = [
     ("rskip-t1", "2rSkip+LN", 6.02, f"{RSKIP}, Table 1, row 2rSkip+LN (bold)"),
     ("rskip-t1", "3rSkip+LN", 6.55, f"{RSKIP}, Table 1, row 3rSkip+LN"),
     # --- paper 001, Table 3: contracted skips, CIFAR-10, error %
+    ("rskip-lam", "1xSkip", 6.31, f"{RSKIP}, Table 1, row 1xSkip"),
+    ("rskip-lam", "2rSkip+LN", 6.02, f"{RSKIP}, Table 1, row 2rSkip+LN"),
+    ("rskip-lam", "wSkip+LN, w initialised at 1", 8.66, f"{RSKIP}, Sec. 4.1 Learning lambda: 'The averaged error rate over 5 runs is 8.66'"),
+    ("rskip-lam", "wSkip+LN, w initialised at 2", 6.45, f"{RSKIP}, Sec. 4.1 Learning lambda: 'We observe a performance of 6.45'"),
     ("rskip-t3", "x + F", 6.31, f"{RSKIP}, Table 3, row x + F"),
     ("rskip-t3", "0.5x + F", 18.61, f"{RSKIP}, Table 3, row 0.5x + F"),
     ("rskip-t3", "LN(0.5x + F)", 29.88, f"{RSKIP}, Table 3, row LN(0.5x + F)"),
@@ -153,6 +157,8 @@ def test_sources_name_the_table_of_the_config_entry():
         cited = tables[table_id]["source"]
         if number.startswith("fn"):
             assert "footnote 1" in source and "footnote 1" in cited
+        elif number == "lam":  # paper 001's "Learning lambda" paragraph, with two of Table 1's rows
+            assert "Learning lambda" in cited and ("Learning lambda" in source or "Table 1," in source)
         else:
             assert f"Table {number[1:]}," in source and cited.endswith(f"Table {number[1:]}")
 

@@ -18,7 +18,10 @@ from resrepro.residual import ConfigError
 def test_each_task_has_its_default_architecture():
     assert registry.DEFAULT_FOR_TASK == {"classification": "preact_resnet", "translation": "transformer"}
     assert {a.name: (a.task, a.size_key) for a in models.ARCHITECTURES.values()} == {
-        "preact_resnet": ("classification", "depth"), "transformer": ("translation", "size")}
+        "preact_resnet": ("classification", "depth"), "transformer": ("translation", "size"),
+        # paper 003's nets, sized by name (paper, mini)
+        "single_rep_resnet": ("classification", "size"), "avgpool_resnet": ("classification", "size"),
+        "wide_resnet": ("classification", "size")}
 
 
 def test_every_name_the_catalog_declares_is_implemented_and_nothing_else():

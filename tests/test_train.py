@@ -37,6 +37,17 @@ def test_lr_schedule_matches_the_papers_recipe():
     assert lr_at(spec(depth=56, warmup_iterations=400), 0, 0) == 0.1  # no warm-up below 110
 
 
+def test_lr_decay_gives_each_milestone_its_factor():
+    """Paper 003: 0.1 until 40, 0.02 until 60, 0.004 until 80, 0.0008 after (factor 0.2); its
+    ResNet-110: 0.1, 0.01, 0.001, 0.00001, 0.000011 (one factor per milestone)."""
+    s = spec(lr_milestones=[40, 60, 80], lr_decay=0.2)
+    assert [lr_at(s, e, 0) for e in (39, 40, 59, 60, 80, 199)] == pytest.approx([0.1, 0.02, 0.02, 0.004, 0.0008, 0.0008])
+    s = spec(lr_milestones=[80, 120, 200, 240], lr_decay=[0.1, 0.1, 0.01, 1.1])
+    assert [lr_at(s, e, 0) for e in (0, 80, 120, 200, 240)] == pytest.approx([0.1, 0.01, 0.001, 0.00001, 0.000011])
+    no_depth = {k: v for k, v in spec(warmup_iterations=400, warmup_min_depth=0).items() if k != "depth"}
+    assert lr_at(no_depth, 0, 0) == 0.01 and lr_at(no_depth, 1, 400) == 0.1  # a net sized by name warms up as the recipe says
+
+
 def test_same_seed_same_numbers_and_files(digits, tmp_path):
     a = train(spec(), digits, tmp_path / "a", device="cpu", progress=False)
     b = train(spec(), digits, tmp_path / "b", device="cpu", progress=False)

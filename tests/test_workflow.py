@@ -74,15 +74,28 @@ def test_report_holds_every_table_with_paper_and_reproduced_values(workdir):
             assert cell["n"] == "1/1" and cell["Δ"] == f"{agg['mean'] - row['paper']:.2f}"
             if table["task"] == "translation":
                 assert cell["sacreBLEU"] == f"{agg['sacrebleu']:.2f}" and cell["parameters at paper size (vocabulary)"].endswith("M (32,768)")
-    for paper in ("sas", "rskip"):
+    for paper in ("sas", "rskip", "iter"):
         assert f'id="paper-{paper}"' in html
-    for figure_id, figure in experiments.load_figures(workdir / "config" / "figures").items():  # each figure, drawn
+    shows = {  # what each measurement's summary says, per cell
+        "sas_gates": r"alpha > 0.9 in \d of 3 blocks; .* rho = [+-]\d.\d\d",
+        "l2_ratio": r"train: block 1 \d+\.\d\d, .*; test: block 1 .*",
+        "block_drop": r"test: whole net \d+\.\d%; dropping block 1 .* blocks cost under 1 point",
+        "grad_cosine": r"train: negative in \d+ of \d+ blocks; .*; test: .*",
+        "grad_norm": r"train: blocks \d+-\d+, mean .*, Spearman rho with depth .*",
+        "learning_curve": r"(training|held-out) loss .* at epoch 1, .* at epoch 2, lowest .*; .*",
+        "skip_weight": r"blocks \d+-\d+: \|\|w\|\| \d+\.\d\d on average .*, \d+\.\d\d per dimension",
+    }
+    figures = experiments.load_figures(workdir / "config" / "figures")
+    assert {"sas-f3", "sas-f4", "rskip-f3", "iter-f2", "iter-f3", "iter-f4"} <= set(figures)
+    for figure_id, figure in figures.items():  # each figure, drawn
         section = html[html.index(f'<section id="{figure_id}">') :]
         section = section[: section.index("</section>")]
         assert figure["claim"] in section and "data:image/png;base64," in section
-        (cell,) = table_rows(html, figure_id)  # one cell, its one seed measured
-        assert cell["runs measured"] == "1/1" and re.fullmatch(r"alpha > 0.9 in \d of 3 blocks; .* rho = [+-]\d.\d\d",
-                                                                  cell["this run shows (mean over its seeds)"])
+        cells = table_rows(html, figure_id)  # each cell, its one seed measured
+        assert [c["cell"] for c in cells] == [c["label"] for c in figure["cells"]], figure_id
+        for cell in cells:
+            assert cell["runs measured"] == "1/1", figure_id
+            assert re.fullmatch(shows[figure["measurement"]], cell["this run shows (mean over its seeds)"]), (figure_id, cell)
     assert "data:image/png;base64," in html  # learning curves are embedded
     assert "Provenance" in html and "final-epoch" in html
     costed = [row["table"] for row in table_rows(html, "gpu-hours")]  # the paper scale's cost, every table and the total
@@ -120,11 +133,14 @@ def test_second_run_does_nothing(workdir):
 
 def test_more_seeds_for_one_table_reruns_only_its_cells(workdir):
     """One job per cell (seeds_per_job: all): its new job trains seed 1 and finds seed 0 finished
-    in its checkpoint; no other cell reruns."""
+    in its checkpoint; no other cell reruns. The measurements of its cells' seed 0 follow their
+    job (a measurement waits for the job that trained its run): at mini scale, the cell's job."""
     cfg = tiny_config(workdir)
-    t4_cells = {(r["variant"], str(r.get("args"))) for r in experiments.load_tables(workdir / "config" / "tables")["rskip-t4"]["rows"]}
+    plan = experiments.make_plan(cfg | {"tables_dir": str(workdir / "config" / "tables")})
+    t4_cells = {plan.runs[run].cell_path for row in plan.rows if row["table"] == "rskip-t4" for run in row["runs"]}
+    measured = len({(m["measurement"], run) for m in plan.measures for run in m["runs"] if plan.runs[run].cell_path in t4_cells})
     jobs = planned_jobs(workdir, "--configfile", "tiny.yaml", "--config", "table_seeds={rskip-t4: 2}")
-    assert jobs == {"train_classifier": len(t4_cells), "aggregate": 1, "report": 1, "all": 1}
+    assert measured > 0 and jobs == {"train_classifier": len(t4_cells), "measure": measured, "aggregate": 1, "report": 1, "all": 1}
     assert cfg["seeds"] == 1
 
 
@@ -134,7 +150,7 @@ def test_a_nested_recipe_override_on_the_command_line_reruns_that_task(workdir):
     plan = experiments.make_plan(tiny_config(workdir) | {"tables_dir": str(workdir / "config" / "tables")})
     n_classification = sum(job.startswith("classification/") for job in plan.jobs)
     jobs = planned_jobs(workdir, "--configfile", "tiny.yaml", "--config", "classification={epochs: 3, lr: 0.05}")
-    n_measured = sum(len(m["runs"]) for m in plan.measures)  # a retrained run is measured again
+    n_measured = len({(m["measurement"], run) for m in plan.measures for run in m["runs"]})  # a retrained run is measured again
     assert jobs == {"train_classifier": n_classification, "measure": n_measured, "aggregate": 1, "report": 1, "all": 1}
 
 
@@ -257,8 +273,14 @@ def test_paper_scale_dry_run_lists_every_job(workdir):
     plan = experiments.make_plan(cfg | {"tables_dir": str(workdir / "config" / "tables")})
     jobs = planned_jobs(workdir, "--configfile", "config/paper.yaml")
     n_mt = sum(run.task == "translation" for run in plan.runs.values())
-    n_measured = sum(len(m["runs"]) for m in plan.measures)  # figures read the tables' runs: no training of their own
-    assert n_measured == 5 and all(run in plan.runs for m in plan.measures for run in m["runs"])
+    n_measured = len({(m["measurement"], run) for m in plan.measures for run in m["runs"]})  # one job per run and measurement
+    tabled = {run for row in plan.rows for run in row["runs"]}
+    only_figures = {run for m in plan.measures for run in m["runs"]} - tabled
+    # paper 003's four nets on CIFAR-10 and CIFAR-100, one seed each, under its own recipes; every
+    # other figure reads the tables' runs
+    assert sorted((plan.runs[r].arch, plan.runs[r].recipe, plan.runs[r].seed) for r in only_figures) == sorted(
+        (arch, recipe, 0) for arch, recipe in (("preact_resnet110", "iter-resnet110"), ("single_rep_resnet_paper", "iter-single"),
+                                               ("avgpool_resnet_paper", "iter-pool"), ("wide_resnet_paper", "iter-wide")) for _ in range(2))
     # paper 001: 6 cells on EN-VI base, 2 two-block, 2 on each other dataset x size; SAS: 2 on
     # each dataset x size. Each paper's protocol differs (refine:), so no cell is shared; 5 seeds.
     assert n_mt == (6 + 2 + 2 * 5 + 2 * 6) * 5
@@ -275,7 +297,8 @@ def test_the_gpu_day_scale_runs_every_table_on_one_gpu_per_job(workdir):
     plan = experiments.make_plan(cfg | {"tables_dir": str(workdir / "config" / "tables")})
     paper = experiments.make_plan(yaml.safe_load((workdir / "config" / "paper.yaml").read_text())
                                   | {"tables_dir": str(workdir / "config" / "tables")})
-    assert len(plan.runs) == len(paper.runs) * 2 // 5 and set(plan.tables) == set(paper.tables)
+    tabled = [len({run for row in p.rows for run in row["runs"]}) for p in (plan, paper)]
+    assert tabled[0] == tabled[1] * 2 // 5 and set(plan.tables) == set(paper.tables)  # paper 003's nets: one seed at both
     assert {experiments.gpus_for(cfg, run) for run in plan.runs.values()} == {1}
     wmt = [json.loads(run.recipe_json) for run in plan.runs.values() if run.dataset.startswith("wmt")]
     assert wmt and {(r["max_tokens"] * r["update_freq"]) for r in wmt} == {25_000, 16_384}
@@ -321,7 +344,7 @@ def test_a_failed_run_is_listed_in_a_partial_report_and_a_rerun_completes(tmp_pa
     for item in COPIED:
         src = REPO / item
         (shutil.copytree if src.is_dir() else shutil.copy)(src, root / item)
-    config = yaml.safe_load((REPO / "tests" / "configs" / "tiny.yaml").read_text()) | {"tables": ["sas-fn1"]}
+    config = yaml.safe_load((REPO / "tests" / "configs" / "tiny.yaml").read_text()) | {"tables": ["sas-fn1"], "figures": []}
     (root / "fn1.yaml").write_text(yaml.safe_dump(config))
     bad_run = root / "results" / "tiny" / "classification" / "digits" / "preact_resnet8" / "default" / "sas-gammafree" / "seed0"
     (bad_run / "checkpoints").mkdir(parents=True)

@@ -112,6 +112,10 @@ ARCHITECTURES: dict[str, Architecture] = {
     for a in (
         Architecture("preact_resnet", "classification", "depth", "preact_resnet{}", ("depth", "variant", "args")),
         Architecture("transformer", "translation", "size", "transformer_{}", ("size", "variant", "args", "pad_id", "dropout")),
+        # paper 003's nets for its per-block analyses (models/iter_resnets.py); sizes: "paper", "mini"
+        Architecture("single_rep_resnet", "classification", "size", "single_rep_resnet_{}", ("size", "variant", "args")),
+        Architecture("avgpool_resnet", "classification", "size", "avgpool_resnet_{}", ("size", "variant", "args")),
+        Architecture("wide_resnet", "classification", "size", "wide_resnet_{}", ("size", "variant", "args")),
     )
 }
 DEFAULT_FOR_TASK = {"classification": "preact_resnet", "translation": "transformer"}  # a row without `arch:`
@@ -128,7 +132,7 @@ def architecture(name: str, task: str | None = None) -> Architecture:
 class MeasurementSpec:
     name: str
     task: str  # whose runs it reads: classification or translation
-    kind: str  # the tidy frame's shape, which picks the report's drawing: per_block
+    kind: str  # the tidy frame's shape, which picks the report's drawing: per_block, per_epoch
     defaults: dict  # its settings and their defaults; a figure may set each
 
 
@@ -137,6 +141,19 @@ MEASUREMENTS: dict[str, MeasurementSpec] = {
     for m in (
         # paper 000 Fig. 3: "averaging over 10,000 experimental examples" (CIFAR-10's test set)
         MeasurementSpec("sas_gates", "classification", "per_block", {"examples": 10000, "split": "test", "batch_size": 500}),
+        # paper 003 Sec. 4.1-4.2, on training and held-out data (measure/blocks.py)
+        MeasurementSpec("l2_ratio", "classification", "per_block", {"examples": 10000, "splits": ["train", "test"], "batch_size": 500}),
+        # Sec. 4.2: "make predictions using the rest of network on validation set"
+        MeasurementSpec("block_drop", "classification", "per_block", {"examples": 10000, "splits": ["test"], "batch_size": 500}),
+        MeasurementSpec("grad_cosine", "classification", "per_block", {"examples": 10000, "splits": ["train", "test"], "batch_size": 500}),
+        # paper 000 Fig. 4 and paper 001 Fig. 3: "averaged over 10,000 random training examples",
+        # the blocks "at the middle of the model" (the middle stage)
+        MeasurementSpec("grad_norm", "classification", "per_block",
+                        {"examples": 10000, "splits": ["train"], "batch_size": 500, "blocks": "middle"}),
+        # paper 001 Fig. 4: a run's learning curves, from its training log (measure/curves.py)
+        MeasurementSpec("learning_curve", "classification", "per_epoch", {"quantities": ["train_loss", "test_loss"]}),
+        # paper 001, "Learning lambda": the norm of wSkip+LN's learned w per block
+        MeasurementSpec("skip_weight", "classification", "per_block", {"blocks": "middle"}),
     )
 }
 

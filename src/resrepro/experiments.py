@@ -169,7 +169,8 @@ class Plan:
 
 
 def seeds_for(config: dict, table_id: str, task: str) -> list[int]:
-    """Seeds 0..n-1, n from the table's own entry, else its task's, else the top-level `seeds`."""
+    """Seeds 0..n-1, n from the table's (or figure's) own entry in `table_seeds`, else its task's,
+    else the top-level `seeds`."""
     n = config.get("table_seeds", {}).get(table_id, config[task].get("seeds", config["seeds"]))
     return list(range(n))
 
@@ -180,9 +181,6 @@ def make_plan(config: dict) -> Plan:
     for table_id in selected:
         if table_id not in all_tables:
             raise ConfigError(f"tables: unknown table {table_id!r}; allowed: all, {', '.join(all_tables)}")
-    for table_id in config.get("table_seeds", {}):
-        if table_id not in all_tables:
-            raise ConfigError(f"table_seeds: unknown table {table_id!r}; allowed: {', '.join(all_tables)}")
     for dataset in config["translation"].get("gpus", {}):
         if dataset not in config["translation"]["datasets"].values():
             raise ConfigError(f"translation.gpus: {dataset!r} is not a dataset this scale runs; "
@@ -191,12 +189,18 @@ def make_plan(config: dict) -> Plan:
         if (depth - 2) % 6:
             raise ConfigError(f"classification.depths: {depth} is not a PreAct-ResNet depth; it must be 6n+2 (8, 14, 20, ..., 110)")
     all_figures = load_figures(config.get("figures_dir"))
+    for entry_id in config.get("table_seeds", {}):
+        if entry_id not in all_tables and entry_id not in all_figures:
+            raise ConfigError(f"table_seeds: unknown table or figure {entry_id!r}; allowed: {', '.join([*all_tables, *all_figures])}")
     chosen = config.get("figures", "all")
     for figure_id in [] if chosen == "all" else chosen:
         if figure_id not in all_figures:
             raise ConfigError(f"figures: unknown figure {figure_id!r}; allowed: all, {', '.join(all_figures) or '(none)'}")
-    # all: the figures of the papers whose tables are selected (tables=[rskip-t1] trains no SAS net)
+    # all: the figures of the papers whose tables are selected (tables=[rskip-t1] trains no SAS net);
+    # with every table selected, every paper's figures, those of a paper without tables included
     papers = {all_tables[t]["paper"] for t in selected}
+    if config["tables"] == "all":
+        papers |= {f["paper"] for f in all_figures.values()}
     figures = {f: e for f, e in all_figures.items() if e["paper"] in papers} if chosen == "all" else {f: all_figures[f] for f in chosen}
     plan = Plan(config["scale"], {t: all_tables[t] for t in selected}, figures)
     for task in sorted({t["task"] for t in [*plan.tables.values(), *plan.figures.values()]}):
@@ -243,9 +247,9 @@ def _plan_cell(config: dict, plan: Plan, task: str, paper: str, table_id: str, r
     dataset = _lookup(task_cfg["datasets"], row["dataset"], f"{task}.datasets", where)
     arch = architecture_of(task, row, where)
     map_key = arch.size_key + "s"  # the scale's map of the paper's sizes: depths, sizes
-    size = _lookup(task_cfg[map_key], row[arch.size_key], f"{task}.{map_key}", where)
+    size = _lookup(task_cfg.get(map_key, {}), row[arch.size_key], f"{task}.{map_key}", where)
     args = catalog.validate(row["variant"], row.get("args"), where=where)
-    cell = {"paper": paper, "table": table_id, "dataset": row["dataset"], arch.size_key: row[arch.size_key]}
+    cell = {"paper": paper, "table": table_id, "dataset": row["dataset"], "arch": arch.name, arch.size_key: row[arch.size_key]}
     recipe_name, recipe = recipes.resolve(task_cfg, cell)
     check_recipe(task, recipe, f"{where} (recipe {recipe_name})")
     runs = [
@@ -301,6 +305,10 @@ def check_recipe(task: str, recipe: dict, where: str) -> None:
         if milestones and milestones[-1] >= recipe["epochs"]:
             raise ConfigError(f"{where}: classification.lr_milestones {milestones} must lie within the "
                               f"{recipe['epochs']} epochs (epoch {milestones[-1]} is never reached)")
+        decay = recipe.get("lr_decay", 0.1)
+        if isinstance(decay, list) and len(decay) != len(milestones):
+            raise ConfigError(f"{where}: classification.lr_decay {decay} needs one factor per milestone "
+                              f"({len(milestones)}: {milestones})")
     else:
         updates, every, last = recipe["max_updates"], recipe["checkpoint_every"], recipe["average_last"]
         written = -(-updates // every)  # every `every` updates, and at the last update

@@ -31,4 +31,4 @@ rule report:
         "../../envs/resrepro.yaml"
     shell:
         "resrepro report --aggregate-dir $(dirname {input.rows}) --tables {input.tables} --figures {input.figures} --template {input.template}"
-        " --scale {wildcards.scale} --recipe {params.recipe:q} --note {params.note:q} --out {output} 2> {log}"
+        " --scale {wildcards.scale} --recipe {params.recipe:q} --note={params.note:q} --out {output} 2> {log}"

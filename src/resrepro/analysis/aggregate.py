@@ -184,12 +184,16 @@ def aggregate_figures(measures: list[dict], results_dir: str | Path, runs: pd.Da
     """The figures' data: every measured run's tidy table, tagged with its figure, cell and seed
     (figures.csv), and per figure cell what the mean over its finished runs shows, in the
     measurement's own words (figure_cells.csv). Runs that diverged or did not finish are counted,
-    never measured."""
+    never measured. `runs` gains the runs that only figures name (runs.csv lists every run)."""
     from .. import measure
 
     results_dir = Path(results_dir)
     frames, cells = [], []
-    status = runs.set_index("run")["status"] if len(runs) else pd.Series(dtype=str)
+    only_figures = [r for r in dict.fromkeys(r for m in measures for r in m["runs"]) if r not in set(runs["run"])]
+    if only_figures:
+        extra = pd.DataFrame([read_run(results_dir, r) for r in only_figures]).reindex(columns=RUN_COLUMNS)
+        runs = pd.concat([runs.reset_index(drop=True), extra], ignore_index=True).set_index("run", drop=False)
+    status = runs.set_index("run", drop=True)["status"] if len(runs) else pd.Series(dtype=str)
     for m in measures:
         ok = [r for r in m["runs"] if status.get(r) == "ok" and (results_dir / r / "measure" / f"{m['measurement']}.csv").exists()]
         cell_frames = []
@@ -208,6 +212,7 @@ def aggregate_figures(measures: list[dict], results_dir: str | Path, runs: pd.Da
         cells.append({"figure": m["figure"], "cell": m["cell"], "label": m["label"], "measurement": m["measurement"],
                       "kind": measure.get(m["measurement"]).kind, "n": len(ok), "n_runs": len(m["runs"]), "summary": summary})
     return {
+        "runs": runs,
         "figures": pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*FIGURE_COLUMNS, "value"]),
         "figure_cells": pd.DataFrame(cells, columns=["figure", "cell", "label", "measurement", "kind", "n", "n_runs", "summary"]),
     }

@@ -10,7 +10,7 @@ A run's GPU-hours are its steps times the step time times the GPUs it holds: cla
 `epochs x ceil(train images / batch_size)` steps on one GPU; translation `max_updates x
 update_freq` batches on each of its GPUs. Training only: evaluation (beam search), checkpoint
 writes and data preparation are left out. A table's cost is that of its runs (a run that two
-tables share counts in both); a scale's total counts each run once.
+tables share counts in both); a scale's total counts each run of its tables once.
 """
 
 from __future__ import annotations
@@ -72,11 +72,17 @@ def run_gpu_hours(run: Run, step_ms: dict[str, float], gpus: int) -> float:
     return steps_of(run) * step_ms[key] * max(gpus, 1) / 3.6e6
 
 
+def tabled_runs(plan: Plan) -> dict[str, Run]:
+    """The runs that the plan's tables name, in plan order: what a scale's cost counts."""
+    return {path: plan.runs[path] for path in dict.fromkeys(run for row in plan.rows for run in row["runs"])}
+
+
 def table_costs(plan: Plan, config: dict, step_times: dict) -> pd.DataFrame:
     """Per table of `plan`: its runs, seeds (the most of any row), GPU-hours in all and per seed;
     then a row `total` over every run of the scale once. Each row names the scale and the step
-    times' device and basis."""
-    hours = {path: run_gpu_hours(run, step_times["step_ms"], gpus_for(config, run)) for path, run in plan.runs.items()}
+    times' device and basis. Runs that only figures name (paper 003's nets) are not costed: the
+    step-time files hold the tables' architectures only."""
+    hours = {path: run_gpu_hours(run, step_times["step_ms"], gpus_for(config, run)) for path, run in tabled_runs(plan).items()}
     by_table: dict[str, dict] = {}
     for row in plan.rows:
         entry = by_table.setdefault(row["table"], {"runs": set(), "seeds": 0})

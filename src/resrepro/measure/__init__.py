@@ -21,21 +21,22 @@ from ..catalog import settings_for  # noqa: F401  (a figure's settings, checked 
 
 @dataclass(frozen=True)
 class Measurement(catalog.MeasurementSpec):  # name, task, kind (the report's drawing), settings and defaults
-    measure: Callable[..., pd.DataFrame] = None  # (model, data, settings, device) -> tidy frame
+    measure: Callable[..., pd.DataFrame] = None  # (model, data, settings, device) -> tidy frame; reads="log": (run_dir, settings)
     summarize: Callable[[pd.DataFrame], str] = None  # the mean over a cell's runs -> what it shows
+    reads: str = "model"  # "model": the final checkpoint; "log": the run's train_log.csv (no model, no data)
 
 
 MEASUREMENTS: dict[str, Measurement] = {}
 
 
-def register(name: str, measure: Callable[..., pd.DataFrame], summarize: Callable[[pd.DataFrame], str]) -> Measurement:
+def register(name: str, measure: Callable[..., pd.DataFrame], summarize: Callable[[pd.DataFrame], str], reads: str = "model") -> Measurement:
     """The implementation of a measurement declared in catalog.MEASUREMENTS."""
     if name not in catalog.MEASUREMENTS:
         raise ValueError(f"measurement {name!r}: declare it in catalog.MEASUREMENTS first")
     if name in MEASUREMENTS:
         raise ValueError(f"measurement {name!r} is registered twice")
     spec = catalog.MEASUREMENTS[name]
-    MEASUREMENTS[name] = Measurement(spec.name, spec.task, spec.kind, spec.defaults, measure, summarize)
+    MEASUREMENTS[name] = Measurement(spec.name, spec.task, spec.kind, spec.defaults, measure, summarize, reads)
     return MEASUREMENTS[name]
 
 
@@ -43,4 +44,4 @@ def get(name: str) -> Measurement:
     return MEASUREMENTS[catalog.measurement(name).name]
 
 
-from . import gates  # noqa: E402,F401  (registers the measurements)
+from . import blocks, curves, gates  # noqa: E402,F401  (registers the measurements)

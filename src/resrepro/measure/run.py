@@ -18,8 +18,12 @@ def load_data(task: str, data_path: str | Path) -> dict:
 
 
 def run_measurement(name: str, run_dir: str | Path, data_path: str | Path, settings: dict, out: str | Path, device: str = "auto") -> None:
-    """Rebuild the run's final model from checkpoints/last.pt (its model_spec) and measure it."""
+    """Rebuild the run's final model from checkpoints/last.pt (its model_spec) and measure it; a
+    measurement that reads the training log gets the run's folder instead."""
     measurement = get(name)
+    if measurement.reads == "log":
+        files.write_text(out, measurement.measure(Path(run_dir), settings).to_csv(index=False))
+        return
     ckpt = models.load_checkpoint(Path(run_dir) / "checkpoints" / "last.pt")
     dev = pick_device(device)
     model = models.from_checkpoint(ckpt).to(dev).eval()

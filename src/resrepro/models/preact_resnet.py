@@ -31,12 +31,12 @@ class PreActBlock(nn.Module):
     """BN-ReLU-conv3x3-BN-ReLU-conv3x3 branch; the projection shortcut (when needed) reads the
     pre-activated input, as in He et al. 2016b's released code."""
 
-    def __init__(self, in_ch: int, out_ch: int, stride: int, variant: str, args: dict):
+    def __init__(self, in_ch: int, out_ch: int, stride: int, variant: str, args: dict, bias: bool = False):
         super().__init__()
         self.bn1 = nn.BatchNorm2d(in_ch)
-        self.conv1 = nn.Conv2d(in_ch, out_ch, 3, stride, 1, bias=False)
+        self.conv1 = nn.Conv2d(in_ch, out_ch, 3, stride, 1, bias=bias)
         self.bn2 = nn.BatchNorm2d(out_ch)
-        self.conv2 = nn.Conv2d(out_ch, out_ch, 3, 1, 1, bias=False)
+        self.conv2 = nn.Conv2d(out_ch, out_ch, 3, 1, 1, bias=bias)
         self.shortcut = None
         if stride != 1 or in_ch != out_ch:
             self.shortcut = nn.Conv2d(in_ch, out_ch, 1, stride, bias=False)

@@ -25,28 +25,45 @@ CURVES = {
 }
 
 
-def per_block(frame: pd.DataFrame, title: str) -> bytes | None:
-    """A measurement per residual block (columns block, quantity, value; measure/): one panel per
-    quantity, the block index on x, one line per figure cell, the mean over seeds with the range
-    of the seeds shaded."""
+SPLIT_STYLES = {"train": "-", "test": "--"}  # the paper draws training solid, held-out dashed
+
+
+def _lines(frame: pd.DataFrame, title: str, x: str, xlabel: str, log_y: bool = False) -> bytes | None:
+    """One panel per quantity, `x` on the x axis, one colour per figure cell (solid: training data,
+    dashed: held-out, where a `split` column says), the mean over seeds with their range shaded."""
     if frame.empty:
         return None
+    frame = frame.assign(split=frame["split"]) if "split" in frame else frame.assign(split="")
     quantities = list(dict.fromkeys(frame["quantity"]))
-    fig, axes = plt.subplots(1, len(quantities), figsize=(3.9 * len(quantities), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(quantities), figsize=(max(6.0, 4.2 * len(quantities)), 3.6), squeeze=False)
     for ax, quantity in zip(axes[0], quantities):
-        for label, cell in frame[frame["quantity"] == quantity].groupby("label", sort=False):
-            by_block = cell.groupby("block")["value"]
-            mean = by_block.mean()
-            ax.plot(mean.index, mean.values, marker=".", label=f"{label} ({cell['run'].nunique()} runs)")
-            ax.fill_between(mean.index, by_block.min().values, by_block.max().values, alpha=0.2)
-        ax.set(xlabel="residual block (1 = nearest the input)", ylabel=f"mean {quantity}", title=f"{title}: {quantity}")
+        of_quantity = frame[frame["quantity"] == quantity]
+        for colour, (label, cell) in enumerate(of_quantity.groupby("label", sort=False)):
+            for split, part in cell.groupby("split", sort=False):
+                by_x = part.groupby(x)["value"]
+                mean = by_x.mean()
+                runs = part["run"].nunique()
+                name = f"{label}{f', {split}' if split else ''} ({runs} run{'s' if runs != 1 else ''})"
+                ax.plot(mean.index, mean.values, SPLIT_STYLES.get(split, "-"), color=f"C{colour}", marker=".", label=name)
+                ax.fill_between(mean.index, by_x.min().values, by_x.max().values, color=f"C{colour}", alpha=0.2)
+        ax.set(xlabel=xlabel, ylabel=f"mean {quantity}", title=f"{title}: {quantity}", yscale="log" if log_y else "linear")
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))  # outside: lines stay readable
     return to_png(fig)
 
 
+def per_block(frame: pd.DataFrame, title: str) -> bytes | None:
+    """A measurement per residual block (columns block, quantity, value, and optionally split; measure/)."""
+    return _lines(frame, title, "block", "residual block (1 = nearest the input)")
+
+
+def per_epoch(frame: pd.DataFrame, title: str) -> bytes | None:
+    """A measurement per epoch (columns epoch, quantity, value: a learning curve), log scale."""
+    return _lines(frame, title, "epoch", "epoch", log_y=True)
+
+
 # The drawing of each measurement kind (resrepro.measure.Measurement.kind).
-DRAWINGS = {"per_block": per_block}
+DRAWINGS = {"per_block": per_block, "per_epoch": per_epoch}
 
 
 def learning_curves(table_rows: pd.DataFrame, curves: pd.DataFrame, runs_by_row: dict[str, list[str]], title: str, task: str) -> bytes | None:

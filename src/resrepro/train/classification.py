@@ -1,6 +1,7 @@
-"""Train one PreAct-ResNet cell on a prepared image dataset: the papers' CIFAR recipe.
+"""Train one image-classification cell (any registered classification architecture) on a prepared
+image dataset: the papers' CIFAR recipe.
 
-SGD with momentum, a step learning rate (/10 at the milestone epochs), an optional warm-up at a
+SGD with momentum, a step learning rate (/10 at the milestone epochs, or the recipe's `lr_decay`), an optional warm-up at a
 low rate for the first iterations (He et al. 2016b: 0.01 for 400 iterations, every CIFAR depth;
 `warmup_min_depth` can restrict it to deep nets), random crop and flip. The dataset lives on the device as uint8 and is augmented there in batches (airbench-style),
 so a CPU epoch on digits takes about a second and a GPU never waits on a loader.
@@ -36,11 +37,16 @@ LOG_FIELDS = ("epoch", "step", "lr", "train_loss", "train_error", "test_loss", "
 
 
 def lr_at(spec: dict, epoch: int, step: int) -> float:
-    """Step schedule: lr / 10 at each milestone epoch; warm-up rate for the first iterations of
-    models at least `warmup_min_depth` deep (He et al. 2016b: 0.01 for 400 iterations, every depth)."""
-    if step < spec["warmup_iterations"] and spec["depth"] >= spec["warmup_min_depth"]:
+    """Step schedule: lr times `lr_decay` at each milestone epoch (0.1 unless the recipe says; a
+    list gives each milestone its own factor, e.g. paper 003's 0.1 -> 0.01 -> 0.001 -> 0.00001);
+    warm-up rate for the first iterations of models at least `warmup_min_depth` deep (He et al.
+    2016b: 0.01 for 400 iterations, every depth; an architecture without a depth warms up whenever
+    the recipe has warm-up iterations)."""
+    if step < spec["warmup_iterations"] and spec.get("depth", spec["warmup_min_depth"]) >= spec["warmup_min_depth"]:
         return spec["warmup_lr"]
-    return spec["lr"] * 0.1 ** sum(epoch >= m for m in spec["lr_milestones"])
+    decay = spec.get("lr_decay", 0.1)
+    factors = decay if isinstance(decay, list) else [decay] * len(spec["lr_milestones"])
+    return spec["lr"] * math.prod(f for m, f in zip(spec["lr_milestones"], factors) if epoch >= m)
 
 
 def log_csv(rows: list[dict], fields: tuple[str, ...] = LOG_FIELDS) -> str:

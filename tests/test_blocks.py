@@ -1,0 +1,343 @@
+"""Paper 003's per-block measurements (measure/blocks.py) on nets whose answers are known by hand,
+and its three architectures (models/iter_resnets.py)."""
+
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+from resrepro import models, residual
+from resrepro.measure import blocks
+from resrepro.models.iter_resnets import SIZES, keras_count
+
+SETTINGS = {"examples": 10000, "splits": ["test"], "batch_size": 7}
+CPU = torch.device("cpu")
+
+
+class Toy(nn.Module):
+    """h_0 = x (one channel); block i: h_{i+1} = h_i + F_i(h_i) with F_i(h) = c_i * h + b_i (b_i a
+    constant); two-class logits (s, -s) from s = the mean of the last h."""
+
+    def __init__(self, scales, offsets=None):
+        super().__init__()
+        self.scales, self.offsets = scales, offsets or [0.0] * len(scales)
+        self.combiners = nn.ModuleList(residual.build("add", 1, "conv", {}) for _ in scales)
+        self.unused = nn.Parameter(torch.zeros(()))  # a parameter, so that activations may require grad
+
+    def forward(self, x):
+        h = x + 0 * self.unused
+        for c, b, combine in zip(self.scales, self.offsets, self.combiners):
+            h = combine(h, c * h + b)
+        s = h.mean(dim=(1, 2, 3))
+        return torch.stack([s, -s], dim=1)
+
+
+def data(n: int = 20, labels=None) -> dict:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 256, (n, 1, 8, 8), generator=g, dtype=torch.uint8)
+    y = labels(x) if labels else torch.zeros(n, dtype=torch.long)
+    return {"train_x": x.flip(0), "train_y": y.flip(0), "test_x": x, "test_y": y, "mean": [0.5], "std": [0.25]}
+
+
+def values(frame: pd.DataFrame, split: str = "test") -> dict[int, float]:
+    return frame[frame["split"] == split].set_index("block")["value"].to_dict()
+
+
+def test_blocks_are_the_residual_combiners_in_forward_order():
+    net = models.build({"arch": "preact_resnet", "depth": 14, "variant": "add", "args": {}, "classes": 3, "in_channels": 1})
+    found = blocks.residual_blocks(net)
+    assert len(found) == 6 and found == [b.residual for b in net.blocks]
+
+
+def test_l2_ratio_is_the_norm_of_f_over_the_norm_of_h():
+    frame = blocks.measure_l2_ratio(Toy([2.0, -0.5, 0.0]), data(), SETTINGS, CPU)
+    assert list(frame.columns) == ["split", "block", "quantity", "value", "examples"]
+    assert frame["examples"].eq(20).all()  # 20 examples < the 10,000 asked: all of them
+    assert values(frame) == pytest.approx({1: 2.0, 2: 0.5, 3: 0.0})
+
+
+def test_l2_ratio_averages_per_example_ratios_over_exactly_the_examples_asked():
+    """F = h + 1: the ratio ||h + 1|| / ||h|| differs per example, so its mean is checkable."""
+    d = data(10)
+    frame = blocks.measure_l2_ratio(Toy([1.0], [1.0]), d, {**SETTINGS, "examples": 4, "batch_size": 3}, CPU)
+    h = (d["test_x"][:4].float() / 255 - 0.5) / 0.25
+    expected = ((h + 1).flatten(1).norm(dim=1) / h.flatten(1).norm(dim=1)).mean().item()
+    assert values(frame)[1] == pytest.approx(expected, rel=1e-5)
+    assert frame["examples"].eq(4).all()
+
+
+def test_each_split_is_measured_on_its_own_images():
+    """Block 1's F = h + 1 gives a per-example ratio, so the train and test values differ unless the
+    splits' first images are the same: here train holds the test images in reverse order."""
+    d = data(10)
+    frame = blocks.measure_l2_ratio(Toy([1.0], [1.0]), d, {**SETTINGS, "examples": 3, "splits": ["train", "test"]}, CPU)
+    assert set(frame["split"]) == {"train", "test"}
+    assert values(frame, "train")[1] != pytest.approx(values(frame, "test")[1])
+    reversed_d = {**d, "train_x": d["test_x"], "train_y": d["test_y"]}
+    same = blocks.measure_l2_ratio(Toy([1.0], [1.0]), reversed_d, {**SETTINGS, "examples": 3, "splits": ["train", "test"]}, CPU)
+    assert values(same, "train")[1] == pytest.approx(values(same, "test")[1])
+
+
+def sign_labels(x: torch.Tensor) -> torch.Tensor:
+    """The class a net with one sign flip gets right: 1 where the normalized image's mean is > 0."""
+    return (((x.float() / 255 - 0.5) / 0.25).mean(dim=(1, 2, 3)) > 0).long()
+
+
+def test_dropping_an_identity_block_changes_nothing_and_dropping_a_sign_flip_inverts_every_prediction():
+    # block 1: F = -2h, so h_2 = -h_1 (the net classifies by the sign of -mean(x)); block 2: F = 0
+    frame = blocks.measure_block_drop(Toy([-2.0, 0.0]), data(40, sign_labels), SETTINGS, CPU)
+    acc = values(frame)
+    assert acc[0] == 100.0  # the whole net: every label is the net's own answer
+    assert acc[1] == 0.0  # without the flip, every prediction is the other class
+    assert acc[2] == 100.0  # an identity block (F = 0) changes nothing
+    assert sorted(acc) == [0, 1, 2]
+
+
+def test_a_dropped_block_is_restored_afterwards():
+    net, d = Toy([-2.0, 0.0]), data(12, sign_labels)
+    blocks.measure_block_drop(net, d, SETTINGS, CPU)
+    x = (d["test_x"].float() / 255 - 0.5) / 0.25
+    assert (net(x).argmax(1) == d["test_y"]).all()
+
+
+def test_cosine_is_minus_one_when_f_points_along_minus_the_gradient():
+    """F_1 = +1 everywhere (c = 0, b = 1). With every label 0, L = log(1 + exp(-2s)) falls as s grows,
+    so dL/dh is negative and the same at every pixel: F is exactly along -dL/dh."""
+    frame = blocks.measure_grad_cosine(Toy([0.0], [1.0]), data(), SETTINGS, CPU)
+    assert values(frame)[1] == pytest.approx(-1.0, abs=1e-6)
+
+
+def test_cosine_is_plus_one_when_the_labels_turn_the_gradient_round():
+    d = data()
+    d["test_y"] = torch.ones_like(d["test_y"])  # L now grows with s: dL/dh > 0, along F
+    frame = blocks.measure_grad_cosine(Toy([0.0], [1.0]), d, SETTINGS, CPU)
+    assert values(frame)[1] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_cosine_takes_the_gradient_through_the_blocks_above():
+    """A block above that maps h to -h (F_2 = -2h) turns dL/dh at block 1 round: cos +1, not -1."""
+    frame = blocks.measure_grad_cosine(Toy([0.0, -2.0], [1.0, 0.0]), data(), SETTINGS, CPU)
+    assert values(frame)[1] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_cosine_leaves_no_gradient_on_the_weights():
+    net = models.build({"arch": "preact_resnet", "depth": 8, "variant": "add", "args": {}, "classes": 3, "in_channels": 1})
+    blocks.measure_grad_cosine(net, {**data(), "test_y": torch.zeros(20, dtype=torch.long)}, SETTINGS, CPU)
+    assert all(p.grad is None for p in net.parameters())
+
+
+MEASURES = {"l2_ratio": blocks.measure_l2_ratio, "block_drop": blocks.measure_block_drop,
+            "grad_cosine": blocks.measure_grad_cosine, "grad_norm": blocks.measure_grad_norm}
+
+
+@pytest.mark.parametrize("name", MEASURES)
+def test_a_net_without_residual_blocks_is_refused_naming_the_measurement(name):
+    class NoBlocks(nn.Module):
+        def forward(self, x):
+            return x.mean(dim=(2, 3)).repeat(1, 2)
+
+    with pytest.raises(ValueError, match=f"^{name}: the model has no residual block"):
+        MEASURES[name](NoBlocks(), data(), {**SETTINGS, "blocks": "all"}, CPU)
+
+
+@pytest.mark.parametrize("name, quantity", [
+    ("l2_ratio", "||F(h)|| / ||h||"), ("block_drop", "accuracy (%), block dropped (0: none)"),
+    ("grad_cosine", "cos(F(h), dL/dh)"), ("grad_norm", "||dL/dy||")])
+def test_each_measurement_names_its_quantity(name, quantity):
+    """The quantity titles the report's panel and its axis."""
+    frame = MEASURES[name](Toy([0.5], [1.0]), data(), {**SETTINGS, "blocks": "all"}, CPU)
+    assert frame["quantity"].eq(quantity).all()
+
+
+def frame_of(split_values: dict[str, list[float]], first_block: int = 1) -> pd.DataFrame:
+    return pd.DataFrame([{"split": split, "block": first_block + i, "value": v}
+                         for split, vs in split_values.items() for i, v in enumerate(vs)])
+
+
+def test_summaries_read_the_papers_claims():
+    assert blocks.summarize_l2_ratio(frame_of({"test": [2.0, 0.5, 0.3, 0.1]})) == (
+        "test: block 1 2.00, upper half median 0.20, Spearman rho with depth -1.00")
+    assert blocks.summarize_block_drop(frame_of({"train": [95.0, 20.0, 94.5, 90.0]}, first_block=0)) == (
+        "train: whole net 95.0%; dropping block 1 20.0%, the worst block 1 20.0%; 1 of 3 blocks cost under 1 point")
+    assert blocks.summarize_grad_cosine(frame_of({"test": [0.1, -0.02, -0.05, -0.3, -0.2, -0.4]})) == (
+        "test: negative in 5 of 6 blocks; mean +0.040 in the lowest third, -0.300 in the highest")
+
+
+def test_summaries_count_a_block_at_the_boundary_as_the_paper_reads_it():
+    """A block that costs exactly 1 point is not "under 1 point"; a cosine of exactly 0 is not negative."""
+    assert blocks.summarize_block_drop(frame_of({"test": [90.0, 89.0, 89.5]}, first_block=0)).endswith(
+        "1 of 2 blocks cost under 1 point")
+    assert blocks.summarize_grad_cosine(frame_of({"test": [0.0, -0.1, -0.2]})).startswith("test: negative in 2 of 3 blocks")
+
+
+def test_summaries_join_two_splits():
+    l2 = blocks.summarize_l2_ratio(frame_of({"train": [2.0, 1.0], "test": [1.0, 0.5]}))
+    assert l2 == ("train: block 1 2.00, upper half median 1.00, Spearman rho with depth -1.00; "
+                  "test: block 1 1.00, upper half median 0.50, Spearman rho with depth -1.00")
+    drop = blocks.summarize_block_drop(frame_of({"train": [99.0, 50.0], "test": [95.0, 60.0]}, first_block=0))
+    assert drop == ("train: whole net 99.0%; dropping block 1 50.0%, the worst block 1 50.0%; 0 of 1 blocks cost under 1 point; "
+                    "test: whole net 95.0%; dropping block 1 60.0%, the worst block 1 60.0%; 0 of 1 blocks cost under 1 point")
+
+
+def test_splits_are_ordered_training_then_held_out_then_the_rest():
+    assert blocks._splits(frame_of({"val": [1.0], "test": [1.0], "train": [1.0]})) == ["train", "test", "val"]
+
+
+def test_summaries_keep_the_splits_apart_training_first():
+    text = blocks.summarize_grad_cosine(frame_of({"test": [0.1, 0.2, 0.3], "train": [-0.1, -0.1, -0.1]}))
+    assert text == ("train: negative in 3 of 3 blocks; mean -0.100 in the lowest third, -0.100 in the highest; "
+                    "test: negative in 0 of 3 blocks; mean +0.100 in the lowest third, +0.300 in the highest")
+
+
+# --- the architectures -------------------------------------------------------------------------
+
+
+def iter_net(arch: str, size: str, classes: int = 10, in_channels: int = 3, device: str = "cpu") -> nn.Module:
+    with torch.device(device):
+        return models.build({"arch": arch, "size": size, "variant": "add", "args": {}, "classes": classes, "in_channels": in_channels})
+
+
+def test_the_avg_pooling_net_has_the_papers_parameter_count():
+    """Sec. 4: "It has 12,201,310 parameters" (Keras' count: BN's running statistics included)."""
+    assert keras_count(iter_net("avgpool_resnet", "paper", device="meta")) == 12_201_310
+
+
+@pytest.mark.parametrize("arch, blocks_expected, widths", [
+    ("single_rep_resnet", 10, {100}), ("avgpool_resnet", 30, {150}), ("wide_resnet", 12, {160, 320, 640})])
+def test_every_block_has_an_identity_skip_at_the_papers_widths(arch, blocks_expected, widths):
+    net = iter_net(arch, "paper")
+    seen = []
+    with blocks.recording(blocks.residual_blocks(net)) as recorded:
+        net(torch.zeros(2, 3, 32, 32))
+        seen = [(h.shape, f.shape) for h, f in recorded]
+    assert len(seen) == blocks_expected
+    assert all(h == f for h, f in seen)  # skip and branch alike: no projection inside a block
+    assert {h[1] for h, _ in seen} == widths
+
+
+def test_the_avg_pooling_net_halves_the_resolution_after_each_stage():
+    net = iter_net("avgpool_resnet", "mini", in_channels=1)
+    with blocks.recording(blocks.residual_blocks(net)) as recorded:
+        net(torch.zeros(2, 1, 8, 8))
+        sides = [h.shape[-1] for h, _ in recorded]
+    assert sides == [8] * 10 + [4] * 10 + [2] * 10
+
+
+def test_mini_sizes_keep_the_papers_block_counts_and_classify_digits():
+    for arch, sizes in SIZES.items():
+        assert sizes["mini"][1] == sizes["paper"][1] and len(sizes["mini"][0]) == len(sizes["paper"][0])
+        out = iter_net(arch, "mini", classes=10, in_channels=1)(torch.randn(3, 1, 8, 8))
+        assert out.shape == (3, 10) and torch.isfinite(out).all()
+
+
+def test_he_normal_weights_and_zero_biases():
+    net = iter_net("single_rep_resnet", "mini", in_channels=1)
+    conv = net.body[3].conv1
+    assert torch.count_nonzero(conv.bias) == 0
+    fan_in = conv.weight[0].numel()
+    assert conv.weight.std().item() == pytest.approx((2 / fan_in) ** 0.5, rel=0.05)
+
+
+def test_an_unknown_size_is_refused_naming_the_sizes():
+    with pytest.raises(residual.ConfigError, match="wide_resnet: size 'huge' unknown; allowed: paper, mini"):
+        iter_net("wide_resnet", "huge")
+
+
+# --- gradient norms (paper 000 Fig. 4, paper 001 Fig. 3) ----------------------------------------
+
+GRAD = {"examples": 10000, "splits": ["train"], "batch_size": 7, "blocks": "all"}
+
+
+def test_grad_norm_at_the_last_block_is_the_losss_slope_spread_over_the_pixels():
+    """s = mean(h) over 64 pixels and L = log(1 + exp(-2s)) (label 0): dL/dy = L'(s)/64 at each pixel,
+    so ||dL/dy|| = |L'(s)| / 8 with L'(s) = -2 / (1 + exp(2s))."""
+    d = data(12)
+    frame = blocks.measure_grad_norm(Toy([0.0], [1.0]), d, GRAD, CPU)
+    s = ((d["train_x"].float() / 255 - 0.5) / 0.25).mean(dim=(1, 2, 3)) + 1.0
+    expected = (2 / (1 + torch.exp(2 * s)) / 8).mean().item()
+    assert values(frame, "train")[1] == pytest.approx(expected, rel=1e-5)
+    assert frame["quantity"].eq("||dL/dy||").all() and frame["examples"].eq(12).all()
+
+
+def test_grad_norm_grows_through_each_block_that_scales_its_input():
+    """y_2 = 2 y_1 (F = h): the gradient at y_1 is twice that at y_2; y_3 = y_2 (F = 0) passes it on."""
+    frame = blocks.measure_grad_norm(Toy([0.0, 1.0, 0.0], [1.0, 0.0, 0.0]), data(), GRAD, CPU)
+    g = values(frame, "train")
+    assert g[1] == pytest.approx(2 * g[2], rel=1e-5) and g[2] == pytest.approx(g[3], rel=1e-5)
+
+
+def test_middle_stage_picks_the_middle_of_the_distinct_shapes():
+    three = [(16, 8, 8)] * 3 + [(32, 4, 4)] * 3 + [(64, 2, 2)] * 3
+    assert blocks.middle_stage(three) == [3, 4, 5]
+    assert blocks.middle_stage([(8, 4, 4)] * 4) == [0, 1, 2, 3]
+    assert blocks.middle_stage([(8, 4, 4)] * 2 + [(16, 2, 2)] * 2) == [0, 1]
+
+
+def test_grad_norm_of_the_middle_stage_numbers_blocks_as_in_the_whole_net():
+    net = models.build({"arch": "preact_resnet", "depth": 14, "variant": "add", "args": {}, "classes": 3, "in_channels": 1})
+    d = {**data(), "train_y": torch.zeros(20, dtype=torch.long)}
+    middle = blocks.measure_grad_norm(net, d, {**GRAD, "blocks": "middle"}, CPU)
+    every = blocks.measure_grad_norm(net, d, GRAD, CPU)
+    assert sorted(values(middle, "train")) == [3, 4]  # stage 2 of 3, two blocks a stage
+    assert values(middle, "train") == pytest.approx({b: values(every, "train")[b] for b in (3, 4)})
+    with pytest.raises(ValueError, match="blocks='top' is invalid"):
+        blocks.measure_grad_norm(net, d, {**GRAD, "blocks": "top"}, CPU)
+
+
+def test_grad_norm_summary_reads_the_spread_over_the_blocks():
+    assert blocks.summarize_grad_norm(frame_of({"train": [0.4, 0.3, 0.2]}, first_block=19)) == (
+        "train: blocks 19-21, mean 0.3, lowest block / highest 2.00, Spearman rho with depth -1.00")
+
+
+# --- paper 001's learned skip and learning curves -----------------------------------------------
+
+
+def test_skip_weight_is_the_norm_of_w_and_its_size_per_dimension():
+    net = models.build({"arch": "preact_resnet", "depth": 14, "variant": "wskip_ln", "args": {"init": 1.0}, "classes": 3, "in_channels": 1})
+    with torch.no_grad():
+        net.blocks[2].residual.w.fill_(0.5)  # stage 2: w in R^32
+        net.blocks[3].residual.w.copy_(torch.arange(32.0))
+    frame = blocks.measure_skip_weight(net, {}, {"blocks": "middle"}, CPU)
+    by = frame.set_index(["block", "quantity"])["value"]
+    assert sorted(set(frame["block"])) == [3, 4]  # the middle stage only
+    assert by[3, "||w||"] == pytest.approx(0.5 * 32**0.5) and by[3, "||w|| / sqrt(dim)"] == pytest.approx(0.5)
+    norm = float(torch.arange(32.0).norm())
+    assert by[4, "||w||"] == pytest.approx(norm) and by[4, "||w|| / sqrt(dim)"] == pytest.approx(norm / 32**0.5)
+    every = blocks.measure_skip_weight(net, {}, {"blocks": "all"}, CPU)
+    assert sorted(set(every["block"])) == [1, 2, 3, 4, 5, 6]
+    assert every.set_index(["block", "quantity"])["value"][1, "||w||"] == pytest.approx(16**0.5)  # w = 1 in R^16
+
+
+def test_skip_weight_refuses_a_net_without_w():
+    net = models.build({"arch": "preact_resnet", "depth": 8, "variant": "add", "args": {}, "classes": 3, "in_channels": 1})
+    with pytest.raises(ValueError, match="skip_weight: the model has no block with a learned skip weight w"):
+        blocks.measure_skip_weight(net, {}, {"blocks": "middle"}, CPU)
+
+
+def test_skip_weight_summary_gives_the_papers_two_numbers():
+    frame = pd.DataFrame([{"block": b, "quantity": q, "value": v} for b, (n, d) in ((19, (1.2, 0.2)), (20, (1.4, 0.3)))
+                          for q, v in (("||w||", n), ("||w|| / sqrt(dim)", d))])
+    assert blocks.summarize_skip_weight(frame) == "blocks 19-20: ||w|| 1.30 on average (from 1.20 to 1.40), 0.25 per dimension"
+
+
+def test_learning_curve_reads_the_asked_columns_of_the_training_log(tmp_path):
+    from resrepro.measure import curves
+
+    pd.DataFrame({"epoch": [1, 2, 3], "train_loss": [2.0, 1.0, 0.5], "test_loss": [1.5, 1.2, 1.3], "test_error": [40.0, 30.0, 31.0]}
+                 ).to_csv(tmp_path / "train_log.csv", index=False)
+    frame = curves.measure_curve(tmp_path, {"quantities": ["train_loss", "test_loss"]})
+    assert list(frame.columns) == ["epoch", "quantity", "value"]
+    assert frame[frame["quantity"] == "held-out loss"].set_index("epoch")["value"].to_dict() == {1: 1.5, 2: 1.2, 3: 1.3}
+    assert frame[frame["quantity"] == "training loss"]["value"].tolist() == [2.0, 1.0, 0.5]
+    assert curves.summarize_curve(frame) == ("training loss 2 at epoch 1, 0.5 at epoch 3, lowest 0.5 (epoch 3); "
+                                             "held-out loss 1.5 at epoch 1, 1.3 at epoch 3, lowest 1.2 (epoch 2)")
+    with pytest.raises(ValueError, match="learning_curve: 'dev_bleu' is not a column of the training log"):
+        curves.measure_curve(tmp_path, {"quantities": ["dev_bleu"]})
+
+
+def test_a_log_measurement_runs_without_a_checkpoint(tmp_path):
+    from resrepro.measure.run import run_measurement
+
+    pd.DataFrame({"epoch": [1, 2], "train_loss": [2.0, 1.0], "test_loss": [1.5, 1.4]}).to_csv(tmp_path / "train_log.csv", index=False)
+    run_measurement("learning_curve", tmp_path, tmp_path / "no-data.pt", {"quantities": ["test_loss"]}, tmp_path / "out.csv", device="cpu")
+    assert pd.read_csv(tmp_path / "out.csv")["value"].tolist() == [1.5, 1.4]
