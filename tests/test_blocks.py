@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from resrepro import models, residual
-from resrepro.measure import blocks
+from resrepro.measure import blocks, borderline
 from resrepro.models.iter_resnets import SIZES, keras_count
 
 SETTINGS = {"examples": 10000, "splits": ["test"], "batch_size": 7}
@@ -341,3 +341,60 @@ def test_a_log_measurement_runs_without_a_checkpoint(tmp_path):
     pd.DataFrame({"epoch": [1, 2], "train_loss": [2.0, 1.0], "test_loss": [1.5, 1.4]}).to_csv(tmp_path / "train_log.csv", index=False)
     run_measurement("learning_curve", tmp_path, tmp_path / "no-data.pt", {"quantities": ["test_loss"]}, tmp_path / "out.csv", device="cpu")
     assert pd.read_csv(tmp_path / "out.csv")["value"].tolist() == [1.5, 1.4]
+
+
+# --- borderline examples (paper 003 Fig. 6) -----------------------------------------------------
+
+
+def constant_images(normalized_means: list[float]) -> dict:
+    """One constant 8x8 image per wanted normalized value m (uint8 v = 255 (0.5 + m / 4)), label 0."""
+    v = torch.tensor([round(255 * (0.5 + m / 4)) for m in normalized_means], dtype=torch.uint8)
+    x = v[:, None, None, None].expand(-1, 1, 8, 8).contiguous()
+    y = torch.zeros(len(v), dtype=torch.long)
+    return {"train_x": x, "train_y": y, "test_x": x, "test_y": y, "mean": [0.5], "std": [0.25]}
+
+
+def test_the_margin_to_flip_is_the_true_class_probability_less_the_largest_other():
+    probs = torch.tensor([[0.50, 0.45, 0.05], [0.2, 0.7, 0.1]])
+    assert borderline.margin_to_flip(probs, torch.tensor([0, 0])).tolist() == pytest.approx([0.05, -0.5])
+    assert borderline.margin_to_flip(probs, torch.tensor([2, 1])).tolist() == pytest.approx([-0.45, 0.5])
+
+
+def test_borderline_groups_and_what_the_last_block_does_to_them():
+    """Logits (s, -s), s = mean(h), label 0: the margin is tanh(s). Block 1 is the identity, block 2
+    adds 0.5. Images with s = 0.024 and -0.039 are borderline (|tanh s| < 0.1), s = 0.996 is correct,
+    s = -0.996 is wrong by far. Block 2 corrects the borderline wrong one and leaves the far one."""
+    d = constant_images([0.02, -0.04, 1.0, -1.0])
+    s1 = ((d["test_x"].float() / 255 - 0.5) / 0.25).mean(dim=(1, 2, 3))
+    frame = borderline.measure_borderline(Toy([0.0, 0.0], [0.0, 0.5]), d, {
+        "examples": 10000, "splits": ["test"], "batch_size": 3, "last_blocks": 2, "margin": 0.1}, CPU)
+    by = frame.set_index(["block", "group", "quantity"])["value"]
+    assert by[1, "borderline", "accuracy (%)"] == 50.0 and by[2, "borderline", "accuracy (%)"] == 100.0
+    assert by[1, "all", "accuracy (%)"] == 50.0 and by[2, "all", "accuracy (%)"] == 75.0
+    assert by[1, "correct", "accuracy (%)"] == by[2, "correct", "accuracy (%)"] == 100.0
+    assert [by[b, g, "share of examples (%)"] for b in (1, 2) for g in ("borderline", "correct", "all")] == [50, 25, 100] * 2
+    loss = lambda s: torch.log1p(torch.exp(-2 * s))  # noqa: E731  (cross-entropy of logits (s, -s), label 0)
+    p = lambda s: torch.sigmoid(2 * s)  # noqa: E731
+    entropy = lambda s: -(p(s) * p(s).log() + (1 - p(s)) * (1 - p(s)).log())  # noqa: E731
+    assert by[1, "borderline", "loss"] == pytest.approx(loss(s1[:2]).mean().item(), rel=1e-5)
+    assert by[2, "all", "loss"] == pytest.approx(loss(s1 + 0.5).mean().item(), rel=1e-5)
+    assert by[2, "correct", "entropy"] == pytest.approx(entropy(s1[2] + 0.5).item(), rel=1e-4)
+    assert frame["examples"].eq(4).all()
+
+
+def test_borderline_reads_only_the_last_blocks():
+    frame = borderline.measure_borderline(Toy([0.0] * 6, [0.0] * 6), data(), {
+        "examples": 10000, "splits": ["test"], "batch_size": 7, "last_blocks": 5, "margin": 0.1}, CPU)
+    assert sorted(set(frame["block"])) == [2, 3, 4, 5, 6]
+
+
+def test_borderline_summary_reads_the_papers_claim():
+    rows = [{"split": "test", "block": b, "group": g, "quantity": q, "value": v}
+            for b, vals in ((50, {("borderline", "accuracy (%)"): 43.0, ("all", "accuracy (%)"): 93.0, ("all", "entropy"): 0.2,
+                                   ("borderline", "share of examples (%)"): 0.5}),
+                            (54, {("borderline", "accuracy (%)"): 53.0, ("all", "accuracy (%)"): 93.4, ("all", "entropy"): 0.1,
+                                   ("borderline", "share of examples (%)"): 0.5}))
+            for (g, q), v in vals.items()]
+    assert borderline.summarize_borderline(pd.DataFrame(rows)) == (
+        "test: 0.5% of the examples borderline, their accuracy 43% -> 53% over blocks 50-54 "
+        "(all examples 93.0% -> 93.4%); entropy 0.200 -> 0.100")

@@ -83,6 +83,7 @@ def test_report_holds_every_table_with_paper_and_reproduced_values(workdir):
         "grad_cosine": r"train: negative in \d+ of \d+ blocks; .*; test: .*",
         "grad_norm": r"train: blocks \d+-\d+, mean .*, Spearman rho with depth .*",
         "learning_curve": r"(training|held-out) loss .* at epoch 1, .* at epoch 2, lowest .*; .*",
+        "borderline": r"train: \d+\.\d% of the examples borderline, .*; test: .*entropy .*",
         "skip_weight": r"blocks \d+-\d+: \|\|w\|\| \d+\.\d\d on average .*, \d+\.\d\d per dimension",
     }
     figures = experiments.load_figures(workdir / "config" / "figures")

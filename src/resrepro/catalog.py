@@ -150,6 +150,9 @@ MEASUREMENTS: dict[str, MeasurementSpec] = {
         # the blocks "at the middle of the model" (the middle stage)
         MeasurementSpec("grad_norm", "classification", "per_block",
                         {"examples": 10000, "splits": ["train"], "batch_size": 500, "blocks": "middle"}),
+        # paper 003 Fig. 6 and Sec. 4.3: borderline examples over the last 5 blocks (measure/borderline.py)
+        MeasurementSpec("borderline", "classification", "per_block",
+                        {"examples": 10000, "splits": ["train", "test"], "batch_size": 500, "last_blocks": 5, "margin": 0.1}),
         # paper 001 Fig. 4: a run's learning curves, from its training log (measure/curves.py)
         MeasurementSpec("learning_curve", "classification", "per_epoch", {"quantities": ["train_loss", "test_loss"]}),
         # paper 001, "Learning lambda": the norm of wSkip+LN's learned w per block

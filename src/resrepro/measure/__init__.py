@@ -44,4 +44,4 @@ def get(name: str) -> Measurement:
     return MEASUREMENTS[catalog.measurement(name).name]
 
 
-from . import blocks, curves, gates  # noqa: E402,F401  (registers the measurements)
+from . import blocks, borderline, curves, gates  # noqa: E402,F401  (registers the measurements)

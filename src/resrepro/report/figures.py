@@ -29,11 +29,14 @@ SPLIT_STYLES = {"train": "-", "test": "--"}  # the paper draws training solid, h
 
 
 def _lines(frame: pd.DataFrame, title: str, x: str, xlabel: str, log_y: bool = False) -> bytes | None:
-    """One panel per quantity, `x` on the x axis, one colour per figure cell (solid: training data,
-    dashed: held-out, where a `split` column says), the mean over seeds with their range shaded."""
+    """One panel per quantity, `x` on the x axis, one colour per figure cell (and per group of
+    examples, where a `group` column names one; solid: training data, dashed: held-out, where a
+    `split` column says), the mean over seeds with their range shaded."""
     if frame.empty:
         return None
     frame = frame.assign(split=frame["split"]) if "split" in frame else frame.assign(split="")
+    if "group" in frame:  # a group of examples (borderline, ...) is a line of its own
+        frame = frame.assign(label=frame["label"] + ", " + frame["group"])
     quantities = list(dict.fromkeys(frame["quantity"]))
     fig, axes = plt.subplots(1, len(quantities), figsize=(max(6.0, 4.2 * len(quantities)), 3.6), squeeze=False)
     for ax, quantity in zip(axes[0], quantities):
