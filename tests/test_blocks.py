@@ -127,7 +127,8 @@ def test_cosine_leaves_no_gradient_on_the_weights():
 
 
 MEASURES = {"l2_ratio": blocks.measure_l2_ratio, "block_drop": blocks.measure_block_drop,
-            "grad_cosine": blocks.measure_grad_cosine, "grad_norm": blocks.measure_grad_norm}
+            "grad_cosine": blocks.measure_grad_cosine, "grad_norm": blocks.measure_grad_norm,
+            "borderline": lambda *a: borderline.measure_borderline(*a), "skip_weight": blocks.measure_skip_weight}
 
 
 @pytest.mark.parametrize("name", MEASURES)
@@ -137,7 +138,7 @@ def test_a_net_without_residual_blocks_is_refused_naming_the_measurement(name):
             return x.mean(dim=(2, 3)).repeat(1, 2)
 
     with pytest.raises(ValueError, match=f"^{name}: the model has no residual block"):
-        MEASURES[name](NoBlocks(), data(), {**SETTINGS, "blocks": "all"}, CPU)
+        MEASURES[name](NoBlocks(), data(), {**SETTINGS, "blocks": "all", "last_blocks": 5, "margin": 0.1}, CPU)
 
 
 @pytest.mark.parametrize("name, quantity", [
@@ -279,6 +280,7 @@ def test_grad_norm_of_the_middle_stage_numbers_blocks_as_in_the_whole_net():
     middle = blocks.measure_grad_norm(net, d, {**GRAD, "blocks": "middle"}, CPU)
     every = blocks.measure_grad_norm(net, d, GRAD, CPU)
     assert sorted(values(middle, "train")) == [3, 4]  # stage 2 of 3, two blocks a stage
+    assert sorted(values(every, "train")) == [1, 2, 3, 4, 5, 6]
     assert values(middle, "train") == pytest.approx({b: values(every, "train")[b] for b in (3, 4)})
     with pytest.raises(ValueError, match="blocks='top' is invalid"):
         blocks.measure_grad_norm(net, d, {**GRAD, "blocks": "top"}, CPU)
@@ -308,10 +310,13 @@ def test_skip_weight_is_the_norm_of_w_and_its_size_per_dimension():
     assert every.set_index(["block", "quantity"])["value"][1, "||w||"] == pytest.approx(16**0.5)  # w = 1 in R^16
 
 
-def test_skip_weight_refuses_a_net_without_w():
+def test_skip_weight_refuses_a_net_without_w_and_an_unknown_choice_of_blocks():
     net = models.build({"arch": "preact_resnet", "depth": 8, "variant": "add", "args": {}, "classes": 3, "in_channels": 1})
-    with pytest.raises(ValueError, match="skip_weight: the model has no block with a learned skip weight w"):
+    with pytest.raises(ValueError, match=r"^skip_weight: the model has no block with a learned skip weight w \(is the run's variant wskip_ln\?\)$"):
         blocks.measure_skip_weight(net, {}, {"blocks": "middle"}, CPU)
+    wskip = models.build({"arch": "preact_resnet", "depth": 8, "variant": "wskip_ln", "args": {}, "classes": 3, "in_channels": 1})
+    with pytest.raises(ValueError, match="^skip_weight: blocks='top' is invalid; expected all or middle$"):
+        blocks.measure_skip_weight(wskip, {}, {"blocks": "top"}, CPU)
 
 
 def test_skip_weight_summary_gives_the_papers_two_numbers():
@@ -331,8 +336,11 @@ def test_learning_curve_reads_the_asked_columns_of_the_training_log(tmp_path):
     assert frame[frame["quantity"] == "training loss"]["value"].tolist() == [2.0, 1.0, 0.5]
     assert curves.summarize_curve(frame) == ("training loss 2 at epoch 1, 0.5 at epoch 3, lowest 0.5 (epoch 3); "
                                              "held-out loss 1.5 at epoch 1, 1.3 at epoch 3, lowest 1.2 (epoch 2)")
-    with pytest.raises(ValueError, match="learning_curve: 'dev_bleu' is not a column of the training log"):
+    with pytest.raises(ValueError, match="^learning_curve: 'dev_bleu' is not a column of the training log; allowed: "
+                                         "train_loss, test_loss, train_error, test_error$"):
         curves.measure_curve(tmp_path, {"quantities": ["dev_bleu"]})
+    with pytest.raises(ValueError, match="'train_error' is not a column"):  # a known quantity that this log lacks
+        curves.measure_curve(tmp_path, {"quantities": ["train_error"]})
 
 
 def test_a_log_measurement_runs_without_a_checkpoint(tmp_path):
@@ -382,10 +390,41 @@ def test_borderline_groups_and_what_the_last_block_does_to_them():
     assert frame["examples"].eq(4).all()
 
 
+def test_the_borderline_margin_is_strict_and_correct_starts_at_it():
+    """An example exactly `margin` from flipping is not borderline, and is already correct."""
+    d = constant_images([0.02, -0.04, 1.0, -1.0])
+    net = Toy([0.0, 0.0], [0.0, 0.5])
+    x = (d["test_x"].float() / 255 - 0.5) / 0.25
+    first = borderline.margin_to_flip(borderline.logits_after(net, blocks.residual_blocks(net), 0, x).float().softmax(1), d["test_y"])
+    settings = {"examples": 10000, "splits": ["test"], "batch_size": 4, "last_blocks": 2, "margin": first[2].item()}
+    by = borderline.measure_borderline(net, d, settings, CPU).set_index(["block", "group", "quantity"])["value"]
+    assert by[1, "borderline", "share of examples (%)"] == 50.0  # examples 0 and 1, not 2
+    assert by[1, "correct", "share of examples (%)"] == 25.0  # example 2, at the margin
+
+
+def test_an_empty_group_has_no_value():
+    frame = borderline.measure_borderline(Toy([0.0, 0.0], [0.0, 0.5]), constant_images([1.0, -1.0]), {
+        "examples": 10000, "splits": ["test"], "batch_size": 4, "last_blocks": 2, "margin": 0.1}, CPU)
+    assert list(frame.columns) == ["split", "block", "group", "quantity", "value", "examples"]
+    empty = frame[(frame["group"] == "borderline") & (frame["quantity"] != "share of examples (%)")]
+    assert len(empty) == 6 and empty["value"].isna().all()
+    assert set(frame["split"]) == {"test"}
+
+
 def test_borderline_reads_only_the_last_blocks():
     frame = borderline.measure_borderline(Toy([0.0] * 6, [0.0] * 6), data(), {
         "examples": 10000, "splits": ["test"], "batch_size": 7, "last_blocks": 5, "margin": 0.1}, CPU)
     assert sorted(set(frame["block"])) == [2, 3, 4, 5, 6]
+
+
+def test_borderline_summary_reads_the_first_and_the_last_block():
+    rows = [{"split": "train", "block": b, "group": g, "quantity": q, "value": v}
+            for b, k in ((10, 0), (11, 1), (12, 2))
+            for (g, q), v in {("borderline", "accuracy (%)"): 40.0 + 10 * k, ("all", "accuracy (%)"): 90.0 + k,
+                              ("all", "entropy"): 0.3 - 0.1 * k, ("borderline", "share of examples (%)"): 2.0}.items()]
+    assert borderline.summarize_borderline(pd.DataFrame(rows)) == (
+        "train: 2.0% of the examples borderline, their accuracy 40% -> 60% over blocks 10-12 "
+        "(all examples 90.0% -> 92.0%); entropy 0.300 -> 0.100")
 
 
 def test_borderline_summary_reads_the_papers_claim():
