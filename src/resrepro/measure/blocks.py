@@ -45,39 +45,31 @@ def residual_blocks(model: torch.nn.Module) -> list[Residual]:
 
 
 @contextmanager
+def _hooked(blocks: list[Residual], keep):
+    """While open, `seen[i]` holds `keep(inputs, output)` of block i's latest forward pass."""
+    seen: list = [None] * len(blocks)
+
+    def hook_for(i):
+        def hook(module, inputs, output):
+            seen[i] = keep(inputs, output)
+        return hook
+
+    handles = [b.register_forward_hook(hook_for(i)) for i, b in enumerate(blocks)]
+    try:
+        yield seen
+    finally:
+        for h in handles:
+            h.remove()
+
+
 def recording(blocks: list[Residual]):
     """While open, `seen[i]` holds block i's (h, F) from the latest forward pass."""
-    seen: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(blocks)
-
-    def hook_for(i):
-        def hook(module, inputs, output):
-            seen[i] = (inputs[0], inputs[1])
-        return hook
-
-    handles = [b.register_forward_hook(hook_for(i)) for i, b in enumerate(blocks)]
-    try:
-        yield seen
-    finally:
-        for h in handles:
-            h.remove()
+    return _hooked(blocks, lambda inputs, output: (inputs[0], inputs[1]))
 
 
-@contextmanager
 def recording_outputs(blocks: list[Residual]):
     """While open, `seen[i]` holds block i's output y_i from the latest forward pass."""
-    seen: list[torch.Tensor | None] = [None] * len(blocks)
-
-    def hook_for(i):
-        def hook(module, inputs, output):
-            seen[i] = output
-        return hook
-
-    handles = [b.register_forward_hook(hook_for(i)) for i, b in enumerate(blocks)]
-    try:
-        yield seen
-    finally:
-        for h in handles:
-            h.remove()
+    return _hooked(blocks, lambda inputs, output: output)
 
 
 def middle_stage(shapes: list[tuple[int, ...]]) -> list[int]:
@@ -161,6 +153,15 @@ def measure_block_drop(model: torch.nn.Module, data: dict, settings: dict, devic
     return pd.DataFrame(_rows(sums, counts, "accuracy (%), block dropped (0: none)"))
 
 
+def loss_gradients(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, recorded) -> tuple[torch.Tensor, ...]:
+    """dL/dt for each tensor t that the forward pass records (`recorded()` lists them after it), L
+    the summed cross-entropy: each example's loss has its own gradient, as eval-mode BN mixes no
+    examples. Weights get no gradient (autograd.grad, not backward)."""
+    with torch.enable_grad():
+        loss = F.cross_entropy(model(x).float(), y, reduction="sum")
+        return torch.autograd.grad(loss, recorded())
+
+
 def measure_grad_cosine(model: torch.nn.Module, data: dict, settings: dict, device: torch.device) -> pd.DataFrame:
     """Rows (split, block, quantity, value, examples): the mean over examples of cos(F(h), dL/dh)."""
     blocks = _require_blocks(model, "grad_cosine")
@@ -170,10 +171,7 @@ def measure_grad_cosine(model: torch.nn.Module, data: dict, settings: dict, devi
         for split in settings["splits"]:
             counts[split] = 0
             for x, y in batches(data, split, settings, device):
-                with torch.enable_grad():
-                    # summed, each example's loss has its own gradient: eval-mode BN mixes no examples
-                    loss = F.cross_entropy(model(x).float(), y, reduction="sum")
-                    grads = torch.autograd.grad(loss, [h for h, _ in seen])
+                grads = loss_gradients(model, x, y, lambda: [h for h, _ in seen])
                 counts[split] += len(y)
                 for i, ((_, f), g) in enumerate(zip(seen, grads)):
                     cos = F.cosine_similarity(f.detach().float().flatten(1), g.float().flatten(1), dim=1)
@@ -199,9 +197,7 @@ def measure_grad_norm(model: torch.nn.Module, data: dict, settings: dict, device
         for split in settings["splits"]:
             counts[split] = 0
             for x, y in batches(data, split, settings, device):
-                with torch.enable_grad():
-                    loss = F.cross_entropy(model(x).float(), y, reduction="sum")  # per example, as above
-                    grads = torch.autograd.grad(loss, list(seen))
+                grads = loss_gradients(model, x, y, lambda: list(seen))
                 if kept is None:
                     every = list(range(len(blocks)))
                     kept = middle_stage([tuple(g.shape[1:]) for g in grads]) if settings["blocks"] == "middle" else every
@@ -240,49 +236,53 @@ def _spearman(series: pd.Series) -> float:
     return stats.spearmanr(series.index, series.values).statistic
 
 
+def _per_split(frame: pd.DataFrame, describe) -> str:
+    """`describe(values by block)` for each split of the frame, training first, joined by "; "."""
+    return "; ".join(f"{split}: {describe(_by_block(frame, split))}" for split in _splits(frame))
+
+
 def summarize_l2_ratio(frame: pd.DataFrame) -> str:
     """The paper's reading of Fig. 2: the first blocks change h most, higher blocks little, falling with depth."""
-    parts = []
-    for split in _splits(frame):
-        r = _by_block(frame, split)
+
+    def describe(r: pd.Series) -> str:
         upper = r[r.index > len(r) // 2]
-        parts.append(f"{split}: block 1 {r.iloc[0]:.2f}, upper half median {upper.median():.2f}, "
-                     f"Spearman rho with depth {_spearman(r):+.2f}")
-    return "; ".join(parts)
+        return f"block 1 {r.iloc[0]:.2f}, upper half median {upper.median():.2f}, Spearman rho with depth {_spearman(r):+.2f}"
+
+    return _per_split(frame, describe)
 
 
 def summarize_block_drop(frame: pd.DataFrame) -> str:
     """The paper's reading of Fig. 3: dropping the first blocks is catastrophic, most higher blocks cost little."""
-    parts = []
-    for split in _splits(frame):
-        acc = _by_block(frame, split)
+
+    def describe(acc: pd.Series) -> str:
         whole, drops = acc.loc[0], acc.drop(index=0)
         worst = drops.idxmin()
-        parts.append(f"{split}: whole net {whole:.1f}%; dropping block 1 {drops.iloc[0]:.1f}%, the worst block {worst} "
-                     f"{drops.loc[worst]:.1f}%; {(whole - drops < 1.0).sum()} of {len(drops)} blocks cost under 1 point")
-    return "; ".join(parts)
+        return (f"whole net {whole:.1f}%; dropping block 1 {drops.iloc[0]:.1f}%, the worst block {worst} "
+                f"{drops.loc[worst]:.1f}%; {(whole - drops < 1.0).sum()} of {len(drops)} blocks cost under 1 point")
+
+    return _per_split(frame, describe)
 
 
 def summarize_grad_cosine(frame: pd.DataFrame) -> str:
     """The paper's reading of Fig. 4: negative in every block, most negative in the higher blocks."""
-    parts = []
-    for split in _splits(frame):
-        c = _by_block(frame, split)
+
+    def describe(c: pd.Series) -> str:
         third = max(1, len(c) // 3)
-        parts.append(f"{split}: negative in {(c < 0).sum()} of {len(c)} blocks; mean {c.iloc[:third].mean():+.3f} "
-                     f"in the lowest third, {c.iloc[-third:].mean():+.3f} in the highest")
-    return "; ".join(parts)
+        return (f"negative in {(c < 0).sum()} of {len(c)} blocks; mean {c.iloc[:third].mean():+.3f} "
+                f"in the lowest third, {c.iloc[-third:].mean():+.3f} in the highest")
+
+    return _per_split(frame, describe)
 
 
 def summarize_grad_norm(frame: pd.DataFrame) -> str:
     """The papers' readings: paper 000, the same in every block for x + F and larger in the lower
     blocks with SAS; paper 001, how large and how even the norms are across the blocks shown."""
-    parts = []
-    for split in _splits(frame):
-        g = _by_block(frame, split)
-        parts.append(f"{split}: blocks {g.index[0]}-{g.index[-1]}, mean {g.mean():.3g}, lowest block / highest "
-                     f"{g.iloc[0] / g.iloc[-1]:.2f}, Spearman rho with depth {_spearman(g):+.2f}")
-    return "; ".join(parts)
+
+    def describe(g: pd.Series) -> str:
+        return (f"blocks {g.index[0]}-{g.index[-1]}, mean {g.mean():.3g}, lowest block / highest "
+                f"{g.iloc[0] / g.iloc[-1]:.2f}, Spearman rho with depth {_spearman(g):+.2f}")
+
+    return _per_split(frame, describe)
 
 
 def summarize_skip_weight(frame: pd.DataFrame) -> str:
