@@ -181,7 +181,7 @@ def test_summaries_join_two_splits():
 
 
 def test_splits_are_ordered_training_then_held_out_then_the_rest():
-    assert blocks._splits(frame_of({"val": [1.0], "test": [1.0], "train": [1.0]})) == ["train", "test", "val"]
+    assert blocks.splits_of(frame_of({"val": [1.0], "test": [1.0], "train": [1.0]})) == ["train", "test", "val"]
 
 
 def test_summaries_keep_the_splits_apart_training_first():

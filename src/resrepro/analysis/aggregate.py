@@ -189,11 +189,12 @@ def aggregate_figures(measures: list[dict], results_dir: str | Path, runs: pd.Da
 
     results_dir = Path(results_dir)
     frames, cells = [], []
-    only_figures = [r for r in dict.fromkeys(r for m in measures for r in m["runs"]) if r not in set(runs["run"])]
+    known = set(runs["run"])
+    only_figures = [r for r in dict.fromkeys(r for m in measures for r in m["runs"]) if r not in known]
     if only_figures:
         extra = pd.DataFrame([read_run(results_dir, r) for r in only_figures]).reindex(columns=RUN_COLUMNS)
-        runs = pd.concat([runs.reset_index(drop=True), extra], ignore_index=True).set_index("run", drop=False)
-    status = runs.set_index("run", drop=True)["status"] if len(runs) else pd.Series(dtype=str)
+        runs = pd.concat([runs, extra], ignore_index=True)
+    status = runs.set_index("run")["status"] if len(runs) else pd.Series(dtype=str)
     for m in measures:
         ok = [r for r in m["runs"] if status.get(r) == "ok" and (results_dir / r / "measure" / f"{m['measurement']}.csv").exists()]
         cell_frames = []

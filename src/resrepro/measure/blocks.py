@@ -103,7 +103,7 @@ def per_example_norm(t: torch.Tensor) -> torch.Tensor:
     return t.flatten(1).norm(dim=1)
 
 
-def _require_blocks(model: torch.nn.Module, name: str) -> list[Residual]:
+def require_blocks(model: torch.nn.Module, name: str) -> list[Residual]:
     blocks = residual_blocks(model)
     if not blocks:
         raise ValueError(f"{name}: the model has no residual block")
@@ -117,7 +117,7 @@ def _rows(sums: dict, counts: dict, quantity: str) -> list[dict]:
 
 def measure_l2_ratio(model: torch.nn.Module, data: dict, settings: dict, device: torch.device) -> pd.DataFrame:
     """Rows (split, block, quantity, value, examples): the mean over examples of ||F(h)|| / ||h||."""
-    blocks = _require_blocks(model, "l2_ratio")
+    blocks = require_blocks(model, "l2_ratio")
     sums, counts = {}, {}
     model.eval()
     with torch.no_grad(), recording(blocks) as seen:
@@ -135,7 +135,7 @@ def measure_l2_ratio(model: torch.nn.Module, data: dict, settings: dict, device:
 def measure_block_drop(model: torch.nn.Module, data: dict, settings: dict, device: torch.device) -> pd.DataFrame:
     """Rows (split, block, quantity, value, examples): accuracy (%) with block i dropped; block 0
     is the whole net."""
-    blocks = _require_blocks(model, "block_drop")
+    blocks = require_blocks(model, "block_drop")
     sums, counts = {}, {}
     model.eval()
     with torch.no_grad():
@@ -164,7 +164,7 @@ def loss_gradients(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, rec
 
 def measure_grad_cosine(model: torch.nn.Module, data: dict, settings: dict, device: torch.device) -> pd.DataFrame:
     """Rows (split, block, quantity, value, examples): the mean over examples of cos(F(h), dL/dh)."""
-    blocks = _require_blocks(model, "grad_cosine")
+    blocks = require_blocks(model, "grad_cosine")
     sums, counts = {}, {}
     model.eval()
     with recording(blocks) as seen:
@@ -179,7 +179,7 @@ def measure_grad_cosine(model: torch.nn.Module, data: dict, settings: dict, devi
     return pd.DataFrame(_rows(sums, counts, "cos(F(h), dL/dh)"))
 
 
-def _splits(frame: pd.DataFrame) -> list[str]:
+def splits_of(frame: pd.DataFrame) -> list[str]:
     """The frame's splits, training first (the aggregate's mean over seeds sorts them by name)."""
     present = list(dict.fromkeys(frame["split"]))
     return sorted(present, key=lambda s: (s != "train", s != "test", present.index(s)))
@@ -188,7 +188,7 @@ def _splits(frame: pd.DataFrame) -> list[str]:
 def measure_grad_norm(model: torch.nn.Module, data: dict, settings: dict, device: torch.device) -> pd.DataFrame:
     """Rows (split, block, quantity, value, examples): the mean over examples of ||dL/dy|| at each
     block's output; `blocks: middle` keeps the middle stage's blocks, numbered as in the whole net."""
-    blocks = _require_blocks(model, "grad_norm")
+    blocks = require_blocks(model, "grad_norm")
     if settings["blocks"] not in ("all", "middle"):
         raise ValueError(f"grad_norm: blocks={settings['blocks']!r} is invalid; expected all or middle")
     sums, counts, kept = {}, {}, None
@@ -212,7 +212,7 @@ def measure_skip_weight(model: torch.nn.Module, data: dict, settings: dict, devi
     and its root mean square ||w||_2 / sqrt(dim) (paper 001: "the final norm of a sampled w in R^32
     at middle layers is 1.34 ... 0.24 on average"); `blocks: middle` keeps the blocks whose w has
     the middle one of the sizes (R^32 in a ResNet of 16/32/64 channels). Reads no data."""
-    blocks = _require_blocks(model, "skip_weight")
+    blocks = require_blocks(model, "skip_weight")
     with_w = [(i, b.w.detach().float()) for i, b in enumerate(blocks) if isinstance(getattr(b, "w", None), torch.Tensor)]
     if not with_w:
         raise ValueError("skip_weight: the model has no block with a learned skip weight w (is the run's variant wskip_ln?)")
@@ -238,7 +238,7 @@ def _spearman(series: pd.Series) -> float:
 
 def _per_split(frame: pd.DataFrame, describe) -> str:
     """`describe(values by block)` for each split of the frame, training first, joined by "; "."""
-    return "; ".join(f"{split}: {describe(_by_block(frame, split))}" for split in _splits(frame))
+    return "; ".join(f"{split}: {describe(_by_block(frame, split))}" for split in splits_of(frame))
 
 
 def summarize_l2_ratio(frame: pd.DataFrame) -> str:

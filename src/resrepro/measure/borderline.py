@@ -24,7 +24,7 @@ import torch
 from torch.nn import functional as F
 
 from . import register
-from .blocks import _require_blocks, _splits, batches, dropped
+from .blocks import batches, dropped, require_blocks, splits_of
 
 GROUPS = ("borderline", "correct", "all")
 METRICS = ("loss", "accuracy (%)", "entropy")
@@ -48,7 +48,7 @@ def logits_after(model: torch.nn.Module, blocks: list, i: int, x: torch.Tensor) 
 def measure_borderline(model: torch.nn.Module, data: dict, settings: dict, device: torch.device) -> pd.DataFrame:
     """Rows (split, block, group, quantity, value, examples): per measured block and group, the mean
     loss, accuracy and entropy; `examples` is the group's size."""
-    blocks = _require_blocks(model, "borderline")
+    blocks = require_blocks(model, "borderline")
     last = list(range(max(0, len(blocks) - settings["last_blocks"]), len(blocks)))
     sums: dict = {}
     sizes: dict = {}
@@ -84,7 +84,7 @@ def summarize_borderline(frame: pd.DataFrame) -> str:
     """The paper's reading: the next blocks correct many borderline examples (their accuracy rises)
     while the whole set's accuracy barely moves, and entropy falls."""
     parts = []
-    for split in _splits(frame):
+    for split in splits_of(frame):
         of_split = frame[frame["split"] == split]
 
         def curve(group, metric):
