@@ -55,10 +55,11 @@ def test_paper_plan_runs_five_seeds_at_the_papers_depths():
     assert (spec["epochs"], spec["lr_milestones"], spec["weight_decay"], spec["warmup_iterations"]) == (164, [81, 122], 2e-4, 400)
     # paper 003's own protocol (Sec. 4) for its nets; one run each, as its figures show
     recipes = {r.arch: (r.recipe, r.seed) for r in plan.runs.values() if r.recipe.startswith("iter-")}
-    assert recipes == {"preact_resnet110": ("iter-resnet110", 0), "single_rep_resnet_paper": ("iter-single", 0),
-                       "avgpool_resnet_paper": ("iter-pool", 0), "wide_resnet_paper": ("iter-wide", 0)}
-    single = experiments.train_spec(paper, next(r for r in plan.runs.values() if r.recipe == "iter-single"))
+    assert recipes == {"preact_resnet110": ("iter-resnet110+iter-snapshots", 0), "single_rep_resnet_paper": ("iter-single+iter-snapshots", 0),
+                       "avgpool_resnet_paper": ("iter-pool+iter-snapshots", 0), "wide_resnet_paper": ("iter-wide+iter-snapshots", 0)}
+    single = experiments.train_spec(paper, next(r for r in plan.runs.values() if r.recipe == "iter-single+iter-snapshots"))
     assert (single["epochs"], single["lr_milestones"], single["lr_decay"], single["warmup_iterations"]) == (200, [40, 60, 80], 0.2, 0)
+    assert single["snapshots"] == 20  # every 10 epochs' weights, for the figures over training
 
 
 @pytest.mark.parametrize(
@@ -100,12 +101,22 @@ def test_table_seeds_override_one_table(mini):
 def test_table_seeds_may_name_a_figure_whose_cells_only_it_trains(mini):
     """Paper 003's nets are trained for its figures alone: table_seeds gives them their own count,
     while a figure cell that a table also names keeps the table's runs and measures its seeds."""
-    plan = experiments.make_plan({**mini, "seeds": 3, "table_seeds": {"iter-f2": 1}})
-    cells = {m["label"]: m["runs"] for m in plan.measures if m["figure"] == "iter-f2"}
-    assert cells["single representation"] == ["classification/digits/single_rep_resnet_mini/default/add/seed0"]
-    assert cells["original ResNet-110"] == ["classification/digits/preact_resnet32/default/add/seed0"]
+    plan = experiments.make_plan({**mini, "seeds": 3, "table_seeds": {"iter-f2": 1, "sas-f4": 1}})
+    cells = {m["label"]: m["runs"] for m in plan.measures if m["figure"] in ("iter-f2", "sas-f4")}
+    assert cells["single representation"] == ["classification/digits/single_rep_resnet_mini/iter-snapshots/add/seed0"]
+    assert cells["x + F"] == ["classification/digits/preact_resnet32/default/add/seed0"]
     t1_baseline = next(r for r in plan.rows if r["table"] == "rskip-t1" and r["row"] == 0)["runs"]
-    assert cells["original ResNet-110"][0] in t1_baseline and len(t1_baseline) == 3
+    assert cells["x + F"][0] in t1_baseline and len(t1_baseline) == 3
+
+
+def test_paper_003s_runs_keep_snapshots_and_no_other_papers_do(mini):
+    """The refinement iter-snapshots gives paper 003's runs (and only them) their weights over
+    training: its ResNet-110 is then a run of its own, beside the tables' equal cell."""
+    plan = experiments.make_plan(mini)
+    kept = {r.recipe for r in plan.runs.values() if r.task == "classification" and json.loads(r.recipe_json).get("snapshots")}
+    assert kept == {"iter-snapshots"}
+    iter_runs = {m["runs"][0] for m in plan.measures if m["figure"] == "iter-f5"}
+    assert all("/iter-snapshots/" in run for run in iter_runs) and len(iter_runs) == 4
 
 
 def test_every_papers_figures_are_planned_with_every_table(mini):

@@ -134,6 +134,7 @@ class MeasurementSpec:
     task: str  # whose runs it reads: classification or translation
     kind: str  # the tidy frame's shape, which picks the report's drawing: per_block, per_epoch
     defaults: dict  # its settings and their defaults; a figure may set each
+    quantities: tuple[str, ...] = ()  # the quantities it writes where a figure may draw some of them (`quantities:`)
 
 
 MEASUREMENTS: dict[str, MeasurementSpec] = {
@@ -157,6 +158,10 @@ MEASUREMENTS: dict[str, MeasurementSpec] = {
         MeasurementSpec("learning_curve", "classification", "per_epoch", {"quantities": ["train_loss", "test_loss"]}),
         # paper 001, "Learning lambda": the norm of wSkip+LN's learned w per block
         MeasurementSpec("skip_weight", "classification", "per_block", {"blocks": "middle"}),
+        # paper 003 Figs. 5, 13-17: the last stage's blocks "on validation during the training
+        # process", on the snapshots a run kept (measure/over_training.py)
+        MeasurementSpec("over_training", "classification", "per_epoch_block", {"examples": 10000, "splits": ["test"], "batch_size": 500},
+                        ("accuracy (%), classifier after the block", "cos(F(h), dL/dh), classifier after the block", "||F(h)|| / ||h||")),
     )
 }
 

@@ -24,7 +24,7 @@ METRICS = {"test_error": False, "test_accuracy": True, "bleu": True}  # metric -
 # arch: an architecture of the table's task (catalog.ARCHITECTURES), else the task's default
 ROW_KEYS = {"label", "formula", "dataset", "arch", "depth", "size", "variant", "args", "paper", "baseline", "note", "paper_parameters"}
 TABLE_KEYS = {"paper", "caption", "source", "task", "metric", "baseline", "rows"}
-FIGURE_KEYS = {"paper", "caption", "source", "measurement", "settings", "claim", "cells"}
+FIGURE_KEYS = {"paper", "caption", "source", "measurement", "settings", "quantities", "claim", "cells"}
 CELL_KEYS = {"label", "dataset", "arch", "depth", "size", "variant", "args"}
 
 
@@ -115,10 +115,23 @@ def load_figures(source: str | Path | list | None) -> dict[str, dict]:
             except ConfigError as err:
                 raise ConfigError(f"{where}.measurement: {err}") from None
             settings = catalog.settings_for(figure["measurement"], figure.get("settings"), f"{where}.settings")
+            _check_quantities(figure, where)
             for i, cell in enumerate(figure["cells"]):
                 _check_cell(task, cell, f"{where}.cells[{i}]", (), CELL_KEYS)
             figures[figure_id] = {**figure, "task": task, "settings": settings}
     return figures
+
+
+def _check_quantities(figure: dict, where: str) -> None:
+    """`quantities:` draws some of what its measurement writes (all when absent)."""
+    if "quantities" not in figure:
+        return
+    declared = catalog.measurement(figure["measurement"]).quantities
+    wanted = figure["quantities"]
+    if not declared:
+        raise ConfigError(f"{where}.quantities: {figure['measurement']} writes no named quantities to choose from")
+    if not isinstance(wanted, list) or not wanted or any(q not in declared for q in wanted):
+        raise ConfigError(f"{where}.quantities: expected a list of {figure['measurement']}'s quantities: {', '.join(declared)}; got {wanted!r}")
 
 
 @dataclass(frozen=True)
@@ -214,7 +227,7 @@ def make_plan(config: dict) -> Plan:
         for i, cell in enumerate(figure["cells"]):
             runs = _plan_cell(config, plan, figure["task"], figure["paper"], figure_id, cell, f"{figure_id}.cells[{i}]")
             plan.measures.append({"figure": figure_id, "cell": i, "label": cell["label"], "measurement": figure["measurement"],
-                                  "settings": figure["settings"], "runs": runs})
+                                  "settings": figure["settings"], "quantities": figure.get("quantities"), "runs": runs})
     _check_one_setting_per_measured_run(plan)
     plan.jobs = group_into_jobs(plan.runs, config.get("seeds_per_job", 1))
     return plan

@@ -27,9 +27,9 @@ from .catalog import ConfigError
 SCALE_KEYS = frozenset({"datasets", "depths", "sizes", "seeds", "gpus", "refine"})
 EVAL_KEYS = {"classification": frozenset(), "translation": frozenset({"average_last", "beam", "alpha", "max_len_a", "max_len_b"})}
 # Keys a recipe may leave out: the default applies (dropout: the Transformer preset's; lr_decay: 0.1;
-# deterministic: off, torch's fastest kernels; the speed switches: speed.DEFAULTS).
+# deterministic: off, torch's fastest kernels; snapshots: none; the speed switches: speed.DEFAULTS).
 SPEED_KEYS = frozenset({"amp", "channels_last", "compile", "fused_optimizer"})  # speed.DEFAULTS's keys (speed imports torch)
-OPTIONAL_KEYS = {"classification": frozenset({"deterministic", "lr_decay"}) | SPEED_KEYS, "translation": frozenset({"dropout", "deterministic"}) | SPEED_KEYS}
+OPTIONAL_KEYS = {"classification": frozenset({"deterministic", "lr_decay", "snapshots"}) | SPEED_KEYS, "translation": frozenset({"dropout", "deterministic"}) | SPEED_KEYS}
 MATCH_KEYS = ("paper", "table", "dataset", "arch", "depth", "size")
 DEFAULT = "default"
 

@@ -200,6 +200,8 @@ def aggregate_figures(measures: list[dict], results_dir: str | Path, runs: pd.Da
         cell_frames = []
         for run in ok:
             frame = pd.read_csv(results_dir / run / "measure" / f"{m['measurement']}.csv")
+            if m.get("quantities"):  # the figure draws these of the measurement's quantities
+                frame = frame[frame["quantity"].isin(m["quantities"])].reset_index(drop=True)
             for i, (key, value) in enumerate(zip(FIGURE_COLUMNS, (m["figure"], m["cell"], m["label"], run, int(run.rsplit("seed", 1)[1])))):
                 frame.insert(i, key, value)
             cell_frames.append(frame)

@@ -23,7 +23,8 @@ from ..catalog import settings_for  # noqa: F401  (a figure's settings, checked 
 class Measurement(catalog.MeasurementSpec):  # name, task, kind (the report's drawing), settings and defaults
     measure: Callable[..., pd.DataFrame] = None  # (model, data, settings, device) -> tidy frame; reads="log": (run_dir, settings)
     summarize: Callable[[pd.DataFrame], str] = None  # the mean over a cell's runs -> what it shows
-    reads: str = "model"  # "model": the final checkpoint; "log": the run's train_log.csv (no model, no data)
+    reads: str = "model"  # "model": the final checkpoint; "log": the run's train_log.csv (no model, no data);
+    # "snapshots": each snapshot the run kept (train/checkpoint.py), measured as a model, rows tagged with the epoch
 
 
 MEASUREMENTS: dict[str, Measurement] = {}
@@ -36,7 +37,7 @@ def register(name: str, measure: Callable[..., pd.DataFrame], summarize: Callabl
     if name in MEASUREMENTS:
         raise ValueError(f"measurement {name!r} is registered twice")
     spec = catalog.MEASUREMENTS[name]
-    MEASUREMENTS[name] = Measurement(spec.name, spec.task, spec.kind, spec.defaults, measure, summarize, reads)
+    MEASUREMENTS[name] = Measurement(spec.name, spec.task, spec.kind, spec.defaults, spec.quantities, measure=measure, summarize=summarize, reads=reads)
     return MEASUREMENTS[name]
 
 
@@ -44,4 +45,4 @@ def get(name: str) -> Measurement:
     return MEASUREMENTS[catalog.measurement(name).name]
 
 
-from . import blocks, borderline, curves, gates  # noqa: E402,F401  (registers the measurements)
+from . import blocks, borderline, curves, gates, over_training  # noqa: E402,F401  (registers the measurements)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+
 from .. import files, models
 from ..devices import pick_device
+from ..train.checkpoint import snapshots
 from . import get
 
 
@@ -19,13 +22,25 @@ def load_data(task: str, data_path: str | Path) -> dict:
 
 def run_measurement(name: str, run_dir: str | Path, data_path: str | Path, settings: dict, out: str | Path, device: str = "auto") -> None:
     """Rebuild the run's final model from checkpoints/last.pt (its model_spec) and measure it; a
-    measurement that reads the training log gets the run's folder instead."""
+    measurement that reads the training log gets the run's folder instead, one that reads
+    snapshots measures each in turn (an `epoch` column says which)."""
     measurement = get(name)
+    run_dir = Path(run_dir)
     if measurement.reads == "log":
-        files.write_text(out, measurement.measure(Path(run_dir), settings).to_csv(index=False))
+        files.write_text(out, measurement.measure(run_dir, settings).to_csv(index=False))
         return
-    ckpt = models.load_checkpoint(Path(run_dir) / "checkpoints" / "last.pt")
+    if measurement.reads == "snapshots":
+        kept = snapshots(run_dir)
+        if not kept:
+            raise ValueError(f"{name}: {run_dir} kept no snapshots; its recipe needs `snapshots: N` (a refinement of the "
+                             "scale's classification recipe), and the run trains again to keep them")
+    else:
+        kept = [(None, run_dir / "checkpoints" / "last.pt")]
     dev = pick_device(device)
-    model = models.from_checkpoint(ckpt).to(dev).eval()
-    frame = measurement.measure(model, load_data(measurement.task, data_path), settings, dev)
-    files.write_text(out, frame.to_csv(index=False))
+    data = load_data(measurement.task, data_path)
+    frames = []
+    for epoch, path in kept:
+        model = models.from_checkpoint(models.load_checkpoint(path)).to(dev).eval()
+        frame = measurement.measure(model, data, settings, dev)
+        frames.append(frame if epoch is None else frame.assign(epoch=epoch))
+    files.write_text(out, pd.concat(frames, ignore_index=True).to_csv(index=False))

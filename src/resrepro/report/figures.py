@@ -8,6 +8,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display on clusters and CI
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402,F401  (matplotlib.ticker.MaxNLocator)
 import pandas as pd  # noqa: E402
 
 
@@ -65,8 +66,41 @@ def per_epoch(frame: pd.DataFrame, title: str) -> bytes | None:
     return _lines(frame, title, "epoch", "epoch", log_y=True)
 
 
+def per_epoch_block(frame: pd.DataFrame, title: str) -> bytes | None:
+    """A measurement per block over training (columns epoch, block, quantity, value, split): one
+    panel per quantity and figure cell, one line per block coloured from blue (lowest) to red
+    (highest), as the paper draws them; the mean over seeds."""
+    if frame.empty:
+        return None
+    frame = frame.assign(split=frame["split"]) if "split" in frame else frame.assign(split="")
+    quantities, labels = list(dict.fromkeys(frame["quantity"])), list(dict.fromkeys(frame["label"]))
+    fig, axes = plt.subplots(len(quantities), len(labels), figsize=(max(6.0, 3.6 * len(labels)), 3.2 * len(quantities)), squeeze=False)
+    for row, quantity in enumerate(quantities):
+        for col, label in enumerate(labels):
+            ax, part = axes[row][col], frame[(frame["quantity"] == quantity) & (frame["label"] == label)]
+            if part.empty:
+                ax.set_axis_off()
+                continue
+            lo, hi = part["block"].min(), part["block"].max()
+            colours = plt.get_cmap("coolwarm")
+            for (block, split), curve in part.groupby(["block", "split"]):
+                mean = curve.groupby("epoch")["value"].mean()
+                ax.plot(mean.index, mean.values, SPLIT_STYLES.get(split, "-"), color=colours((block - lo) / max(1, hi - lo)), marker=".", ms=3)
+            runs = part["run"].nunique()
+            ax.set(xlabel="epoch", ylabel=f"mean {quantity}" if col == 0 else "", title=f"{label} ({runs} run{'s' if runs != 1 else ''})")
+            ax.grid(alpha=0.3)
+            bar = fig.colorbar(plt.cm.ScalarMappable(cmap=colours, norm=matplotlib.colors.Normalize(lo, hi)), ax=ax)
+            bar.set_label("residual block")
+            bar.locator = matplotlib.ticker.MaxNLocator(integer=True)
+            bar.update_ticks()
+    styles = {"train": "solid: training data", "test": "dashed: held-out data"}
+    fig.suptitle(f"{title} ({', '.join(styles[s] for s in styles if s in set(frame['split'])) or 'all data'})", y=1.02)
+    fig.tight_layout()
+    return to_png(fig)
+
+
 # The drawing of each measurement kind (resrepro.measure.Measurement.kind).
-DRAWINGS = {"per_block": per_block, "per_epoch": per_epoch}
+DRAWINGS = {"per_block": per_block, "per_epoch": per_epoch, "per_epoch_block": per_epoch_block}
 
 
 def learning_curves(table_rows: pd.DataFrame, curves: pd.DataFrame, runs_by_row: dict[str, list[str]], title: str, task: str) -> bytes | None:

@@ -68,3 +68,28 @@ def resume(path: Path, spec: dict, model, optimizer, device: torch.device = torc
         torch.set_rng_state(ckpt["torch_rng"])
     print(f"resuming from {path} (step {ckpt['step']})", file=sys.stderr)
     return LoopState(**{f.name: ckpt[f.name] for f in fields(LoopState) if f.name in ckpt})
+
+
+def snapshot_epochs(epochs: int, count: int) -> list[int]:
+    """The epochs whose weights a run keeps for measurements over training: 0 (initialisation) and
+    `count` evenly spaced epochs ending at the last, e.g. (200, 4) -> [0, 50, 100, 150, 200];
+    none when count is 0."""
+    if count <= 0:
+        return []
+    count = min(count, epochs)  # more snapshots than epochs: every epoch
+    return sorted({0, *(round(k * epochs / count) for k in range(1, count + 1))})
+
+
+def snapshot_path(run_dir: Path, epoch: int) -> Path:
+    return Path(run_dir) / "checkpoints" / f"epoch{epoch:04d}.pt"
+
+
+def save_snapshot(run_dir: Path, epoch: int, model, model_spec: dict) -> None:
+    """The model's weights after `epoch` epochs, rebuilt by models.from_checkpoint like last.pt."""
+    files.save_torch(snapshot_path(run_dir, epoch), {"model": model.state_dict(), "model_spec": model_spec, "epoch": epoch})
+
+
+def snapshots(run_dir: Path) -> list[tuple[int, Path]]:
+    """(epoch, path) of every snapshot a run kept, by epoch."""
+    found = (Path(run_dir) / "checkpoints").glob("epoch[0-9][0-9][0-9][0-9].pt")
+    return sorted((int(p.stem.removeprefix("epoch")), p) for p in found)

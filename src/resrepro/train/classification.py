@@ -31,7 +31,7 @@ from ..data.images import augment_batch, iterate_batches, load_prepared, normali
 from ..devices import pick_device, use_deterministic_algorithms
 from ..evaluate.classification import evaluate
 from ..speed import speed_of
-from .checkpoint import LoopState, random_state, resume, save
+from .checkpoint import LoopState, random_state, resume, save, save_snapshot, snapshot_epochs, snapshots
 
 LOG_FIELDS = ("epoch", "step", "lr", "train_loss", "train_error", "test_loss", "test_error", "seconds")
 
@@ -58,7 +58,8 @@ def log_csv(rows: list[dict], fields: tuple[str, ...] = LOG_FIELDS) -> str:
 
 
 def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = "auto", progress: bool = True) -> dict:
-    """Run (or resume) one training run; writes out_dir/{train_log.csv, metrics.json, checkpoints/last.pt}."""
+    """Run (or resume) one training run; writes out_dir/{train_log.csv, metrics.json, checkpoints/last.pt}
+    and, where the recipe asks for `snapshots`, checkpoints/epoch<E>.pt (checkpoint.snapshot_epochs)."""
     out_dir = Path(out_dir)
     ckpt_path = out_dir / "checkpoints" / "last.pt"
     if spec.get("deterministic"):
@@ -76,8 +77,15 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
     opt = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=spec["momentum"], weight_decay=spec["weight_decay"],
                           **speed.optimizer_options())
 
-    state = resume(ckpt_path, spec, model, opt, device) or LoopState(generator=gen.get_state())
+    state = resume(ckpt_path, spec, model, opt, device)
+    if state is None:  # a fresh start: snapshots of an earlier spec's run are not this run's
+        for _, stale in snapshots(out_dir):
+            stale.unlink()
+        state = LoopState(generator=gen.get_state())
     gen.set_state(state.generator)
+    keep = snapshot_epochs(spec["epochs"], spec.get("snapshots", 0))
+    if state.epoch == 0 and 0 in keep:
+        save_snapshot(out_dir, 0, model, model_spec)
 
     def checkpoint():
         state.generator = gen.get_state()  # the live generator: the next epoch's shuffle and crops
@@ -131,6 +139,8 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
         )
         bar.set_postfix(train_loss=f"{loss_sum / seen:.3f}", test_error=f"{test_error:.2f}")
         files.write_text(out_dir / "train_log.csv", log_csv(state.log))
+        if state.epoch in keep:  # before last.pt: a job killed between the two redoes this epoch
+            save_snapshot(out_dir, state.epoch, model, model_spec)
         checkpoint()
     bar.close()
     if state.diverged is not None:  # remember it, so a rerun does not retrain a known divergence
