@@ -15,7 +15,8 @@ from resrepro.measure.over_training import ACCURACY, COSINE, RATIO, last_stage, 
 from resrepro.measure.run import run_measurement
 from resrepro.report import figures
 from resrepro.residual import ConfigError
-from resrepro.train.checkpoint import save_snapshot, snapshot_epochs, snapshots
+from resrepro.models import snapshots
+from resrepro.train.checkpoint import save_snapshot, snapshot_epochs
 from resrepro.train.classification import train
 
 from test_blocks import Toy, data, sign_labels

@@ -15,6 +15,7 @@ from scipy import stats as scipy_stats
 
 from resrepro import cli, files
 from resrepro.report.render import data_uri, fmt, fmt_p
+from resrepro.report import figures
 
 
 TRANSLATION_BLEU = {"xskip_ln": [30.0, 31.0, 32.5], "rskip_ln-lam2": [34.0, 34.5, 35.5]}
@@ -312,3 +313,21 @@ def test_gpu_hours_per_table_are_shown_with_their_device_and_basis(report):
     assert sas_t7 == ["sas-t7", "15", "43.4", "8.7", "6", "1.6", "0.8"]
     assert total[:3] == ["total", "315", "3397.7"] and total[4:6] == ["126", "18.4"]
     assert "Cost: 43.4 GPU-hours at paper scale (8.7 per seed), 1.6 GPU-hours at gpu-day scale (0.8 per seed)" in " ".join(html.split())
+
+
+def test_a_figure_from_figures_csv_is_drawn_whatever_columns_other_measurements_add(monkeypatch):
+    """figures.csv holds every measurement's columns: a per-block figure's rows carry empty
+    `group` and `scale` cells (borderline's, unroll's), which must not blank its lines."""
+    drawn = {}
+    monkeypatch.setattr(figures, "to_png", lambda fig: drawn.setdefault("fig", fig) and b"png")
+    rows = pd.DataFrame([{"figure": "f", "label": "net", "run": "r", "split": split, "block": b, "quantity": "q", "value": 0.1 * b,
+                          "group": float("nan"), "scale": float("nan"), "epoch": float("nan")}
+                         for split in ("train", "test") for b in (1, 2, 3)])
+    figures.per_block(rows, "f")
+    lines = [line for ax in drawn["fig"].axes for line in ax.get_lines()]
+    assert len(lines) == 2 and [list(line.get_xdata()) for line in lines] == [[1, 2, 3]] * 2
+    assert {line.get_label() for line in lines} == {"net, train (1 run)", "net, test (1 run)"}
+    unrolled = rows.assign(scale=[1.0] * 3 + [0.05] * 3, split="test")
+    drawn.clear()
+    figures.per_block(unrolled, "f")
+    assert {line.get_label() for line in drawn["fig"].axes[0].get_lines()} == {"net, scale 1, test (1 run)", "net, scale 0.05, test (1 run)"}

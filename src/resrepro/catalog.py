@@ -158,6 +158,12 @@ MEASUREMENTS: dict[str, MeasurementSpec] = {
         MeasurementSpec("learning_curve", "classification", "per_epoch", {"quantities": ["train_loss", "test_loss"]}),
         # paper 001, "Learning lambda": the norm of wSkip+LN's learned w per block
         MeasurementSpec("skip_weight", "classification", "per_block", {"blocks": "middle"}),
+        # paper 003 Sec. 4.4, Figs. 7 and 20: the last block unrolled "for 20 extra steps" with a
+        # scaling factor whose value the paper does not give (measure/unroll.py)
+        MeasurementSpec("unroll", "classification", "per_step",
+                        {"examples": 10000, "splits": ["train", "test"], "batch_size": 500, "steps": 20, "scale": 0.05, "margin": 0.1}),
+        MeasurementSpec("unroll_blocks", "classification", "per_block",
+                        {"examples": 10000, "splits": ["train", "test"], "batch_size": 500, "steps": 20, "scale": 0.05}),
         # paper 003 Figs. 5, 13-17: the last stage's blocks "on validation during the training
         # process", on the snapshots a run kept (measure/over_training.py)
         MeasurementSpec("over_training", "classification", "per_epoch_block", {"examples": 10000, "splits": ["test"], "batch_size": 500},

@@ -37,6 +37,22 @@ def margin_to_flip(probs: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return true - others
 
 
+def groups(logits: torch.Tensor, y: torch.Tensor, margin: float) -> dict[str, torch.Tensor]:
+    """Each group's members (boolean per example), from the logits that fix the groups."""
+    to_flip = margin_to_flip(logits.softmax(1), y)
+    return {"borderline": to_flip.abs() < margin, "correct": to_flip >= margin, "all": torch.ones_like(y, dtype=torch.bool)}
+
+
+def add_group_sums(sums: dict, key: tuple, logits: torch.Tensor, y: torch.Tensor, members: dict[str, torch.Tensor]) -> None:
+    """Adds each group's sum of loss, accuracy (%) and entropy (nats) to sums[(*key, group, metric)]."""
+    probs = logits.softmax(1)
+    values = {"loss": F.cross_entropy(logits, y, reduction="none"), "accuracy (%)": 100.0 * (logits.argmax(1) == y).float(),
+              "entropy": -(probs * probs.clamp_min(1e-12).log()).sum(1)}
+    for group, member in members.items():
+        for metric, v in values.items():
+            sums[(*key, group, metric)] = sums.get((*key, group, metric), 0.0) + v[member].sum().item()
+
+
 def logits_after(model: torch.nn.Module, blocks: list, i: int, x: torch.Tensor) -> torch.Tensor:
     """The final classifier's logits on h_i: the net with blocks i+1..L (0-based: after index i) dropped."""
     with ExitStack() as stack:
@@ -57,20 +73,11 @@ def measure_borderline(model: torch.nn.Module, data: dict, settings: dict, devic
         for split in settings["splits"]:
             for x, y in batches(data, split, settings, device):
                 per_block = [logits_after(model, blocks, i, x).float() for i in last]
-                margin = margin_to_flip(per_block[0].softmax(1), y)
-                members = {"borderline": margin.abs() < settings["margin"], "correct": margin >= settings["margin"],
-                           "all": torch.ones_like(y, dtype=torch.bool)}
+                members = groups(per_block[0], y, settings["margin"])
                 for group, member in members.items():
                     sizes[split, group] = sizes.get((split, group), 0) + int(member.sum())
                 for i, logits in zip(last, per_block):
-                    probs = logits.softmax(1)
-                    values = {"loss": F.cross_entropy(logits, y, reduction="none"),
-                              "accuracy (%)": 100.0 * (logits.argmax(1) == y).float(),
-                              "entropy": -(probs * probs.clamp_min(1e-12).log()).sum(1)}
-                    for group, member in members.items():
-                        for metric, v in values.items():
-                            key = (split, i + 1, group, metric)
-                            sums[key] = sums.get(key, 0.0) + v[member].sum().item()
+                    add_group_sums(sums, (split, i + 1), logits, y, members)
     rows = [{"split": split, "block": block, "group": group, "quantity": metric,
              "value": total / sizes[split, group] if sizes[split, group] else float("nan"), "examples": sizes[split, "all"]}
             for (split, block, group, metric), total in sums.items()]

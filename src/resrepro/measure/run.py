@@ -8,7 +8,6 @@ import pandas as pd
 
 from .. import files, models
 from ..devices import pick_device
-from ..train.checkpoint import snapshots
 from . import get
 
 
@@ -30,7 +29,7 @@ def run_measurement(name: str, run_dir: str | Path, data_path: str | Path, setti
         files.write_text(out, measurement.measure(run_dir, settings).to_csv(index=False))
         return
     if measurement.reads == "snapshots":
-        kept = snapshots(run_dir)
+        kept = models.snapshots(run_dir)
         if not kept:
             raise ValueError(f"{name}: {run_dir} kept no snapshots; its recipe needs `snapshots: N` (a refinement of the "
                              "scale's classification recipe), and the run trains again to keep them")

@@ -14,6 +14,7 @@ here with `@register(name)`.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -73,3 +74,14 @@ def from_checkpoint(ckpt: dict, weights: str = "model") -> nn.Module:
     model = build(ckpt["model_spec"])
     model.load_state_dict(ckpt[weights])
     return model
+
+
+def snapshot_path(run_dir, epoch: int) -> Path:
+    """Where a run keeps its weights after `epoch` epochs (train/checkpoint.py writes them)."""
+    return Path(run_dir) / "checkpoints" / f"epoch{epoch:04d}.pt"
+
+
+def snapshots(run_dir) -> list[tuple[int, Path]]:
+    """(epoch, path) of every snapshot a run kept, by epoch."""
+    found = (Path(run_dir) / "checkpoints").glob("epoch[0-9][0-9][0-9][0-9].pt")
+    return sorted((int(p.stem.removeprefix("epoch")), p) for p in found)

@@ -31,13 +31,16 @@ SPLIT_STYLES = {"train": "-", "test": "--"}  # the paper draws training solid, h
 
 def _lines(frame: pd.DataFrame, title: str, x: str, xlabel: str, log_y: bool = False) -> bytes | None:
     """One panel per quantity, `x` on the x axis, one colour per figure cell (and per group of
-    examples, where a `group` column names one; solid: training data, dashed: held-out, where a
-    `split` column says), the mean over seeds with their range shaded."""
-    if frame.empty:
+    examples or scale, where a `group` or `scale` column names one; solid: training data, dashed:
+    held-out, where a `split` column says), the mean over seeds with their range shaded."""
+    frame = frame.dropna(axis=1, how="all")  # figures.csv's columns of other measurements
+    if frame.empty or "value" not in frame:
         return None
     frame = frame.assign(split=frame["split"]) if "split" in frame else frame.assign(split="")
     if "group" in frame:  # a group of examples (borderline, ...) is a line of its own
         frame = frame.assign(label=frame["label"] + ", " + frame["group"])
+    if "scale" in frame:  # so is each scaling of an unrolled block
+        frame = frame.assign(label=frame["label"] + ", scale " + frame["scale"].map("{:g}".format))
     quantities = list(dict.fromkeys(frame["quantity"]))
     fig, axes = plt.subplots(1, len(quantities), figsize=(max(6.0, 4.2 * len(quantities)), 3.6), squeeze=False)
     for ax, quantity in zip(axes[0], quantities):
@@ -66,11 +69,17 @@ def per_epoch(frame: pd.DataFrame, title: str) -> bytes | None:
     return _lines(frame, title, "epoch", "epoch", log_y=True)
 
 
+def per_step(frame: pd.DataFrame, title: str) -> bytes | None:
+    """A measurement per extra step of an unrolled block (columns step, quantity, value, ...)."""
+    return _lines(frame, title, "step", "extra steps of the last block")
+
+
 def per_epoch_block(frame: pd.DataFrame, title: str) -> bytes | None:
     """A measurement per block over training (columns epoch, block, quantity, value, split): one
     panel per quantity and figure cell, one line per block coloured from blue (lowest) to red
     (highest), as the paper draws them; the mean over seeds."""
-    if frame.empty:
+    frame = frame.dropna(axis=1, how="all")  # figures.csv's columns of other measurements
+    if frame.empty or "value" not in frame:
         return None
     frame = frame.assign(split=frame["split"]) if "split" in frame else frame.assign(split="")
     quantities, labels = list(dict.fromkeys(frame["quantity"])), list(dict.fromkeys(frame["label"]))
@@ -100,7 +109,7 @@ def per_epoch_block(frame: pd.DataFrame, title: str) -> bytes | None:
 
 
 # The drawing of each measurement kind (resrepro.measure.Measurement.kind).
-DRAWINGS = {"per_block": per_block, "per_epoch": per_epoch, "per_epoch_block": per_epoch_block}
+DRAWINGS = {"per_block": per_block, "per_epoch": per_epoch, "per_step": per_step, "per_epoch_block": per_epoch_block}
 
 
 def learning_curves(table_rows: pd.DataFrame, curves: pd.DataFrame, runs_by_row: dict[str, list[str]], title: str, task: str) -> bytes | None:

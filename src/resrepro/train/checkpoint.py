@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from .. import files
-from ..models import load_checkpoint
+from ..models import load_checkpoint, snapshot_path
 
 
 @dataclass
@@ -80,16 +80,6 @@ def snapshot_epochs(epochs: int, count: int) -> list[int]:
     return sorted({0, *(round(k * epochs / count) for k in range(1, count + 1))})
 
 
-def snapshot_path(run_dir: Path, epoch: int) -> Path:
-    return Path(run_dir) / "checkpoints" / f"epoch{epoch:04d}.pt"
-
-
 def save_snapshot(run_dir: Path, epoch: int, model, model_spec: dict) -> None:
     """The model's weights after `epoch` epochs, rebuilt by models.from_checkpoint like last.pt."""
     files.save_torch(snapshot_path(run_dir, epoch), {"model": model.state_dict(), "model_spec": model_spec, "epoch": epoch})
-
-
-def snapshots(run_dir: Path) -> list[tuple[int, Path]]:
-    """(epoch, path) of every snapshot a run kept, by epoch."""
-    found = (Path(run_dir) / "checkpoints").glob("epoch[0-9][0-9][0-9][0-9].pt")
-    return sorted((int(p.stem.removeprefix("epoch")), p) for p in found)

@@ -31,7 +31,7 @@ from ..data.images import augment_batch, iterate_batches, load_prepared, normali
 from ..devices import pick_device, use_deterministic_algorithms
 from ..evaluate.classification import evaluate
 from ..speed import speed_of
-from .checkpoint import LoopState, random_state, resume, save, save_snapshot, snapshot_epochs, snapshots
+from .checkpoint import LoopState, random_state, resume, save, save_snapshot, snapshot_epochs
 
 LOG_FIELDS = ("epoch", "step", "lr", "train_loss", "train_error", "test_loss", "test_error", "seconds")
 
@@ -79,7 +79,7 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
 
     state = resume(ckpt_path, spec, model, opt, device)
     if state is None:  # a fresh start: snapshots of an earlier spec's run are not this run's
-        for _, stale in snapshots(out_dir):
+        for _, stale in models.snapshots(out_dir):
             stale.unlink()
         state = LoopState(generator=gen.get_state())
     gen.set_state(state.generator)
