@@ -158,6 +158,9 @@ MEASUREMENTS: dict[str, MeasurementSpec] = {
         MeasurementSpec("learning_curve", "classification", "per_epoch", {"quantities": ["train_loss", "test_loss"]}),
         # paper 001, "Learning lambda": the norm of wSkip+LN's learned w per block
         MeasurementSpec("skip_weight", "classification", "per_block", {"blocks": "middle"}),
+        # paper 001 Sec. 4.1: "the learned effective scale ... averaged over the shown blocks"
+        # (Figure 3's middle blocks, its 10,000 training examples; measure/skip_scale.py)
+        MeasurementSpec("skip_scale", "classification", "per_block", {"examples": 10000, "splits": ["train"], "batch_size": 500, "blocks": "middle"}),
         # paper 003 Sec. 4.4, Figs. 7 and 20: the last block unrolled "for 20 extra steps" with a
         # scaling factor whose value the paper does not give (measure/unroll.py)
         MeasurementSpec("unroll", "classification", "per_step",
