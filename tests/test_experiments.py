@@ -54,9 +54,10 @@ def test_paper_plan_runs_five_seeds_at_the_papers_depths():
     spec = experiments.train_spec(paper, run)
     assert (spec["epochs"], spec["lr_milestones"], spec["weight_decay"], spec["warmup_iterations"]) == (164, [81, 122], 2e-4, 400)
     # paper 003's own protocol (Sec. 4) for its nets; one run each, as its figures show
-    recipes = {r.arch: (r.recipe, r.seed) for r in plan.runs.values() if r.recipe.startswith("iter-")}
-    assert recipes == {"preact_resnet110": ("iter-resnet110+iter-snapshots", 0), "single_rep_resnet_paper": ("iter-single+iter-snapshots", 0),
-                       "avgpool_resnet_paper": ("iter-pool+iter-snapshots", 0), "wide_resnet_paper": ("iter-wide+iter-snapshots", 0)}
+    recipes = {(r.arch, r.recipe, r.seed) for r in plan.runs.values() if r.recipe.startswith("iter-")}
+    assert recipes == {("preact_resnet110", "iter-resnet110+iter-snapshots", seed) for seed in range(4)} | {
+        ("single_rep_resnet_paper", "iter-single+iter-snapshots", 0), ("avgpool_resnet_paper", "iter-pool+iter-snapshots", 0),
+        ("wide_resnet_paper", "iter-wide+iter-snapshots", 0)}  # ResNet-110: Fig. 7's 4 runs
     single = experiments.train_spec(paper, next(r for r in plan.runs.values() if r.recipe == "iter-single+iter-snapshots"))
     assert (single["epochs"], single["lr_milestones"], single["lr_decay"], single["warmup_iterations"]) == (200, [40, 60, 80], 0.2, 0)
     assert single["snapshots"] == 20  # every 10 epochs' weights, for the figures over training

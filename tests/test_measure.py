@@ -136,7 +136,7 @@ def test_a_figure_cell_reuses_the_tables_run_and_has_its_settings():
     every = experiments.make_plan(config | {"figures": "all"}).measures  # sas-t7 is paper 000's: its figures
     assert {m["figure"] for m in every} == {"sas-f3", "sas-f4"} and every[0] == m
     rskip_only = experiments.make_plan(config | {"tables": ["rskip-t1"], "figures": "all"}).measures
-    assert {m["figure"] for m in rskip_only} == {"rskip-f3", "rskip-f4", "rskip-lam-w"}  # paper 001's figures; no SAS net
+    assert {m["figure"] for m in rskip_only} == {"rskip-f3", "rskip-f3-scale", "rskip-f4", "rskip-lam-w"}  # paper 001's figures; no SAS net
     with pytest.raises(ConfigError, match="figures: unknown figure 'sas-f9'"):
         experiments.make_plan(config | {"figures": ["sas-f9"]})
 

@@ -51,7 +51,7 @@ def test_each_extra_step_adds_the_scaled_branch_of_the_last_block():
     s = x.mean(dim=(1, 2, 3))
     net = Net(Block(0.0), Block(-0.5))
     for steps in (0, 1, 3):
-        with unrolled(net, steps, 0.5):
+        with unrolled(net, steps, 0.5, -1):
             got = net(x)[:, 0]
         assert torch.allclose(got, s * 0.5 * 0.75 ** steps)  # trained: x (1 - 0.5); each step: (1 - 0.25)
     assert torch.allclose(net(x)[:, 0], s * 0.5)  # the hooks are gone afterwards
@@ -59,16 +59,16 @@ def test_each_extra_step_adds_the_scaled_branch_of_the_last_block():
 
 def test_every_step_stacks_the_logits_of_each_number_of_steps():
     net, x = Net(Block(0.3), Block(-0.4, 0.2)), inputs(5)
-    with unrolled(net, 4, 0.5, every_step=True):
+    with unrolled(net, 4, 0.5, -1, every_step=True):
         stacked = net(x).unflatten(0, (5, len(x)))
     for steps in range(5):
-        with unrolled(net, steps, 0.5):
+        with unrolled(net, steps, 0.5, -1):
             assert torch.allclose(stacked[steps], net(x), atol=1e-6)
 
 
 def test_a_combiner_outside_a_block_module_is_refused():
     with pytest.raises(ValueError, match="not inside a block module of its own"):
-        with unrolled(Toy([1.0]), 2, 0.5):  # Toy's combiners sit in a ModuleList, never called
+        with unrolled(Toy([1.0]), 2, 0.5, -1):  # Toy's combiners sit in a ModuleList, never called
             pass
 
 
@@ -136,7 +136,28 @@ def test_unroll_blocks_summary_counts_negative_extra_steps_per_scale():
             extra = max(0, block - 1)
             rows += [{"split": "test", "scale": scale, "block": block, "extra_step": extra, "quantity": "cos(F(h), dL/dh)", "value": c},
                      {"split": "test", "scale": scale, "block": block, "extra_step": extra, "quantity": "||F(h)|| / ||h||", "value": scale * block}]
-    text = summarize_unroll_blocks(pd.DataFrame(rows))
-    assert text == ("test, scale 1: cos negative on 1 of 3 extra steps (first not negative: step 2), -0.100 at the first, +0.300 at the last; "
+    text = summarize_unroll_blocks(pd.DataFrame(rows).assign(unrolled_block=1))
+    assert text == ("block 1 unrolled; test, scale 1: cos negative on 1 of 3 extra steps (first not negative: step 2), -0.100 at the first, +0.300 at the last; "
                     "||F(h)|| / ||h|| 2 -> 4; test, scale 0.05: cos negative on 3 of 3 extra steps, -0.100 at the first, -0.050 at the last; "
                     "||F(h)|| / ||h|| 0.1 -> 0.2")
+
+
+def resnet(depth: int):
+    return models.build({"arch": "preact_resnet", "depth": depth, "variant": "add", "args": {}, "classes": 2, "in_channels": 1}).eval()
+
+
+def test_the_unrolled_block_is_the_last_that_keeps_its_inputs_shape():
+    x = inputs(2)
+    assert unroll.unrollable(resnet(14), x) == 5  # two blocks per stage: the net's last block
+    assert unroll.unrollable(resnet(8), x) == 0  # one per stage: stages 2 and 3 start with a projection
+
+
+def test_extra_steps_of_an_earlier_block_are_numbered_after_the_nets_blocks():
+    frame = measure_unroll_blocks(resnet(8), data(), SETTINGS, CPU)
+    steps = frame.drop_duplicates("block").set_index("block")["extra_step"].to_dict()
+    assert steps == {1: 0, 2: 0, 3: 0, 4: 1, 5: 2, 6: 3}
+    assert frame["unrolled_block"].eq(1).all()
+    unrolled_ratio = frame[(frame["quantity"] == "||F(h)|| / ||h||") & (frame["scale"] == 0.5)].set_index("block")["value"]
+    plain_ratio = frame[(frame["quantity"] == "||F(h)|| / ||h||") & (frame["scale"] == 1.0)].set_index("block")["value"]
+    assert unrolled_ratio[1] == pytest.approx(plain_ratio[1])  # the trained block runs as trained
+    assert unrolled_ratio[4] == pytest.approx(0.5 * plain_ratio[4])  # the first extra step: the same input, its branch halved

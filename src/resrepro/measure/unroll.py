@@ -8,7 +8,9 @@ the last residual blocks."
 Extra step k (1..`steps`) applies the trained last block once more to its own output, its branch
 scaled by s: h_{L+k} = h_{L+k-1} + s F_L(h_{L+k-1}) for x + F (another variant combines s F as it
 combines F). The L trained blocks run as trained. The paper gives no value of s: it is the setting
-`scale` (s = 1 is the naive unrolling).
+`scale` (s = 1 is the naive unrolling). The unrolled block is the last one that keeps its input's
+shape (unrollable()): the last block of every CIFAR ResNet with 2 or more blocks per stage; in a
+net with one block per stage (the integration tests' depth 8) an earlier one, which the rows name.
 
 - unroll (Fig. 7): after k = 0..steps extra steps, the final classifier's loss, accuracy (%) and
   entropy on borderline, correct and all examples (borderline.py's groups, fixed at k = 0: the
@@ -42,13 +44,38 @@ def block_of(model: nn.Module, combiner: nn.Module) -> nn.Module:
     raise ValueError("unroll: the last residual combiner is not inside a block module of its own (a module that computes h + F(h))")
 
 
+def unrollable(model: nn.Module, x: torch.Tensor) -> int:
+    """The 0-based index (among the residual combiners) of the last block whose output has its
+    input's shape, so that it can run on its own output: the net's last block in every CIFAR
+    ResNet with 2 or more blocks per stage (a projection block only starts a stage)."""
+    combiners = require_blocks(model, "unroll")
+    shapes: dict[int, bool] = {}
+
+    def hook_for(i):
+        def hook(module, inputs, output):
+            shapes[i] = inputs[0].shape == output.shape
+        return hook
+
+    handles = [block_of(model, c).register_forward_hook(hook_for(i)) for i, c in enumerate(combiners)]
+    try:
+        with torch.no_grad():
+            model(x[:1])
+    finally:
+        for h in handles:
+            h.remove()
+    keeping = [i for i, same in sorted(shapes.items()) if same]
+    if not keeping:
+        raise ValueError("unroll: no residual block keeps its input's shape, so none can run on its own output")
+    return keeping[-1]
+
+
 @contextmanager
-def unrolled(model: nn.Module, steps: int, scale: float, every_step: bool = False):
-    """While open, the model's last residual block runs `steps` extra times on its own output, its
-    branch scaled by `scale` on the extra steps. `every_step`: the block passes on its outputs
-    after 0, 1, ..., steps extra steps stacked along the batch, so one forward pass gives the
-    logits of every step (eval mode: nothing after the block mixes examples), step-major."""
-    combiner = require_blocks(model, "unroll")[-1]
+def unrolled(model: nn.Module, steps: int, scale: float, index: int, every_step: bool = False):
+    """While open, residual block `index` (unrollable()) runs `steps` extra times on its own
+    output, its branch scaled by `scale` on the extra steps. `every_step`: the block passes on its
+    outputs after 0, 1, ..., steps extra steps stacked along the batch, so one forward pass gives
+    the logits of every step (eval mode: nothing after the block mixes examples), step-major."""
+    combiner = require_blocks(model, "unroll")[index]
     block = block_of(model, combiner)
     extra = {"on": False}
 
@@ -77,10 +104,17 @@ def unrolled(model: nn.Module, steps: int, scale: float, every_step: bool = Fals
 
 @contextmanager
 def every_call(combiners: list[nn.Module]):
-    """While open, `calls` holds (h, F) of every combiner call of the latest forward pass, in order
-    (the last block's extra steps after the trained blocks); clear it before each pass."""
+    """While open, `calls` holds (index of the combiner, h, F) of every combiner call of the latest
+    forward pass, in order (an unrolled block's extra steps right after its own call); clear it
+    before each pass."""
     calls: list = []
-    handles = [c.register_forward_hook(lambda module, inputs, output: calls.append((inputs[0], inputs[1]))) for c in combiners]
+
+    def hook_for(i):
+        def hook(module, inputs, output):
+            calls.append((i, inputs[0], inputs[1]))
+        return hook
+
+    handles = [c.register_forward_hook(hook_for(i)) for i, c in enumerate(combiners)]
     try:
         yield calls
     finally:
@@ -89,15 +123,16 @@ def every_call(combiners: list[nn.Module]):
 
 
 def measure_unroll(model: nn.Module, data: dict, settings: dict, device: torch.device) -> pd.DataFrame:
-    """Rows (split, step, group, quantity, value, examples): after `step` extra steps of the last
-    block, each group's mean loss, accuracy and entropy, and its share of the examples."""
+    """Rows (split, step, group, quantity, value, examples, unrolled_block): after `step` extra steps
+    of the unrolled block, each group's mean loss, accuracy and entropy, and its share of the examples."""
     require_blocks(model, "unroll")
-    sums, sizes = {}, {}
+    sums, sizes, index = {}, {}, None
     model.eval()
     with torch.no_grad():
         for split in settings["splits"]:
             for x, y in batches(data, split, settings, device):
-                with unrolled(model, settings["steps"], settings["scale"], every_step=True):
+                index = unrollable(model, x) if index is None else index
+                with unrolled(model, settings["steps"], settings["scale"], index, every_step=True):
                     per_step = model(x).float().unflatten(0, (settings["steps"] + 1, len(y)))
                 members = groups(per_step[0], y, settings["margin"])
                 for group, member in members.items():
@@ -110,32 +145,37 @@ def measure_unroll(model: nn.Module, data: dict, settings: dict, device: torch.d
     rows += [{"split": split, "step": step, "group": group, "quantity": "share of examples (%)",
               "value": 100.0 * sizes[split, group] / sizes[split, "all"], "examples": sizes[split, "all"]}
              for split in settings["splits"] for group in ("borderline", "correct", "all") for step in range(settings["steps"] + 1)]
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).assign(unrolled_block=index + 1)
 
 
 def measure_unroll_blocks(model: nn.Module, data: dict, settings: dict, device: torch.device) -> pd.DataFrame:
-    """Rows (split, scale, block, extra_step, quantity, value, examples): per block of the unrolled
-    net (extra_step k > 0: the last block's k-th extra step; 0: a trained block), the mean
+    """Rows (split, scale, block, extra_step, unrolled_block, quantity, value, examples): per block
+    of the unrolled net (extra_step k > 0: the unrolled block's k-th extra step, numbered L + k
+    after the net's L blocks; 0: a trained block), the mean
     over examples of cos(F(h), dL/dh) and of ||F(h)|| / ||h||, unscaled (s = 1) and scaled."""
     combiners = require_blocks(model, "unroll_blocks")
-    sums, counts = {}, {}
+    sums, counts, index = {}, {}, None
     model.eval()
     for scale in dict.fromkeys([1.0, float(settings["scale"])]):
-        with unrolled(model, settings["steps"], scale), every_call(combiners) as calls:
-            for split in settings["splits"]:
-                counts[split] = 0
-                for x, y in batches(data, split, settings, device):
-                    calls.clear()
-                    grads = loss_gradients(model, x, y, lambda: [h for h, _ in calls])
-                    counts[split] += len(y)
-                    for i, ((h, f), g) in enumerate(zip(calls, grads)):
-                        f, h = f.detach().float(), h.detach().float()
-                        cos = F.cosine_similarity(f.flatten(1), g.float().flatten(1), dim=1)
-                        for quantity, v in (("cos(F(h), dL/dh)", cos), ("||F(h)|| / ||h||", per_example_norm(f) / per_example_norm(h))):
-                            sums[split, scale, i + 1, quantity] = sums.get((split, scale, i + 1, quantity), 0.0) + v.sum().item()
-    trained = len(combiners)  # blocks after it are extra steps
-    return pd.DataFrame([{"split": split, "scale": scale, "block": block, "extra_step": max(0, block - trained), "quantity": quantity,
-                          "value": total / counts[split], "examples": counts[split]} for (split, scale, block, quantity), total in sums.items()])
+        for split in settings["splits"]:
+            counts[split] = 0
+            for x, y in batches(data, split, settings, device):
+                index = unrollable(model, x) if index is None else index
+                with unrolled(model, settings["steps"], scale, index), every_call(combiners) as calls:
+                    grads = loss_gradients(model, x, y, lambda: [h for _, h, _ in calls])
+                counts[split] += len(y)
+                runs_of_unrolled = 0
+                for (i, h, f), g in zip(calls, grads):
+                    extra = 0
+                    if i == index:  # its first call is the trained block, the next ones its extra steps
+                        extra, runs_of_unrolled = runs_of_unrolled, runs_of_unrolled + 1
+                    f, h = f.detach().float(), h.detach().float()
+                    cos = F.cosine_similarity(f.flatten(1), g.float().flatten(1), dim=1)
+                    for quantity, v in (("cos(F(h), dL/dh)", cos), ("||F(h)|| / ||h||", per_example_norm(f) / per_example_norm(h))):
+                        key = (split, scale, extra, i + 1 if not extra else len(combiners) + extra, quantity)
+                        sums[key] = sums.get(key, 0.0) + v.sum().item()
+    return pd.DataFrame([{"split": split, "scale": scale, "block": block, "extra_step": extra, "unrolled_block": index + 1, "quantity": quantity,
+                          "value": total / counts[split], "examples": counts[split]} for (split, scale, extra, block, quantity), total in sums.items()])
 
 
 def summarize_unroll(frame: pd.DataFrame) -> str:
@@ -160,7 +200,7 @@ def summarize_unroll(frame: pd.DataFrame) -> str:
 def summarize_unroll_blocks(frame: pd.DataFrame) -> str:
     """The paper's reading of Fig. 20: with the scaling the cosine stays negative on every extra
     step, without it on the first two only; and how large the extra steps' changes are."""
-    parts = []
+    parts = [f"block {frame['unrolled_block'].iloc[0]} unrolled"]
     for split in splits_of(frame):
         for scale in sorted(set(frame["scale"]), reverse=True):
             part = frame[(frame["split"] == split) & (frame["scale"] == scale) & (frame["extra_step"] > 0)]
