@@ -47,17 +47,21 @@ def test_paper_plan_runs_five_seeds_at_the_papers_depths():
     plan = experiments.make_plan(paper)
     assert {run.seed for run in plan.runs.values()} == {0, 1, 2, 3, 4}
     assert {run.arch for run in plan.runs.values() if run.task == "classification"} == {
-        *(f"preact_resnet{d}" for d in (20, 32, 44, 56, 110)), "single_rep_resnet_paper", "avgpool_resnet_paper", "wide_resnet_paper"}
+        *(f"preact_resnet{d}" for d in (20, 32, 38, 44, 56, 110)), "single_rep_resnet_paper", "avgpool_resnet_paper", "wide_resnet_paper",
+        *(f"shared_resnet_ubn_{d}" for d in (110, 146, 182)), *(f"shared_resnet_{s}_110" for s in ("naive", "stats", "stats_gamma"))}
     assert {run.arch for run in plan.runs.values() if run.task == "translation"} == {"transformer_base", "transformer_big", "transformer_base_2block"}
     assert set(plan.datasets()) == {"cifar10", "cifar100", "iwslt15_en_vi", "wmt14_en_de", "wmt14_en_fr"}
-    run = next(r for r in plan.runs.values() if r.arch == "preact_resnet110")
+    run = next(r for r in plan.runs.values() if r.arch == "preact_resnet110" and r.recipe == "default")
     spec = experiments.train_spec(paper, run)
     assert (spec["epochs"], spec["lr_milestones"], spec["weight_decay"], spec["warmup_iterations"]) == (164, [81, 122], 2e-4, 400)
     # paper 003's own protocol (Sec. 4) for its nets; one run each, as its figures show
-    recipes = {(r.arch, r.recipe, r.seed) for r in plan.runs.values() if r.recipe.startswith("iter-")}
-    assert recipes == {("preact_resnet110", "iter-resnet110+iter-snapshots", seed) for seed in range(4)} | {
-        ("single_rep_resnet_paper", "iter-single+iter-snapshots", 0), ("avgpool_resnet_paper", "iter-pool+iter-snapshots", 0),
-        ("wide_resnet_paper", "iter-wide+iter-snapshots", 0)}  # ResNet-110: Fig. 7's 4 runs
+    recipes = {(r.arch, r.recipe) for r in plan.runs.values() if r.recipe.startswith("iter-")}
+    assert {(r, recipe) for r, recipe in recipes if not r.startswith(("preact", "shared"))} == {
+        ("single_rep_resnet_paper", "iter-single+iter-snapshots"), ("avgpool_resnet_paper", "iter-pool+iter-snapshots"),
+        ("wide_resnet_paper", "iter-wide+iter-snapshots")}
+    # Table 1's nets (and Figs. 6-9's) train by the original ResNet's recipe, 4 seeds (Table 1, Fig. 7)
+    assert {recipe for r, recipe in recipes if r.startswith(("preact", "shared"))} == {"iter-resnet110+iter-snapshots"}
+    assert {r.seed for r in plan.runs.values() if r.recipe.startswith("iter-resnet110")} == {0, 1, 2, 3}
     single = experiments.train_spec(paper, next(r for r in plan.runs.values() if r.recipe == "iter-single+iter-snapshots"))
     assert (single["epochs"], single["lr_milestones"], single["lr_decay"], single["warmup_iterations"]) == (200, [40, 60, 80], 0.2, 0)
     assert single["snapshots"] == 20  # every 10 epochs' weights, for the figures over training
@@ -179,7 +183,7 @@ def test_bad_tables_fail_naming_the_key(tmp_path, mini, mutate, message):
         ({"tables": ["rskip-t99"]}, "tables: unknown table 'rskip-t99'; allowed: all, "),
         ({"table_seeds": {"nope": 2}}, "table_seeds: unknown table or figure 'nope'"),
         ({"classification": {"datasets": {"cifar10": "digits"}}}, "'cifar100' has no entry in classification.datasets"),
-        ({"classification": {"depths": {20: 8}}}, "110 has no entry in classification.depths"),
+        ({"classification": {"depths": {20: 8}}}, "has no entry in classification.depths; it maps: ['20']"),
     ],
 )
 def test_bad_profile_fails_naming_the_key(mini, change, message):

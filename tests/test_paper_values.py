@@ -13,6 +13,7 @@ from resrepro.experiments import load_tables
 
 SAS = "SAS (CoNLL 2019)"
 RSKIP = "Liu et al. (COLING 2020)"
+ITER = "Jastrzebski et al. (ICLR 2018)"
 
 GOLDEN = [
     # --- paper 001, Table 1: CIFAR-10, PreAct-ResNet-110, error %
@@ -112,6 +113,21 @@ GOLDEN = [
     ("sas-t3", "EN-DE Big + Proposal", 28.7, f"{SAS}, Table 3, Big + Proposal x EN-DE"),
     ("sas-t3", "EN-FR Big", 41.0, f"{SAS}, Table 3, Big Baseline x EN-FR"),
     ("sas-t3", "EN-FR Big + Proposal", 41.3, f"{SAS}, Table 3, Big + Proposal x EN-FR"),
+    # --- paper 003, Table 1: test error % (train / test printed; the test half here)
+    ("iter-t1", "ResNet-32, CIFAR-10", 7.14, f"{ITER}, Table 1, ResNet-32 x CIFAR10 (test half)"),
+    ("iter-t1", "ResNet-38, CIFAR-10", 6.99, f"{ITER}, Table 1, ResNet-38 x CIFAR10 (test half)"),
+    ("iter-t1", "ResNet-110-UBN, CIFAR-10", 6.62, f"{ITER}, Table 1, ResNet-110-UBN x CIFAR10 (test half)"),
+    ("iter-t1", "ResNet-146-UBN, CIFAR-10", 6.82, f"{ITER}, Table 1, ResNet-146-UBN x CIFAR10 (test half)"),
+    ("iter-t1", "ResNet-182-UBN, CIFAR-10", 6.97, f"{ITER}, Table 1, ResNet-182-UBN x CIFAR10 (test half)"),
+    ("iter-t1", "ResNet-56, CIFAR-10", 6.53, f"{ITER}, Table 1, ResNet-56 x CIFAR10 (test half)"),
+    ("iter-t1", "ResNet-110, CIFAR-10", 6.13, f"{ITER}, Table 1, ResNet-110 x CIFAR10 (test half)"),
+    ("iter-t1", "ResNet-32, CIFAR-100", 30.08, f"{ITER}, Table 1, ResNet-32 x CIFAR100 (test half)"),
+    ("iter-t1", "ResNet-38, CIFAR-100", 29.66, f"{ITER}, Table 1, ResNet-38 x CIFAR100 (test half)"),
+    ("iter-t1", "ResNet-110-UBN, CIFAR-100", 29.94, f"{ITER}, Table 1, ResNet-110-UBN x CIFAR100 (test half)"),
+    ("iter-t1", "ResNet-146-UBN, CIFAR-100", 29.49, f"{ITER}, Table 1, ResNet-146-UBN x CIFAR100 (test half)"),
+    ("iter-t1", "ResNet-182-UBN, CIFAR-100", 29.33, f"{ITER}, Table 1, ResNet-182-UBN x CIFAR100 (test half)"),
+    ("iter-t1", "ResNet-56, CIFAR-100", 28.99, f"{ITER}, Table 1, ResNet-56 x CIFAR100 (test half)"),
+    ("iter-t1", "ResNet-110, CIFAR-100", 27.54, f"{ITER}, Table 1, ResNet-110 x CIFAR100 (test half)"),
 ]
 
 # Model sizes the papers print beside a row (paper 001 Table 7's "#Params" column, for its EN-DE
@@ -146,7 +162,7 @@ def test_config_tables_hold_exactly_the_papers_values(config_values):
     by_table = lambda rows, t: [r for r in rows if r[0] == t]  # noqa: E731
     for table_id in dict.fromkeys(t for t, _, _ in golden):
         assert by_table(config_values, table_id) == by_table(golden, table_id), table_id
-    assert len(config_values) == len(golden)  # 81 values in 12 tables (2026-11-22)
+    assert len(config_values) == len(golden)  # 95 values in 13 tables (2026-11-24)
 
 
 def test_sources_name_the_table_of_the_config_entry():

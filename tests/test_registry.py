@@ -21,7 +21,9 @@ def test_each_task_has_its_default_architecture():
         "preact_resnet": ("classification", "depth"), "transformer": ("translation", "size"),
         # paper 003's nets, sized by name (paper, mini)
         "single_rep_resnet": ("classification", "size"), "avgpool_resnet": ("classification", "size"),
-        "wide_resnet": ("classification", "size")}
+        "wide_resnet": ("classification", "size"),
+        # and its ResNets sharing their top blocks, one per BN strategy, sized by the paper's depth
+        **{f"shared_resnet_{s}": ("classification", "size") for s in ("naive", "stats", "stats_gamma", "ubn")}}
 
 
 def test_every_name_the_catalog_declares_is_implemented_and_nothing_else():

@@ -82,13 +82,14 @@ def test_report_holds_every_table_with_paper_and_reproduced_values(workdir):
         "block_drop": r"test: whole net \d+\.\d%; dropping block 1 .* blocks cost under 1 point",
         "grad_cosine": r"train: negative in \d+ of \d+ blocks; .*; test: .*",
         "grad_norm": r"train: blocks \d+-\d+, mean .*, Spearman rho with depth .*",
-        "learning_curve": r"(training|held-out) loss .* at epoch 1, .* at epoch 2, lowest .*; .*",
+        "learning_curve": r"(training|held-out) (loss|error \(%\)) .* at epoch 1, .* at epoch 2, lowest .*; .*",
         "borderline": r"train: \d+\.\d% of the examples borderline, .*; test: .*entropy .*",
         "skip_weight": r"blocks \d+-\d+: \|\|w\|\| \d+\.\d\d on average .*, \d+\.\d\d per dimension",
         "skip_scale": r"train: blocks \d+-\d+, mean effective scale \d+\.\d\d \(from .*\)",
         "over_training": r"(accuracy|cos|\|\|F).*, test: at epoch 2 block \d+ .* -> block \d+ .*; mean over blocks .* at epoch 0 -> .*",
         "unroll": r"train: over 20 extra steps, borderline examples .*; test: over 20 extra steps, .*loss .*",
         "unroll_blocks": r"block \d+ unrolled; train, scale 1: cos negative on \d+ of 20 extra steps.*; test, scale 0.05: .*",
+        "stage_norms": r"\|\|dL/dh\|\|, first block of the first stage / of the last stage, train: .* at epoch 0, .* at epoch 2, largest .*; .*test: .*",
     }
     figures = experiments.load_figures(workdir / "config" / "figures")
     assert {"sas-f3", "sas-f4", "rskip-f3", "iter-f2", "iter-f3", "iter-f4"} <= set(figures)
@@ -281,12 +282,12 @@ def test_paper_scale_dry_run_lists_every_job(workdir):
     n_measured = len({(m["measurement"], run) for m in plan.measures for run in m["runs"]})  # one job per run and measurement
     tabled = {run for row in plan.rows for run in row["runs"]}
     only_figures = {run for m in plan.measures for run in m["runs"]} - tabled
-    # paper 003's four nets on CIFAR-10 and CIFAR-100, one seed each, under its own recipes (with
-    # the snapshots its figures over training read), and ResNet-110's 4 seeds on CIFAR-10 that
-    # Figure 7 averages over; every other figure reads the tables' runs
-    expected = [(arch, f"{recipe}+iter-snapshots", 0) for arch, recipe in (("preact_resnet110", "iter-resnet110"), ("single_rep_resnet_paper", "iter-single"),
+    # paper 003's three nets of its own on CIFAR-10 and CIFAR-100 and Figure 9's ablation of
+    # sharing, one seed each, under its own recipes (with the snapshots its figures over training
+    # read); its ResNet-110 and UBN nets are Table 1's runs; every other figure reads the tables' runs
+    expected = [(arch, f"{recipe}+iter-snapshots", 0) for arch, recipe in (("single_rep_resnet_paper", "iter-single"),
                                                                            ("avgpool_resnet_paper", "iter-pool"), ("wide_resnet_paper", "iter-wide")) for _ in range(2)]
-    expected += [("preact_resnet110", "iter-resnet110+iter-snapshots", seed) for seed in (1, 2, 3)]
+    expected += [(f"shared_resnet_{s}_110", "iter-resnet110+iter-snapshots", 0) for s in ("naive", "stats", "stats_gamma")]
     assert sorted((plan.runs[r].arch, plan.runs[r].recipe, plan.runs[r].seed) for r in only_figures) == sorted(expected)
     # paper 001: 6 cells on EN-VI base, 2 two-block, 2 on each other dataset x size; SAS: 2 on
     # each dataset x size. Each paper's protocol differs (refine:), so no cell is shared; 5 seeds.

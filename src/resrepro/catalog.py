@@ -116,6 +116,10 @@ ARCHITECTURES: dict[str, Architecture] = {
         Architecture("single_rep_resnet", "classification", "size", "single_rep_resnet_{}", ("size", "variant", "args")),
         Architecture("avgpool_resnet", "classification", "size", "avgpool_resnet_{}", ("size", "variant", "args")),
         Architecture("wide_resnet", "classification", "size", "wide_resnet_{}", ("size", "variant", "args")),
+        # paper 003 Sec. 4.5: PreAct-ResNets sharing their top blocks, one per BN strategy
+        # (models/shared_resnet.py); sizes: the paper's depth "110", "146", "182", or "mini110", ...
+        *(Architecture(f"shared_resnet_{s}", "classification", "size", f"shared_resnet_{s}_{{}}", ("size", "variant", "args"))
+          for s in ("naive", "stats", "stats_gamma", "ubn")),
     )
 }
 DEFAULT_FOR_TASK = {"classification": "preact_resnet", "translation": "transformer"}  # a row without `arch:`
@@ -167,6 +171,9 @@ MEASUREMENTS: dict[str, MeasurementSpec] = {
                         {"examples": 10000, "splits": ["train", "test"], "batch_size": 500, "steps": 20, "scale": 0.05, "margin": 0.1}),
         MeasurementSpec("unroll_blocks", "classification", "per_block",
                         {"examples": 10000, "splits": ["train", "test"], "batch_size": 500, "steps": 20, "scale": 0.05}),
+        # paper 003 Sec. 4.5, Figs. 8-9: gradient and activation norms of shared nets over training
+        # (measure/stage_norms.py), "on train (solid line) and validation data (dashed line)"
+        MeasurementSpec("stage_norms", "classification", "per_epoch", {"examples": 10000, "splits": ["train", "test"], "batch_size": 500}),
         # paper 003 Figs. 5, 13-17: the last stage's blocks "on validation during the training
         # process", on the snapshots a run kept (measure/over_training.py)
         MeasurementSpec("over_training", "classification", "per_epoch_block", {"examples": 10000, "splits": ["test"], "batch_size": 500},

@@ -45,4 +45,4 @@ def get(name: str) -> Measurement:
     return MEASUREMENTS[catalog.measurement(name).name]
 
 
-from . import blocks, borderline, curves, gates, over_training, skip_scale, unroll  # noqa: E402,F401  (registers the measurements)
+from . import blocks, borderline, curves, gates, over_training, skip_scale, stage_norms, unroll  # noqa: E402,F401  (registers the measurements)

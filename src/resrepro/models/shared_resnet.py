@@ -1,0 +1,103 @@
+"""Paper 003 Sec. 4.5: PreAct-ResNets whose top blocks share their weights (Jastrzebski et al. 2018).
+
+"We consider a shared version of Resnet-110 model, where in each stage we share all the residual
+blocks from the 5th block. All shared Resnets in this section have therefore a similar number of
+parameters as Resnet-38." ResNet-38 has 6 blocks a stage, and Figure 8 speaks of the "naively
+shared top 13 layers" of ResNet-110's 18: so each stage keeps 5 blocks of its own, and the 6th
+block's two convolutions serve every block above it (13 of 18 blocks at depth 110, 19 of 24 at
+146, 25 of 30 at 182). The rest is preact_resnet.py's net: stages of 16/32/64 channels, a
+projection at the start of stages 2 and 3, BN-ReLU-pool-linear.
+
+What the shared blocks share besides the convolutions is the strategy, one architecture each:
+- shared_resnet_naive: everything, batch normalisation's statistics and gamma/beta included;
+- shared_resnet_stats: each application its own BN statistics (gamma/beta shared);
+- shared_resnet_stats_gamma: and gamma initialised to 0.1, as recurrent batch normalisation
+  (Cooijmans et al. 2016, which the paper builds on);
+- shared_resnet_ubn: and gamma/beta of their own too: the paper's Unshared Batch Normalization
+  ("initialize gamma to 0.1 and unshare statistics for every step ... we also unshare gamma and beta").
+Every application has its own residual combiner (x + F has no parameters), so the per-block
+measurements see each application as a block.
+
+Sizes (the paper's depth, or a mini net for 8x8 digits): "110", "146", "182" have 18/24/30 blocks
+a stage, 5 of their own; "mini110", "mini146", "mini182" have 5/7/8 blocks a stage (the ratio
+18:24:30), 1 of its own, so that a mini stage shares most of its blocks as the paper's does.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .. import residual
+from .preact_resnet import STAGE_CHANNELS, PreActBlock
+from .registry import register
+
+# size -> (blocks a stage, blocks a stage with weights of their own before the shared one)
+SIZES = {"110": (18, 5), "146": (24, 5), "182": (30, 5), "mini110": (5, 1), "mini146": (7, 1), "mini182": (8, 1)}
+# strategy -> (BN statistics per application, gamma/beta per application, gamma's initial value)
+STRATEGIES = {"naive": (False, False, 1.0), "stats": (True, False, 1.0), "stats_gamma": (True, False, 0.1), "ubn": (True, True, 0.1)}
+
+
+def shared_steps(block: PreActBlock, count: int, strategy: str, variant: str, args: dict) -> list[PreActBlock]:
+    """`count` applications of `block` (the first is `block` itself): each a PreActBlock whose
+    convolutions are `block`'s, with its BN shared or not as the strategy says."""
+    own_stats, own_affine, gamma = STRATEGIES[strategy]
+    width = block.conv1.out_channels
+    for bn in (block.bn1, block.bn2):
+        nn.init.constant_(bn.weight, gamma)
+    steps = [block]
+    for _ in range(count - 1):
+        step = PreActBlock(width, width, 1, variant, args)
+        step.conv1, step.conv2 = block.conv1, block.conv2
+        for name in ("bn1", "bn2"):
+            shared_bn, own_bn = getattr(block, name), getattr(step, name)
+            if not own_stats:
+                setattr(step, name, shared_bn)
+            elif not own_affine:
+                own_bn.weight, own_bn.bias = shared_bn.weight, shared_bn.bias
+            else:
+                nn.init.constant_(own_bn.weight, gamma)
+        steps.append(step)
+    return steps
+
+
+class SharedPreActResNet(nn.Module):
+    def __init__(self, blocks: int, own: int, strategy: str, num_classes: int, variant: str = "add", args: dict | None = None,
+                 in_channels: int = 3):
+        super().__init__()
+        args = residual.validate(variant, args)
+        self.stem = nn.Conv2d(in_channels, STAGE_CHANNELS[0], 3, 1, 1, bias=False)
+        layers, in_ch = [], STAGE_CHANNELS[0]
+        for stage, out_ch in enumerate(STAGE_CHANNELS):
+            for i in range(own):
+                layers.append(PreActBlock(in_ch, out_ch, 2 if stage > 0 and i == 0 else 1, variant, args))
+                in_ch = out_ch
+            layers += shared_steps(PreActBlock(out_ch, out_ch, 1, variant, args), blocks - own, strategy, variant, args)
+        self.blocks = nn.Sequential(*layers)
+        self.bn = nn.BatchNorm2d(in_ch)
+        self.fc = nn.Linear(in_ch, num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.blocks(self.stem(x))
+        return self.fc(F.relu(self.bn(out)).mean(dim=(2, 3)))
+
+
+def _builder(strategy: str):
+    name = f"shared_resnet_{strategy}"
+
+    def build(spec: dict) -> SharedPreActResNet:
+        size = str(spec["size"])
+        if size not in SIZES:
+            raise residual.ConfigError(f"{name}: size {size!r} unknown; allowed: {', '.join(SIZES)}")
+        blocks, own = SIZES[size]
+        return SharedPreActResNet(blocks, own, strategy, spec["classes"], spec["variant"], spec["args"], spec["in_channels"])
+
+    return register(name)(build)
+
+
+for _strategy in STRATEGIES:
+    _builder(_strategy)
