@@ -125,3 +125,15 @@ def test_the_summary_reads_initialisation_the_last_snapshot_and_the_largest():
 
     frame = pd.DataFrame({"split": "train", "quantity": FORWARD, "epoch": [0, 3, 6], "value": [60.0, 80.0, 1.5]})
     assert summarize_stage_norms(frame) == f"{FORWARD}, train: 60 at epoch 0, 1.5 at epoch 6, largest 80 (epoch 3)"
+
+
+def test_the_last_stage_starts_at_the_first_block_of_the_last_shape():
+    """Shapes 1, 1, 2, 4 channels: the last stage is block 4 alone. x -> 3x, stacked twice: the
+    loss reads mean(3x), so dL/dx = 3 g / 64 per pixel and dL/dh = g / 128 at block 4's input
+    (128 numbers): the ratio of norms is (3/8) / (1/sqrt(128)) = 3 sqrt(2); ||h|| grows 6 times."""
+    net = Net(Block(2.0), Block(0.0), Widen(), Widen())
+    frame = measure_stage_norms(net, data(), SETTINGS, torch.device("cpu"))
+    assert list(frame.columns) == ["split", "quantity", "value", "examples"]
+    values = frame.set_index("quantity")["value"]
+    assert values[GRADIENT] == pytest.approx(3 * 2 ** 0.5, rel=1e-5)
+    assert values[FORWARD] == pytest.approx(6.0, rel=1e-5)

@@ -66,3 +66,44 @@ def test_a_resnet_is_measured_on_its_middle_blocks():
 def test_the_summary_gives_the_mean_over_the_blocks_shown():
     frame = pd.DataFrame({"split": "train", "block": [3, 4, 5], "quantity": "effective scale of the skip", "value": [2.0, 3.0, 4.0]})
     assert summarize_skip_scale(frame) == "train: blocks 3-5, mean effective scale 3.00 (from 2.00 to 4.00)"
+
+
+class NormedBlock(torch.nn.Module):
+    """h -> LN(2h + c h) (2xSkip+LN with F = c h), on one channel."""
+
+    def __init__(self, c: float):
+        super().__init__()
+        self.c = c
+        self.residual = residual.build("xskip_ln", 1, "conv", {"lam": 2})
+
+    def forward(self, h):
+        return self.residual(h, self.c * h)
+
+
+def test_the_measured_scale_is_the_mean_over_examples_of_2_over_sigma():
+    """sigma of 2h + c h is |2 + c| std(h) per example: s = 2 / (|2 + c| std(h)), averaged over
+    every example of every batch (20 examples in batches of 7)."""
+    from test_unroll import Net
+
+    d = data()
+    net = Net(NormedBlock(1.0))
+    frame = measure_skip_scale(net, d, {"examples": 10000, "splits": ["test"], "batch_size": 7, "blocks": "all"}, torch.device("cpu"))
+    h = (d["test_x"].float() / 255 - 0.5) / 0.25
+    sigma = (3.0 * h).flatten(1).var(dim=1, unbiased=False).add(1e-5).sqrt()
+    assert list(frame.columns) == ["split", "block", "quantity", "value", "examples"]
+    assert frame["block"].tolist() == [1] and frame["examples"].tolist() == [20]
+    assert frame["quantity"].tolist() == ["effective scale of the skip"]
+    assert frame["value"].iloc[0] == pytest.approx((2.0 / sigma).mean().item(), rel=1e-5)
+
+
+def test_rskip_scale_uses_x_plus_f_and_x_plus_y():
+    """x = 1 + noise-free pattern, F = x: sigma_1 is std(2x), sigma_2 std(x + y_1): by hand."""
+    block = residual.build("rskip_ln", 1, "conv", {"lam": 2})
+    x = alternating(1.0, n=1, c=1) + 3.0  # values 4 and 2: mean 3, std 1
+    f = x.clone()
+    z1 = x + f  # std 2
+    y1 = (z1 - z1.mean()) / (z1.var(unbiased=False) + 1e-5).sqrt()  # +-1
+    z2 = x + y1  # values 5 and 1: std 2
+    expected = (1 / (z2.var(unbiased=False) + 1e-5).sqrt()) * (1 + 1 / (z1.var(unbiased=False) + 1e-5).sqrt())
+    assert effective_scale(block, x, f).mean().item() == pytest.approx(expected.item(), rel=1e-5)
+    assert expected.item() == pytest.approx(0.5 * 1.5, rel=1e-4)

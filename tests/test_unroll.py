@@ -161,3 +161,25 @@ def test_extra_steps_of_an_earlier_block_are_numbered_after_the_nets_blocks():
     plain_ratio = frame[(frame["quantity"] == "||F(h)|| / ||h||") & (frame["scale"] == 1.0)].set_index("block")["value"]
     assert unrolled_ratio[1] == pytest.approx(plain_ratio[1])  # the trained block runs as trained
     assert unrolled_ratio[4] == pytest.approx(0.5 * plain_ratio[4])  # the first extra step: the same input, its branch halved
+
+
+def test_unroll_rows_name_each_groups_size_and_an_empty_group_has_no_value():
+    """Images far from the boundary: no borderline example, so that group's values are NaN and its share 0."""
+    from test_blocks import constant_images
+
+    d = constant_images([2.0, -2.0, 1.5, -1.5])
+    d["test_y"] = (d["test_x"].float().mean(dim=(1, 2, 3)) >= 128).long()  # what the flipping block predicts
+    frame = measure_unroll(Net(Block(-2.0)), d, {**SETTINGS, "scale": 1.0}, CPU)
+    assert list(frame.columns) == ["split", "step", "group", "quantity", "value", "examples", "unrolled_block"]
+    assert frame["examples"].eq(4).all() and frame["unrolled_block"].eq(1).all()
+    share = frame[frame["quantity"] == "share of examples (%)"].pivot_table(index="step", columns="group", values="value")
+    assert list(share.index) == [0, 1, 2, 3]
+    assert (share["all"] == 100.0).all() and (share["borderline"] == 0.0).all() and (share["correct"] == 100.0).all()
+    borderline = frame[(frame["group"] == "borderline") & (frame["quantity"] != "share of examples (%)")]
+    assert borderline["value"].isna().all() and len(borderline) == 4 * 3
+
+
+def test_unroll_blocks_rows_have_their_columns():
+    frame = measure_unroll_blocks(Net(Block(0.5)), data(), SETTINGS, CPU)
+    assert list(frame.columns) == ["split", "scale", "block", "extra_step", "unrolled_block", "quantity", "value", "examples"]
+    assert frame["examples"].eq(20).all()

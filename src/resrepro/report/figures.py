@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import textwrap
 
 import matplotlib
 
@@ -29,6 +30,11 @@ CURVES = {
 SPLIT_STYLES = {"train": "-", "test": "--"}  # the paper draws training solid, held-out dashed
 
 
+def _wrap(text: str, width: int = 40) -> str:
+    """Long quantity names on several lines, so that neighbouring panels' labels do not overlap."""
+    return textwrap.fill(text, width)
+
+
 def _lines(frame: pd.DataFrame, title: str, x: str, xlabel: str, log_y: bool = False) -> bytes | None:
     """One panel per quantity, `x` on the x axis, one colour per figure cell (and per group of
     examples or scale, where a `group` or `scale` column names one; solid: training data, dashed:
@@ -42,7 +48,7 @@ def _lines(frame: pd.DataFrame, title: str, x: str, xlabel: str, log_y: bool = F
     if "scale" in frame:  # so is each scaling of an unrolled block
         frame = frame.assign(label=frame["label"] + ", scale " + frame["scale"].map("{:g}".format))
     quantities = list(dict.fromkeys(frame["quantity"]))
-    fig, axes = plt.subplots(1, len(quantities), figsize=(max(6.0, 4.2 * len(quantities)), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(quantities), figsize=(max(6.0, 5.0 * len(quantities)), 3.6), squeeze=False)
     for ax, quantity in zip(axes[0], quantities):
         of_quantity = frame[frame["quantity"] == quantity]
         for colour, (label, cell) in enumerate(of_quantity.groupby("label", sort=False)):
@@ -53,7 +59,7 @@ def _lines(frame: pd.DataFrame, title: str, x: str, xlabel: str, log_y: bool = F
                 name = f"{label}{f', {split}' if split else ''} ({runs} run{'s' if runs != 1 else ''})"
                 ax.plot(mean.index, mean.values, SPLIT_STYLES.get(split, "-"), color=f"C{colour}", marker=".", label=name)
                 ax.fill_between(mean.index, by_x.min().values, by_x.max().values, color=f"C{colour}", alpha=0.2)
-        ax.set(xlabel=xlabel, ylabel=f"mean {quantity}", title=f"{title}: {quantity}", yscale="log" if log_y else "linear")
+        ax.set(xlabel=xlabel, ylabel=_wrap(f"mean {quantity}"), title=_wrap(f"{title}: {quantity}", 50), yscale="log" if log_y else "linear")
         ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))  # outside: lines stay readable
     return to_png(fig)
@@ -96,7 +102,7 @@ def per_epoch_block(frame: pd.DataFrame, title: str) -> bytes | None:
                 mean = curve.groupby("epoch")["value"].mean()
                 ax.plot(mean.index, mean.values, SPLIT_STYLES.get(split, "-"), color=colours((block - lo) / max(1, hi - lo)), marker=".", ms=3)
             runs = part["run"].nunique()
-            ax.set(xlabel="epoch", ylabel=f"mean {quantity}" if col == 0 else "", title=f"{label} ({runs} run{'s' if runs != 1 else ''})")
+            ax.set(xlabel="epoch", ylabel=_wrap(f"mean {quantity}") if col == 0 else "", title=_wrap(f"{label} ({runs} run{'s' if runs != 1 else ''})"))
             ax.grid(alpha=0.3)
             bar = fig.colorbar(plt.cm.ScalarMappable(cmap=colours, norm=matplotlib.colors.Normalize(lo, hi)), ax=ax)
             bar.set_label("residual block")
