@@ -52,21 +52,26 @@ class PreActBlock(nn.Module):
 class PreActResNet(nn.Module):
     def __init__(self, depth: int, num_classes: int, variant: str = "add", args: dict | None = None, in_channels: int = 3):
         super().__init__()
-        n = blocks_per_stage(depth)
+        self._build(blocks_per_stage(depth), num_classes, variant, args, in_channels)
+
+    def _build(self, n: int, num_classes: int, variant: str, args: dict | None, in_channels: int) -> None:
+        """stem, three stages of `stage_blocks`, BN and the classifier, then He init of every conv."""
         args = residual.validate(variant, args)
         self.stem = nn.Conv2d(in_channels, STAGE_CHANNELS[0], 3, 1, 1, bias=False)
         blocks, in_ch = [], STAGE_CHANNELS[0]
         for stage, out_ch in enumerate(STAGE_CHANNELS):
-            for i in range(n):
-                stride = 2 if stage > 0 and i == 0 else 1
-                blocks.append(PreActBlock(in_ch, out_ch, stride, variant, args))
-                in_ch = out_ch
+            blocks += self.stage_blocks(stage, in_ch, out_ch, n, variant, args)
+            in_ch = out_ch
         self.blocks = nn.Sequential(*blocks)
         self.bn = nn.BatchNorm2d(in_ch)
         self.fc = nn.Linear(in_ch, num_classes)
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+    def stage_blocks(self, stage: int, in_ch: int, out_ch: int, n: int, variant: str, args: dict) -> list[nn.Module]:
+        """A stage's n blocks; the first of stages 2 and 3 halves the resolution and projects."""
+        return [PreActBlock(in_ch if i == 0 else out_ch, out_ch, 2 if stage > 0 and i == 0 else 1, variant, args) for i in range(n)]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.blocks(self.stem(x))

@@ -25,12 +25,10 @@ a stage, 5 of their own; "mini110", "mini146", "mini182" have 5/7/8 blocks a sta
 
 from __future__ import annotations
 
-import torch
 from torch import nn
-from torch.nn import functional as F
 
 from .. import residual
-from .preact_resnet import STAGE_CHANNELS, PreActBlock
+from .preact_resnet import PreActBlock, PreActResNet
 from .registry import register
 
 # size -> (blocks a stage, blocks a stage with weights of their own before the shared one)
@@ -62,28 +60,20 @@ def shared_steps(block: PreActBlock, count: int, strategy: str, variant: str, ar
     return steps
 
 
-class SharedPreActResNet(nn.Module):
+class SharedPreActResNet(PreActResNet):
+    """preact_resnet.py's net whose stages have `own` blocks of their own, then one block applied
+    `blocks - own` times (shared_steps)."""
+
     def __init__(self, blocks: int, own: int, strategy: str, num_classes: int, variant: str = "add", args: dict | None = None,
                  in_channels: int = 3):
-        super().__init__()
-        args = residual.validate(variant, args)
-        self.stem = nn.Conv2d(in_channels, STAGE_CHANNELS[0], 3, 1, 1, bias=False)
-        layers, in_ch = [], STAGE_CHANNELS[0]
-        for stage, out_ch in enumerate(STAGE_CHANNELS):
-            for i in range(own):
-                layers.append(PreActBlock(in_ch, out_ch, 2 if stage > 0 and i == 0 else 1, variant, args))
-                in_ch = out_ch
-            layers += shared_steps(PreActBlock(out_ch, out_ch, 1, variant, args), blocks - own, strategy, variant, args)
-        self.blocks = nn.Sequential(*layers)
-        self.bn = nn.BatchNorm2d(in_ch)
-        self.fc = nn.Linear(in_ch, num_classes)
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+        nn.Module.__init__(self)
+        self.blocks_per_stage, self.strategy = blocks, strategy
+        self._build(own, num_classes, variant, args, in_channels)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.blocks(self.stem(x))
-        return self.fc(F.relu(self.bn(out)).mean(dim=(2, 3)))
+    def stage_blocks(self, stage: int, in_ch: int, out_ch: int, n: int, variant: str, args: dict) -> list[nn.Module]:
+        shared = PreActBlock(out_ch, out_ch, 1, variant, args)
+        return super().stage_blocks(stage, in_ch, out_ch, n, variant, args) + shared_steps(
+            shared, self.blocks_per_stage - n, self.strategy, variant, args)
 
 
 def _builder(strategy: str):
