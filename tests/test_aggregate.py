@@ -207,7 +207,7 @@ def test_read_run_fills_every_runs_csv_column(tmp_path):
     names = {"task": "classification", "dataset": "digits", "arch": "preact_resnet8", "recipe": "default", "variant_id": "sas"}
     done = {"parameters": 10, "wall_time_s": 1.0, "device": "cpu", "git_commit": "abc"}
     assert read_run(tmp_path, f"{cls}/seed0") == {"run": f"{cls}/seed0", **names, "seed": 0, "status": "ok", "epochs_completed": 2, **done,
-                                                  "final_test_error": 4.5, "best_test_error": 4.5, "best_epoch": 2}
+                                                  "final_test_error": 4.5, "best_test_error": 4.5, "best_epoch": 2, "final_train_error": 2.25}
     assert read_run(tmp_path, f"{cls}/seed1") == {"run": f"{cls}/seed1", **names, "seed": 1, "status": "diverged", "epochs_completed": 2, **done,
                                                   "diverged_step": 3}
     assert read_run(tmp_path, f"{cls}/seed2") == {"run": f"{cls}/seed2", **names, "seed": 2, "status": "failed", "error": "CUDA out of memory"}
@@ -283,3 +283,36 @@ def test_a_row_without_a_baseline_has_no_verdict(tmp_path):
     rows = aggregate(plan, tmp_path / "results", [tmp_path / "t.yaml"], "final")["rows"].set_index("label")
     assert list(rows["verdict"]) == ["baseline", "inconclusive", ""]
     assert list(rows["reason"]) == ["", "needs at least 2 finished seeds on each side", ""]
+
+
+def test_train_errors_and_parameter_counts_beside_the_papers(tmp_path):
+    """iter-t1 (paper 003 Table 1): the last epoch's training error, mean over seeds, beside the
+    paper's; our parameter count at paper size beside the paper's. Tables without them have none."""
+    from fake_runs import plan_for, write_metrics
+
+    plan = plan_for(["iter-t1", "sas-t7"], seeds=2)
+    for path, run in plan.runs.items():  # shared nets train worse: 4 and 5 against 2 and 3
+        write_metrics(tmp_path, path, 10.0 + run.seed, train_error=(4.0 if run.model.startswith("shared") else 2.0) + run.seed)
+    rows = aggregate(plan.rows, tmp_path, "config/tables", "final")["rows"].set_index("label")
+    ubn, r38 = rows.loc["ResNet-110-UBN, CIFAR-10"], rows.loc["ResNet-38, CIFAR-100"]
+    assert (ubn["train_error"], ubn["paper_train_error"]) == (4.5, 0.63)
+    assert (r38["train_error"], r38["paper_train_error"]) == (2.5, 10.04)
+    # the same net with a 100-class head has 64 x 90 + 90 more weights, as the paper's ranges say
+    c10, c100 = rows.loc["ResNet-32, CIFAR-10"], rows.loc["ResNet-32, CIFAR-100"]
+    assert c100["parameters_at_paper_size"] - c10["parameters_at_paper_size"] == 64 * 90 + 90
+    assert (c10["paper_parameters"], c100["paper_parameters"]) == (467_000, 473_000)
+    t1 = rows[rows["table"] == "iter-t1"]
+    assert len(t1) == 14 and t1["parameters_at_paper_size"].gt(0).all()
+    sas = rows[rows["table"] == "sas-t7"]
+    assert sas["train_error"].isna().all() and sas["parameters_at_paper_size"].isna().all()
+
+
+def test_the_shared_nets_have_the_papers_parameter_counts():
+    """Our paper-size nets against paper 003 Table 1's printed counts (a k rounded, and the paper's
+    own shortcut details): within 0.5%, for the shared UBN nets as for the plain ResNets."""
+    from resrepro.analysis.aggregate import parameters_at_paper_size
+    from resrepro.experiments import load_tables
+
+    for row in load_tables("config/tables")["iter-t1"]["rows"]:
+        ours = parameters_at_paper_size(row, "classification")
+        assert abs(ours / row["paper_parameters"] - 1) < 0.005, (row["label"], ours)

@@ -280,12 +280,25 @@ GOOD_ROW = {"label": "x+F", "dataset": "cifar10", "depth": 20, "variant": "add",
         ({"depth": 1202}, "1202 has no entry in classification.depths"),
         ({"paper_parameters": "65M"}, "rows[0]: paper_parameters must be a positive whole count"),
         ({"paper_parameters": 0}, "rows[0]: paper_parameters must be a positive whole count"),
+        ({"paper_train_error": "1.5%"}, "rows[0]: paper_train_error must be a percentage (0 to 100)"),
+        ({"paper_train_error": 100.5}, "rows[0]: paper_train_error must be a percentage (0 to 100)"),
+        ({"paper_train_error": -0.1}, "rows[0]: paper_train_error must be a percentage (0 to 100)"),
+        ({"paper_train_error": True}, "rows[0]: paper_train_error must be a percentage (0 to 100)"),
     ],
 )
 def test_a_table_file_with_one_bad_row_names_table_row_and_key(tmp_path, row, message):
+    """Each bad key is caught with its name; the good row with edge values (0 and 100) passes."""
     row = {k: v for k, v in {**GOOD_ROW, **row}.items() if v is not None}
     table = {"paper": "rskip", "caption": "c", "source": "s", "task": "classification", "metric": "test_error", "rows": [row]}
     (tmp_path / "t.yaml").write_text(yaml.safe_dump({"bad-t1": table}))
     with pytest.raises(ConfigError) as err:
         experiments.make_plan(snakefile_config(f"tables_dir={tmp_path}", "tables=all"))
     assert message in str(err.value) and "bad-t1" in str(err.value)
+
+
+@pytest.mark.parametrize("train_error", [0, 100, 1.53])
+def test_a_train_error_from_0_to_100_is_accepted(tmp_path, train_error):
+    table = {"paper": "rskip", "caption": "c", "source": "s", "task": "classification", "metric": "test_error",
+             "rows": [{**GOOD_ROW, "paper_train_error": train_error}]}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump({"ok-t1": table}))
+    assert experiments.load_tables(tmp_path)["ok-t1"]["rows"][0]["paper_train_error"] == train_error

@@ -137,8 +137,42 @@ GOLDEN_PARAMETERS = [
     ("rskip-t7", "EN-DE Base + proposal", 65_030_000, f"{RSKIP}, Table 7, + proposal (Base): +0.03M"),
     ("rskip-t7", "EN-DE Big", 213_000_000, f"{RSKIP}, Table 7, Transformer-Big: 213M"),
     ("rskip-t7", "EN-DE Big + proposal", 213_060_000, f"{RSKIP}, Table 7, + proposal (Big): +0.06M"),
+    # paper 003 Table 1's "Parameters" column: one range per model, its CIFAR-10 count then its
+    # CIFAR-100 count (a 100-class head), e.g. "467k-473k"
+    ("iter-t1", "ResNet-32, CIFAR-10", 467_000, f"{ITER}, Table 1, ResNet-32: 467k-473k"),
+    ("iter-t1", "ResNet-38, CIFAR-10", 565_000, f"{ITER}, Table 1, ResNet-38: 565k-571k"),
+    ("iter-t1", "ResNet-110-UBN, CIFAR-10", 570_000, f"{ITER}, Table 1, ResNet-110-UBN: 570k-576k"),
+    ("iter-t1", "ResNet-146-UBN, CIFAR-10", 573_000, f"{ITER}, Table 1, ResNet-146-UBN: 573k-579k"),
+    ("iter-t1", "ResNet-182-UBN, CIFAR-10", 576_000, f"{ITER}, Table 1, ResNet-182-UBN: 576k-581k"),
+    ("iter-t1", "ResNet-56, CIFAR-10", 857_000, f"{ITER}, Table 1, ResNet-56: 857k-863k"),
+    ("iter-t1", "ResNet-110, CIFAR-10", 1734_000, f"{ITER}, Table 1, ResNet-110: 1734k-1740k"),
+    ("iter-t1", "ResNet-32, CIFAR-100", 473_000, f"{ITER}, Table 1, ResNet-32: 467k-473k"),
+    ("iter-t1", "ResNet-38, CIFAR-100", 571_000, f"{ITER}, Table 1, ResNet-38: 565k-571k"),
+    ("iter-t1", "ResNet-110-UBN, CIFAR-100", 576_000, f"{ITER}, Table 1, ResNet-110-UBN: 570k-576k"),
+    ("iter-t1", "ResNet-146-UBN, CIFAR-100", 579_000, f"{ITER}, Table 1, ResNet-146-UBN: 573k-579k"),
+    ("iter-t1", "ResNet-182-UBN, CIFAR-100", 581_000, f"{ITER}, Table 1, ResNet-182-UBN: 576k-581k"),
+    ("iter-t1", "ResNet-56, CIFAR-100", 863_000, f"{ITER}, Table 1, ResNet-56: 857k-863k"),
+    ("iter-t1", "ResNet-110, CIFAR-100", 1740_000, f"{ITER}, Table 1, ResNet-110: 1734k-1740k"),
 ]
 
+
+# Paper 003 Table 1 prints "train / test" error per dataset; the train half:
+GOLDEN_TRAIN_ERRORS = [
+    ("iter-t1", "ResNet-32, CIFAR-10", 1.53, f"{ITER}, Table 1, ResNet-32 x CIFAR10 (train half)"),
+    ("iter-t1", "ResNet-38, CIFAR-10", 1.2, f"{ITER}, Table 1, ResNet-38 x CIFAR10 (train half)"),
+    ("iter-t1", "ResNet-110-UBN, CIFAR-10", 0.63, f"{ITER}, Table 1, ResNet-110-UBN x CIFAR10 (train half)"),
+    ("iter-t1", "ResNet-146-UBN, CIFAR-10", 0.68, f"{ITER}, Table 1, ResNet-146-UBN x CIFAR10 (train half)"),
+    ("iter-t1", "ResNet-182-UBN, CIFAR-10", 0.48, f"{ITER}, Table 1, ResNet-182-UBN x CIFAR10 (train half)"),
+    ("iter-t1", "ResNet-56, CIFAR-10", 0.58, f"{ITER}, Table 1, ResNet-56 x CIFAR10 (train half)"),
+    ("iter-t1", "ResNet-110, CIFAR-10", 0.22, f"{ITER}, Table 1, ResNet-110 x CIFAR10 (train half)"),
+    ("iter-t1", "ResNet-32, CIFAR-100", 12.62, f"{ITER}, Table 1, ResNet-32 x CIFAR100 (train half)"),
+    ("iter-t1", "ResNet-38, CIFAR-100", 10.04, f"{ITER}, Table 1, ResNet-38 x CIFAR100 (train half)"),
+    ("iter-t1", "ResNet-110-UBN, CIFAR-100", 7.75, f"{ITER}, Table 1, ResNet-110-UBN x CIFAR100 (train half)"),
+    ("iter-t1", "ResNet-146-UBN, CIFAR-100", 7.21, f"{ITER}, Table 1, ResNet-146-UBN x CIFAR100 (train half)"),
+    ("iter-t1", "ResNet-182-UBN, CIFAR-100", 6.42, f"{ITER}, Table 1, ResNet-182-UBN x CIFAR100 (train half)"),
+    ("iter-t1", "ResNet-56, CIFAR-100", 5.19, f"{ITER}, Table 1, ResNet-56 x CIFAR100 (train half)"),
+    ("iter-t1", "ResNet-110, CIFAR-100", 1.26, f"{ITER}, Table 1, ResNet-110 x CIFAR100 (train half)"),
+]
 
 @pytest.fixture(scope="module")
 def config_values():
@@ -182,4 +216,10 @@ def test_sources_name_the_table_of_the_config_entry():
 def test_config_tables_hold_exactly_the_papers_parameter_counts():
     counts = [(t, row["label"], row["paper_parameters"]) for t, table in load_tables("config/tables").items()
               for row in table["rows"] if "paper_parameters" in row]
-    assert counts == [(t, label, n) for t, label, n, _ in GOLDEN_PARAMETERS]
+    assert sorted(counts) == sorted((t, label, n) for t, label, n, _ in GOLDEN_PARAMETERS)
+
+
+def test_config_tables_hold_exactly_the_papers_train_errors():
+    errors = [(t, row["label"], row["paper_train_error"]) for t, table in load_tables("config/tables").items()
+              for row in table["rows"] if "paper_train_error" in row]
+    assert errors == [(t, label, v) for t, label, v, _ in GOLDEN_TRAIN_ERRORS]

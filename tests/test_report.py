@@ -60,8 +60,8 @@ def build_report(root, train_logs: bool) -> SimpleNamespace:
     return SimpleNamespace(html=html, rows=pd.read_csv(agg / "rows.csv").set_index(["table", "label"]), aggregate=agg)
 
 
-def render_report(aggregate_dir, out) -> str:
-    cli.main(["report", "--aggregate-dir", str(aggregate_dir), "--tables", "config/tables/sas.yaml", "config/tables/rskip.yaml",
+def render_report(aggregate_dir, out, tables=("config/tables/sas.yaml", "config/tables/rskip.yaml")) -> str:
+    cli.main(["report", "--aggregate-dir", str(aggregate_dir), "--tables", *tables,
               "--template", "report/templates/index.html.j2", "--scale", "tiny", "--out", str(out)])
     return out.read_text()
 
@@ -186,6 +186,33 @@ def test_paper_parameter_counts_stand_beside_ours(tmp_path):
     assert row_by_label(html, "rskip-t7", "EN-DE Base")["parameters, paper"] == "65.00M"
     en_vi = row_by_label(html, "rskip-t7", "EN-VI Base")
     assert en_vi["parameters, paper"] == "" and en_vi["parameters at paper size (vocabulary)"] == "60.88M (32,768)"
+
+
+def test_train_errors_and_parameter_counts_of_a_classification_table(tmp_path):
+    """iter-t1: the paper's train error beside the last epoch's, the paper's parameter count
+    beside ours at paper size; a classification table without them has neither column."""
+    from fake_runs import write_metrics
+
+    plan = plan_for(["iter-t1", "sas-t7"], seeds=1)
+    for path in plan.runs:
+        write_metrics(tmp_path / "results", path, 10.0, train_error=1.25)
+    cli.main(["aggregate", "--plan", json.dumps(plan.rows), "--results-dir", str(tmp_path / "results"), "--tables",
+              "config/tables/iter.yaml", "config/tables/sas.yaml", "--epoch", "final", "--out-dir", str(tmp_path / "agg")])
+    html = render_report(tmp_path / "agg", tmp_path / "index.html", ("config/tables/iter.yaml", "config/tables/sas.yaml"))
+    ubn = row_by_label(html, "iter-t1", "ResNet-110-UBN, CIFAR-100")
+    assert (ubn["train error, paper"], ubn["train error"]) == ("7.75", "1.25")
+    assert (ubn["parameters, paper"], ubn["parameters at paper size"]) == ("576k", "575k")  # 575,156
+    assert row_by_label(html, "iter-t1", "ResNet-110, CIFAR-10")["parameters, paper"] == "1.73M"  # 1,734k
+    sas = row_by_label(html, "sas-t7", "SAS with LN")
+    assert "train error" not in sas and "parameters, paper" not in sas
+
+
+@pytest.mark.parametrize("count, text", [(None, ""), (float("nan"), ""), (467_000, "467k"), (999_499, "999k"), (1_000_000, "1.00M"),
+                                         (65_030_000, "65.03M")])
+def test_parameter_counts_read_as_papers_print_them(count, text):
+    from resrepro.report.render import _count
+
+    assert _count(count) == text
 
 
 @pytest.mark.parametrize("value, text", [(None, "–"), (float("nan"), "–"), (1.005, "1.00"), (-2.5, "-2.50"), (3, "3.00")])

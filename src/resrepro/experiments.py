@@ -20,9 +20,11 @@ from .catalog import ConfigError
 
 TASKS = ("classification", "translation")
 METRICS = {"test_error": False, "test_accuracy": True, "bleu": True}  # metric -> higher is better
-# paper_parameters: the model size the paper prints beside the row (paper 001 Table 7), a count
+# paper_parameters: the model size the paper prints beside the row (papers 001 Table 7, 003
+# Table 1), a count; paper_train_error: the training error (%) it prints beside a test error
 # arch: an architecture of the table's task (catalog.ARCHITECTURES), else the task's default
-ROW_KEYS = {"label", "formula", "dataset", "arch", "depth", "size", "variant", "args", "paper", "baseline", "note", "paper_parameters"}
+ROW_KEYS = {"label", "formula", "dataset", "arch", "depth", "size", "variant", "args", "paper", "baseline", "note", "paper_parameters",
+            "paper_train_error"}
 TABLE_KEYS = {"paper", "caption", "source", "task", "metric", "baseline", "rows"}
 FIGURE_KEYS = {"paper", "caption", "source", "measurement", "settings", "quantities", "claim", "cells"}
 CELL_KEYS = {"label", "dataset", "arch", "depth", "size", "variant", "args"}
@@ -67,10 +69,16 @@ def _check_table(table_id: str, table: dict, path: Path) -> dict:
         _check_cell(table["task"], row, rwhere, ("paper",), ROW_KEYS)
         if "paper_parameters" in row and not (isinstance(row["paper_parameters"], int) and row["paper_parameters"] > 0):
             raise ConfigError(f"{rwhere}: paper_parameters must be a positive whole count, e.g. 65_000_000; got {row['paper_parameters']!r}")
+        if "paper_train_error" in row and not (table["task"] == "classification" and _is_percent(row["paper_train_error"])):
+            raise ConfigError(f"{rwhere}: paper_train_error must be a percentage (0 to 100) in a classification table; got {row['paper_train_error']!r}")
         baseline = row.get("baseline", table.get("baseline"))
         if baseline is not None and baseline not in labels:
             raise ConfigError(f"{rwhere}: baseline {baseline!r} is not a row label; rows: {labels}")
     return table
+
+
+def _is_percent(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 100
 
 
 def _check_cell(task: str, cell: dict, where: str, also_required: tuple[str, ...], allowed: set[str]) -> None:

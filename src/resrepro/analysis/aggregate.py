@@ -25,7 +25,7 @@ from ..experiments import METRICS, load_tables
 from . import stats
 
 UNFINISHED = ("failed", "incomplete", "missing")
-RUN_COLUMNS = ["run", "task", "dataset", "arch", "recipe", "variant_id", "seed", "status", "error", "final_test_error", "best_test_error", "best_epoch",
+RUN_COLUMNS = ["run", "task", "dataset", "arch", "recipe", "variant_id", "seed", "status", "error", "final_test_error", "best_test_error", "best_epoch", "final_train_error",
                "bleu", "sacrebleu", "sacrebleu_signature", "epochs_completed", "diverged_step", "parameters", "wall_time_s",
                "device", "git_commit"]
 
@@ -55,7 +55,8 @@ def read_run(results_dir: Path, run: str) -> dict:
         ev = json.loads(eval_path.read_text())
         out.update(bleu=ev["bleu_tokenized"]["bleu"], sacrebleu=ev["sacrebleu"]["bleu"], sacrebleu_signature=ev["sacrebleu"]["signature"])
     else:
-        out.update(final_test_error=m["final"]["test_error"], best_test_error=m["best"]["test_error"], best_epoch=m["best"]["epoch"])
+        out.update(final_test_error=m["final"]["test_error"], best_test_error=m["best"]["test_error"], best_epoch=m["best"]["epoch"],
+                   final_train_error=m["final"]["train_error"])
     return out
 
 
@@ -103,14 +104,19 @@ def bootstrap_p_values(results_dir: Path, runs: pd.DataFrame, row_runs: list[str
     return out
 
 
-def parameters_at_paper_size(row: dict) -> int:
-    """Parameters of the row's model at the paper's size with the joint vocabulary the pipeline
-    builds for the row's dataset at paper scale (VOCAB_SIZES), counted on the meta device (no
-    memory): our side of paper 001 Table 7's parameter column (docs/parameters.md)."""
+def parameters_at_paper_size(row: dict, task: str) -> int:
+    """Parameters of the row's model at the paper's size, counted on the meta device (no memory):
+    our side of the papers' parameter columns (docs/parameters.md). A Transformer's count uses the
+    joint vocabulary the pipeline builds for the row's dataset at paper scale (VOCAB_SIZES); a
+    classifier's, the dataset's classes and RGB input."""
     from .. import models
+    from ..data.cifar import CLASSES
 
-    return models.parameters_of({"arch": row.get("arch", models.registry.DEFAULT_FOR_TASK["translation"]), "size": row["size"], "variant": row["variant"],
-                                 "args": row.get("args") or {}, "pad_id": 0, "vocab_size": VOCAB_SIZES[row["dataset"]]})
+    arch = models.registry.get(row.get("arch", models.registry.DEFAULT_FOR_TASK[task]))
+    spec = {"arch": arch.name, arch.size_key: row[arch.size_key], "variant": row["variant"], "args": row.get("args") or {}}
+    if task == "translation":
+        return models.parameters_of({**spec, "pad_id": 0, "vocab_size": VOCAB_SIZES[row["dataset"]]})
+    return models.parameters_of({**spec, "classes": CLASSES[row["dataset"]], "in_channels": 3})
 
 
 def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path | list, epoch_basis: str) -> dict[str, pd.DataFrame]:
@@ -155,11 +161,15 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
                 line.update(verdict="no result", reason="no finished seed in this row or its baseline")
             if table["task"] == "translation":
                 line["bootstrap_p"] = json.dumps(bootstrap_p_values(results_dir, runs, plan_row["runs"], baseline["runs"]))
+        ok = [r for r in plan_row["runs"] if runs.loc[r, "status"] == "ok"]
         if table["task"] == "translation":
-            ok = [r for r in plan_row["runs"] if runs.loc[r, "status"] == "ok"]
             line["sacrebleu"] = runs.loc[ok, "sacrebleu"].astype(float).mean()
-            line["parameters_at_paper_size"] = parameters_at_paper_size(spec)
             line["parameters_vocabulary"] = VOCAB_SIZES[spec["dataset"]]
+        if "paper_train_error" in spec:  # the training error of the last epoch, beside the paper's
+            line["train_error"] = runs.loc[ok, "final_train_error"].astype(float).mean()
+            line["paper_train_error"] = spec["paper_train_error"]
+        if table["task"] == "translation" or "paper_parameters" in spec:
+            line["parameters_at_paper_size"] = parameters_at_paper_size(spec, table["task"])
             line["paper_parameters"] = spec.get("paper_parameters")
         out_rows.append(line)
 

@@ -53,6 +53,10 @@ LAYOUT = {
     },
 }
 
+# Label counts (CIFAR-100: its fine labels), for counting a model's parameters at paper scale
+# without the data (analysis/aggregate.py).
+CLASSES = {"cifar10": 10, "cifar100": 100}
+
 
 def prepare_cifar(archive: str | Path, name: str, out: str | Path) -> None:
     """Read the CIFAR archive `archive` (name "cifar10" or "cifar100") and write `out`."""

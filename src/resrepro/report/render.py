@@ -132,8 +132,11 @@ def _is_number(x) -> bool:  # rows.csv: a row without the column reads back as N
     return isinstance(x, (int, float)) and not math.isnan(x)
 
 
-def _millions(count) -> str:
-    return f"{count / 1e6:.2f}M" if _is_number(count) else ""
+def _count(count) -> str:
+    """A parameter count as papers print it: 65.00M, 467k (blank without one)."""
+    if not _is_number(count):
+        return ""
+    return f"{count / 1e6:.2f}M" if count >= 1e6 else f"{count / 1e3:.0f}k"
 
 
 def _row_view(r: pd.Series) -> dict:
@@ -157,9 +160,10 @@ def _row_view(r: pd.Series) -> dict:
         # translation only: the honest BLEU, the bootstrap against the baseline, the paper-size model
         "sacrebleu": fmt(r.get("sacrebleu")),
         "bootstrap_p": ", ".join(fmt_p(p) for p in json.loads(r["bootstrap_p"])) if isinstance(r.get("bootstrap_p"), str) else "",
-        "parameters": _millions(r.get("parameters_at_paper_size")),
+        "parameters": _count(r.get("parameters_at_paper_size")),
         "parameters_vocabulary": f"{int(r['parameters_vocabulary']):,}" if _is_number(r.get("parameters_vocabulary")) else "",
-        "paper_parameters": _millions(r.get("paper_parameters")),
+        "paper_parameters": _count(r.get("paper_parameters")),
+        "train_error": fmt(r.get("train_error")), "paper_train_error": fmt(r["paper_train_error"]) if _is_number(r.get("paper_train_error")) else "",
     }
 
 
