@@ -41,13 +41,19 @@ class _Tables(HTMLParser):
             self._cell[1] += data
 
 
-def table_rows(html: str, section_id: str) -> list[dict[str, str]]:
-    """The rows of the table in <section id=section_id>, each as {column header: cell text}."""
+def table_rows(html: str, section_id: str, which: int = -1) -> list[dict[str, str]]:
+    """The rows of a table in <section id=section_id> (by default its last: a figure's checks come
+    before its cells), each as {column header: cell text}. A row of header cells starts a table."""
     parser = _Tables()
     parser.feed(html)
-    rows = parser.sections[section_id]
-    header = [text for tag, text, _ in rows[0] if tag == "th"]
-    return [dict(zip(header, (text for _, text, _ in row))) for row in rows[1:]]
+    tables: list[list] = []
+    for row in parser.sections[section_id]:
+        if all(tag == "th" for tag, _, _ in row):
+            tables.append([[text for _, text, _ in row]])
+        else:
+            tables[-1].append(row)
+    header, *rows = tables[which]
+    return [dict(zip(header, (text for _, text, _ in row))) for row in rows]
 
 
 def row_by_label(html: str, section_id: str, label: str) -> dict[str, str]:

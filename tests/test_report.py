@@ -276,8 +276,10 @@ def test_a_figure_section_shows_the_claim_what_each_cell_shows_and_its_drawing(t
                   "config/figures/sas.yaml", "--template", "report/templates/index.html.j2", "--scale", "tiny", "--out", str(tmp_path / "i.html")])
         return (tmp_path / "i.html").read_text()
 
-    (cell,) = table_rows(report(), "sas-f3")
+    unmeasured = report()
+    (cell,) = table_rows(unmeasured, "sas-f3")
     assert cell == {"cell": "SAS (LN)", "runs measured": "0/2", "this run shows (mean over its seeds)": "no finished run measured"}
+    assert {c["verdict"] for c in table_rows(unmeasured, "sas-f3", which=0)} == {"no result"}
     gates = pd.DataFrame([(b, q, v) for b in (1, 2, 3) for q, v in (("alpha", 0.95), ("beta", 0.1 * b), ("gamma", 0.05 / b))],
                          columns=["block", "quantity", "value"])
     files.write_text(tmp_path / "results" / plan.measures[0]["runs"][0] / "measure" / "sas_gates.csv", gates.to_csv(index=False))
@@ -287,6 +289,11 @@ def test_a_figure_section_shows_the_claim_what_each_cell_shows_and_its_drawing(t
     section = html[html.index('<section id="sas-f3">'):]
     section = section[: section.index("</section>")]
     assert "beta grows with depth" in section and section.count("data:image/png;base64,") == 1
+    # its checks: alpha 0.95 above 0.9 everywhere, beta rises, gamma falls; one seed of two measured
+    checks = table_rows(html, "sas-f3", which=0)
+    assert [(c["verdict"], c["seeds where it holds"]) for c in checks] == [("supported", "1/1")] * 3
+    assert checks[1] == {"part of the claim checked": "beta grows with depth (last block above the first)", "verdict": "supported",
+                         "seeds where it holds": "1/1", "evidence (mean over seeds)": "least rise: 0.1 to 0.3 along block (SAS (LN), beta)"}
     assert '<a href="#sas-f3">' in html
 
 

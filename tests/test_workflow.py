@@ -101,6 +101,10 @@ def test_report_holds_every_table_with_paper_and_reproduced_values(workdir):
         assert [c["cell"] for c in cells] == [c["label"] for c in figure["cells"]], figure_id
         for cell in cells:
             assert cell["runs measured"] == "1/1", figure_id
+        if figure.get("checks"):  # each part of the claim checked on the measured rows: a verdict, not "no result"
+            checks = table_rows(html, figure_id, which=0)
+            assert [c["part of the claim checked"] for c in checks] == [c["claim"] for c in figure["checks"]], figure_id
+            assert {c["verdict"] for c in checks} <= {"supported", "contradicted", "inconclusive"}, (figure_id, checks)
             assert re.fullmatch(shows[figure["measurement"]], cell["this run shows (mean over its seeds)"]), (figure_id, cell)
     assert "data:image/png;base64," in html  # learning curves are embedded
     assert "Provenance" in html and "final-epoch" in html

@@ -26,7 +26,7 @@ METRICS = {"test_error": False, "test_accuracy": True, "bleu": True}  # metric -
 ROW_KEYS = {"label", "formula", "dataset", "arch", "depth", "size", "variant", "args", "paper", "baseline", "note", "paper_parameters",
             "paper_train_error"}
 TABLE_KEYS = {"paper", "caption", "source", "task", "metric", "baseline", "rows"}
-FIGURE_KEYS = {"paper", "caption", "source", "measurement", "settings", "quantities", "claim", "cells"}
+FIGURE_KEYS = {"paper", "caption", "source", "measurement", "settings", "quantities", "claim", "cells", "checks"}
 CELL_KEYS = {"label", "dataset", "arch", "depth", "size", "variant", "args"}
 
 
@@ -124,10 +124,32 @@ def load_figures(source: str | Path | list | None) -> dict[str, dict]:
                 raise ConfigError(f"{where}.measurement: {err}") from None
             settings = catalog.settings_for(figure["measurement"], figure.get("settings"), f"{where}.settings")
             _check_quantities(figure, where)
+            _check_checks(figure, where)
             for i, cell in enumerate(figure["cells"]):
                 _check_cell(task, cell, f"{where}.cells[{i}]", (), CELL_KEYS)
             figures[figure_id] = {**figure, "task": task, "settings": settings}
     return figures
+
+
+def _check_checks(figure: dict, where: str) -> None:
+    """`checks:` test parts of the claim on the figure's data (analysis/figure_checks.py)."""
+    from .analysis.figure_checks import TESTS, check_keys
+
+    checks = figure.get("checks", [])
+    if not isinstance(checks, list):
+        raise ConfigError(f"{where}.checks: expected a list of checks; got {checks!r}")
+    labels = [c.get("label") for c in figure["cells"]]
+    for i, check in enumerate(checks):
+        cwhere = f"{where}.checks[{i}]"
+        if not isinstance(check, dict) or check.get("test") not in TESTS:
+            raise ConfigError(f"{cwhere}: expected a mapping whose test is one of {', '.join(TESTS)}; got {check!r}")
+        required, allowed = check_keys(check)
+        if missing := required - set(check):
+            raise ConfigError(f"{cwhere}: missing key {sorted(missing)[0]!r} (test {check['test']})")
+        if unknown := set(check) - allowed:
+            raise ConfigError(f"{cwhere}: unknown key {sorted(unknown)[0]!r}; allowed for test {check['test']}: {sorted(allowed)}")
+        if stray := [c for c in check.get("cells") or [] if c not in labels]:
+            raise ConfigError(f"{cwhere}.cells: {stray[0]!r} is not a cell of this figure; cells: {labels}")
 
 
 def _check_quantities(figure: dict, where: str) -> None:

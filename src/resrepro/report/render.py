@@ -16,6 +16,7 @@ import jinja2
 import pandas as pd
 
 from .. import files, provenance
+from ..analysis import figure_checks
 from ..analysis.aggregate import UNFINISHED
 from ..experiments import load_figures, load_tables
 from . import figures
@@ -121,8 +122,10 @@ def _figure_sections(agg_dir: Path, figure_entries, paper_id: str) -> list[dict]
         if entries[figure_id]["paper"] != paper_id:
             continue
         fcells = cells[cells["figure"] == figure_id]
-        image = figures.DRAWINGS[fcells["kind"].iloc[0]](data[data["figure"] == figure_id], figure_id)
+        fdata = data[data["figure"] == figure_id]
+        image = figures.DRAWINGS[fcells["kind"].iloc[0]](fdata, figure_id)
         out.append({"id": figure_id, "entry": entries[figure_id], "image": data_uri(image),
+                    "verdicts": [figure_checks.judge(fdata, check) for check in entries[figure_id].get("checks", [])],
                     "cells": [{"label": c["label"], "n": int(c["n"]), "n_runs": int(c["n_runs"]), "summary": c["summary"]}
                               for _, c in fcells.iterrows()]})
     return out

@@ -1,0 +1,188 @@
+"""Does a figure show what its paper claims? The checks a figure's entry lists, on figures.csv.
+
+A figure's claim is a shape (negative in every block, falling with depth, larger in one net than
+in another), not one number, so each entry may list `checks:`, one per part of the claim:
+
+    checks:
+      - {claim: "negative in every block", test: below, value: 0, select: {quantity: "cos(F(h), dL/dh)"}}
+
+- `select` keeps the rows whose columns have these values (a list: any of them; "max"/"min":
+  the column's largest/smallest; {at_least: x}); `cells` keeps these cells (their labels);
+  `mean_over` averages these columns away first (e.g. the blocks, for a trend over epochs).
+- `test` is one of TESTS, each true or false on one seed's rows (below).
+The verdict: "supported" when the test holds for every seed measured, "contradicted" when it
+fails for every one, "inconclusive" when seeds disagree, "no result" without a measured seed.
+The paper draws each figure from one run, so one seed can support a shape; the report prints how
+many seeds were measured beside the verdict. The evidence is the test on the mean over seeds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+ID_COLUMNS = ("figure", "cell", "label", "run", "seed", "value", "examples")  # not a grouping of the data
+
+
+@dataclass
+class FigureVerdict:
+    claim: str
+    verdict: str
+    seeds_holding: int
+    seeds: int
+    evidence: str
+
+
+@dataclass(frozen=True)
+class Test:
+    function: Callable  # (rows of one seed, **args) -> (holds, evidence)
+    args: tuple[str, ...]  # required arguments
+    optional: tuple[str, ...] = ()
+
+
+TESTS: dict[str, Test] = {}
+
+
+def _test(name: str, args: tuple[str, ...], optional: tuple[str, ...] = ()):
+    def decorator(function):
+        TESTS[name] = Test(function, args, optional)
+        return function
+
+    return decorator
+
+
+def _groups(rows, exclude: tuple[str, ...] = ()) -> list[str]:
+    """The columns that tell the rows' curves apart (cell, split, quantity, ...), those in use."""
+    return [c for c in rows.columns if c not in (*ID_COLUMNS, *exclude) and c != "label" and rows[c].notna().any()] + ["label"]
+
+
+def _where(columns: list[str], key) -> str:
+    """Which curve: its cell, then e.g. "split test, epoch 6" (the quantity by its name alone)."""
+    named = dict(zip(columns, key if isinstance(key, tuple) else (key,)))
+    label = named.pop("label")
+    parts = [f"{v}" if c == "quantity" else f"{c} {v:g}" if isinstance(v, float) else f"{c} {v}" for c, v in named.items()]
+    return ", ".join([label, *parts])
+
+
+def _share(mask) -> float:
+    return float(mask.mean())
+
+
+@_test("below", ("value",), ("share",))
+def below(rows, value: float, share: float = 1.0):
+    """At least `share` of the values are below `value` (every one by default)."""
+    inside = rows["value"] < value
+    top = rows.loc[rows["value"].idxmax()]
+    return _share(inside) >= share, f"{_share(inside):.0%} below {value:g}; largest {top['value']:.3g} ({top['label']})"
+
+
+@_test("above", ("value",), ("share",))
+def above(rows, value: float, share: float = 1.0):
+    """At least `share` of the values are above `value` (every one by default)."""
+    inside = rows["value"] > value
+    low = rows.loc[rows["value"].idxmin()]
+    return _share(inside) >= share, f"{_share(inside):.0%} above {value:g}; smallest {low['value']:.3g} ({low['label']})"
+
+
+@_test("rises", ("along",))
+def rises(rows, along: str):
+    """In every curve, the value at the last point along `along` exceeds that at the first."""
+    return _ends(rows, along, rising=True)
+
+
+@_test("falls", ("along",))
+def falls(rows, along: str):
+    """In every curve, the value at the last point along `along` is below that at the first."""
+    return _ends(rows, along, rising=False)
+
+
+def _ends(rows, along: str, rising: bool):
+    holds, worst, columns = True, None, _groups(rows, (along,))
+    for key, curve in rows.groupby(columns, dropna=False, sort=False):
+        curve = curve.sort_values(along)
+        first, last = float(curve["value"].iloc[0]), float(curve["value"].iloc[-1])
+        change = last - first if rising else first - last
+        holds &= change > 0
+        if worst is None or change < worst[0]:
+            worst = (change, first, last, key)
+    _, first, last, key = worst
+    return holds, f"least {'rise' if rising else 'fall'}: {first:.3g} to {last:.3g} along {along} ({_where(columns, key)})"
+
+
+@_test("first_largest", ("along",))
+def first_largest(rows, along: str):
+    """In every curve, the first point along `along` exceeds the mean of the others."""
+    return _first(rows, along, largest=True)
+
+
+@_test("first_smallest", ("along",))
+def first_smallest(rows, along: str):
+    """In every curve, the first point along `along` is below the mean of the others."""
+    return _first(rows, along, largest=False)
+
+
+def _first(rows, along: str, largest: bool):
+    holds, worst, columns = True, None, _groups(rows, (along,))
+    for key, curve in rows.groupby(columns, dropna=False, sort=False):
+        curve = curve.sort_values(along)
+        first, rest = float(curve["value"].iloc[0]), float(curve["value"].iloc[1:].mean())
+        margin = first - rest if largest else rest - first
+        holds &= margin > 0
+        if worst is None or margin < worst[0]:
+            worst = (margin, first, rest, key)
+    _, first, rest, key = worst
+    return holds, f"first {along} {first:.3g} against {rest:.3g} for the rest ({_where(columns, key)})"
+
+
+@_test("ordered", ("cells",))
+def ordered(rows, cells: list[str]):
+    """The mean value of each cell exceeds that of the next, in the order `cells` lists them."""
+    means = [float(rows.loc[rows["label"] == c, "value"].mean()) for c in cells]
+    holds = all(a > b for a, b in zip(means, means[1:]))
+    return holds, " > ".join(f"{c} {m:.3g}" for c, m in zip(cells, means)) if holds else \
+        ", ".join(f"{c} {m:.3g}" for c, m in zip(cells, means))
+
+
+def select(data, check: dict):
+    """The rows a check reads: its cells, its `select`, then the means over `mean_over`."""
+    rows = data
+    if check.get("cells"):
+        rows = rows[rows["label"].isin(check["cells"])]
+    for column, wanted in (check.get("select") or {}).items():
+        if column not in rows.columns:
+            raise ValueError(f"check {check['claim']!r}: select names {column!r}, not a column of this figure's data ({', '.join(rows.columns)})")
+        values = rows[column]
+        if wanted in ("max", "min"):
+            rows = rows[values == getattr(values, wanted)()]
+        elif isinstance(wanted, dict):
+            rows = rows[values >= wanted["at_least"]]
+        else:
+            rows = rows[values.isin(wanted if isinstance(wanted, list) else [wanted])]
+    if check.get("mean_over"):
+        keys = [c for c in rows.columns if c not in ("value", "examples", *check["mean_over"]) and rows[c].notna().any()]
+        rows = rows.groupby(keys, as_index=False, sort=False, dropna=False)["value"].mean()
+    return rows
+
+
+def judge(data, check: dict) -> FigureVerdict:
+    """One check on a figure's rows of figures.csv (every seed): the verdict and its evidence."""
+    test = TESTS[check["test"]]
+    args = {k: check[k] for k in (*test.args, *test.optional) if k in check}
+    rows = select(data, check) if len(data) else data
+    if rows.empty:
+        return FigureVerdict(check["claim"], "no result", 0, 0, "no measured run has these rows")
+    # the seeds that measured every cell the check reads (a cell's missing run: not that seed)
+    needed = check.get("cells") or sorted(set(rows["label"]))
+    seeds = sorted(s for s, r in rows.groupby("seed") if set(needed) <= set(r["label"]))
+    holding = sum(bool(test.function(rows[rows["seed"] == s].drop(columns="seed"), **args)[0]) for s in seeds)
+    keys = [c for c in rows.columns if c not in ("value", "seed", "run", "examples") and rows[c].notna().any()]
+    mean = rows[rows["seed"].isin(seeds)].groupby(keys, as_index=False, sort=False, dropna=False)["value"].mean()
+    evidence = test.function(mean, **args)[1] if seeds else "no seed measured every cell"
+    verdict = "no result" if not seeds else "supported" if holding == len(seeds) else "contradicted" if holding == 0 else "inconclusive"
+    return FigureVerdict(check["claim"], verdict, holding, len(seeds), evidence)
+
+
+def check_keys(check: dict) -> tuple[set[str], set[str]]:
+    """(required, allowed) keys of a check, for the config's validation."""
+    test = TESTS[check["test"]]
+    return {"claim", "test", *test.args}, {"claim", "test", "select", "cells", "mean_over", *test.args, *test.optional}

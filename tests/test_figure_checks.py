@@ -1,0 +1,135 @@
+"""Figure verdicts (analysis/figure_checks.py) on hand-made figures.csv rows whose answer is known."""
+
+import pandas as pd
+import pytest
+import yaml
+
+from resrepro.analysis.figure_checks import TESTS, judge, select
+from resrepro.catalog import ConfigError
+from resrepro.experiments import load_figures
+
+
+def rows(values: dict, seed: int = 0, **columns) -> pd.DataFrame:
+    """One curve per cell label: {label: [value at block 1, 2, ...]}, with constant extra columns."""
+    return pd.DataFrame([{"figure": "f", "label": label, "run": f"{label}/seed{seed}", "seed": seed, "block": i + 1, "value": v, **columns}
+                         for label, curve in values.items() for i, v in enumerate(curve)])
+
+
+def holds(test: str, frame, **args) -> bool:
+    return TESTS[test].function(frame.drop(columns="seed"), **args)[0]
+
+
+def test_below_and_above_are_strict_and_count_a_share():
+    frame = rows({"a": [-1.0, -0.5, 0.0, -2.0]})
+    assert not holds("below", frame, value=0)  # 0 is not below 0
+    assert holds("below", frame, value=0.01)
+    assert holds("below", frame, value=0, share=0.75) and not holds("below", frame, value=0, share=0.76)
+    assert holds("above", frame, value=-2.5) and not holds("above", frame, value=-2)
+    assert holds("above", frame, value=-1.5, share=0.75) and not holds("above", frame, value=-1.5)
+    assert TESTS["below"].function(frame, value=0)[1] == "75% below 0; largest 0 (a)"
+    assert TESTS["above"].function(frame, value=-1)[1] == "50% above -1; smallest -2 (a)"
+
+
+def test_rises_and_falls_compare_each_curves_ends_and_all_curves_must_agree():
+    frame = rows({"up": [1.0, 5.0, 2.0], "flat": [3.0, 0.0, 3.0]})
+    assert holds("rises", rows({"up": [1.0, 5.0, 2.0]}), along="block")  # last 2 > first 1, whatever lies between
+    assert not holds("rises", frame, along="block")  # "flat" ends where it starts
+    assert not holds("falls", frame, along="block")
+    assert holds("falls", rows({"down": [3.0, 9.0, 2.5], "down2": [1.0, 0.0]}), along="block")
+    # the evidence names the curve that rose least
+    assert TESTS["rises"].function(frame, along="block")[1] == "least rise: 3 to 3 along block (flat)"
+    shuffled = rows({"up": [1.0, 5.0, 2.0]}).iloc[::-1]  # order of the rows does not matter: sorted along the axis
+    assert holds("rises", shuffled, along="block")
+
+
+def test_curves_are_told_apart_by_every_column_in_use():
+    train = rows({"a": [1.0, 2.0]}, split="train")
+    test = rows({"a": [2.0, 1.0]}, split="test")
+    both = pd.concat([train, test])
+    assert not holds("rises", both, along="block")  # the held-out curve falls
+    assert TESTS["rises"].function(both, along="block")[1] == "least rise: 2 to 1 along block (a, split test)"
+
+
+def test_first_largest_and_smallest_against_the_mean_of_the_rest():
+    assert holds("first_largest", rows({"a": [2.0, 1.0, 2.9]}), along="block")  # 2 > mean(1, 2.9) = 1.95
+    assert not holds("first_largest", rows({"a": [2.0, 1.0, 3.1]}), along="block")  # 2 < 2.05
+    assert not holds("first_largest", rows({"a": [2.0, 2.0, 2.0]}), along="block")
+    assert holds("first_smallest", rows({"a": [1.0, 2.0, 0.1]}), along="block")  # 1 < 1.05
+    assert not holds("first_smallest", rows({"a": [1.0, 2.0, 0.1], "b": [5.0, 1.0, 1.0]}), along="block")
+    evidence = TESTS["first_largest"].function(rows({"a": [2.0, 1.0, 3.0], "b": [9.0, 1.0]}), along="block")[1]
+    assert evidence == "first block 2 against 2 for the rest (a)"
+
+
+def test_ordered_needs_each_cell_above_the_next():
+    frame = rows({"big": [3.0, 5.0], "mid": [2.0, 4.0], "small": [1.0, 0.0]})  # means 4, 3, 0.5
+    assert holds("ordered", frame, cells=["big", "mid", "small"])
+    assert not holds("ordered", frame, cells=["big", "small", "mid"])
+    assert not holds("ordered", frame, cells=["mid", "big"])
+    assert not holds("ordered", rows({"a": [1.0], "b": [1.0]}), cells=["a", "b"])  # a tie is no order
+    assert TESTS["ordered"].function(frame, cells=["big", "small"])[1] == "big 4 > small 0.5"
+    assert TESTS["ordered"].function(frame, cells=["small", "big"])[1] == "small 0.5, big 4"
+
+
+def test_select_by_value_list_extreme_threshold_cells_and_mean_over():
+    frame = pd.concat([rows({"a": [1.0, 2.0, 3.0], "b": [4.0, 5.0, 6.0]}, epoch=e, quantity=q)
+                       for e in (0, 1, 2) for q in ("x", "y")])
+    assert set(select(frame, {"claim": "c", "select": {"quantity": "x"}})["quantity"]) == {"x"}
+    assert set(select(frame, {"claim": "c", "select": {"epoch": [0, 2]}})["epoch"]) == {0, 2}
+    assert set(select(frame, {"claim": "c", "select": {"epoch": "max"}})["epoch"]) == {2}
+    assert set(select(frame, {"claim": "c", "select": {"epoch": "min"}})["epoch"]) == {0}
+    assert set(select(frame, {"claim": "c", "select": {"epoch": {"at_least": 1}}})["epoch"]) == {1, 2}
+    assert set(select(frame, {"claim": "c", "cells": ["b"]})["label"]) == {"b"}
+    means = select(frame, {"claim": "c", "select": {"quantity": "x", "epoch": 1}, "mean_over": ["block"]})
+    assert "block" not in means and sorted(means["value"]) == [2.0, 5.0]
+    with pytest.raises(ValueError, match="select names 'stage', not a column"):
+        select(frame, {"claim": "c", "select": {"stage": 1}})
+
+
+def test_judge_counts_the_seeds_where_the_test_holds():
+    check = {"claim": "negative everywhere", "test": "below", "value": 0}
+    s0, s1, s2 = rows({"a": [-1.0, -2.0]}, 0), rows({"a": [-1.0, -3.0]}, 1), rows({"a": [0.5, -3.0]}, 2)
+    v = judge(pd.concat([s0, s1]), check)
+    assert (v.verdict, v.seeds_holding, v.seeds, v.claim) == ("supported", 2, 2, "negative everywhere")
+    assert v.evidence == "100% below 0; largest -1 (a)"  # on the mean over seeds: -1 and -2.5
+    v = judge(pd.concat([s0, s1, s2]), check)
+    assert (v.verdict, v.seeds_holding, v.seeds) == ("inconclusive", 2, 3)
+    assert v.evidence == "100% below 0; largest -0.5 (a)"  # the mean of -1, -1 and 0.5
+    v = judge(s2, check)
+    assert (v.verdict, v.seeds_holding, v.seeds) == ("contradicted", 0, 1)
+    assert judge(s0, check).verdict == "supported"  # the paper draws one run: one seed can show a shape
+
+
+def test_a_seed_that_misses_a_cell_the_check_reads_is_not_counted():
+    check = {"claim": "a above b", "test": "ordered", "cells": ["a", "b"]}
+    both = pd.concat([rows({"a": [2.0], "b": [1.0]}, 0), rows({"a": [0.0]}, 1)])  # seed 1 of b: not measured
+    v = judge(both, check)
+    assert (v.verdict, v.seeds_holding, v.seeds, v.evidence) == ("supported", 1, 1, "a 2 > b 1")
+    v = judge(rows({"a": [0.0]}, 1), check)
+    assert (v.verdict, v.seeds, v.evidence) == ("no result", 0, "no seed measured every cell")
+    v = judge(rows({"a": [0.0]}, 1), {**check, "select": {"block": 7}})
+    assert (v.verdict, v.evidence) == ("no result", "no measured run has these rows")
+
+
+FIGURE = {"paper": "iter", "caption": "c", "measurement": "l2_ratio", "claim": "c",
+          "cells": [{"label": "net", "dataset": "cifar10", "depth": 20, "variant": "add"}]}
+
+
+@pytest.mark.parametrize("checks, message", [
+    ({"claim": "c", "test": "below"}, "checks: expected a list of checks"),
+    ([{"claim": "c", "test": "lower", "value": 0}], "checks[0]: expected a mapping whose test is one of below, above"),
+    ([{"claim": "c", "test": "below"}], "checks[0]: missing key 'value' (test below)"),
+    ([{"test": "below", "value": 0}], "checks[0]: missing key 'claim' (test below)"),
+    ([{"claim": "c", "test": "rises", "along": "block", "value": 0}], "checks[0]: unknown key 'value'; allowed for test rises"),
+    ([{"claim": "c", "test": "ordered", "cells": ["net", "other net"]}], "checks[0].cells: 'other net' is not a cell of this figure"),
+])
+def test_a_bad_check_names_the_figure_and_the_check(tmp_path, checks, message):
+    (tmp_path / "f.yaml").write_text(yaml.safe_dump({"iter-fx": {**FIGURE, "checks": checks}}))
+    with pytest.raises(ConfigError) as err:
+        load_figures([tmp_path / "f.yaml"])
+    assert message in str(err.value) and "iter-fx" in str(err.value)
+
+
+def test_every_figure_of_the_papers_but_one_checks_its_claim():
+    """iter-f19 compares two figures by eye; every other figure tests at least one part of its claim."""
+    figures = load_figures("config/figures")
+    assert [f for f, entry in figures.items() if not entry.get("checks")] == ["iter-f19"]
