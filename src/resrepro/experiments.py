@@ -250,12 +250,12 @@ def make_plan(config: dict) -> Plan:
         recipes.check_refinements(task, config[task])
     for table_id, table in plan.tables.items():
         for i, row in enumerate(table["rows"]):
-            runs = _plan_cell(config, plan, table["task"], table["paper"], table_id, row, f"{table_id}.rows[{i}]")
+            runs = _plan_cell(config, plan, table["task"], table["paper"], table_id, row, f"{table_id}.rows[{i}]", "table")
             plan.rows.append({"table": table_id, "row": i, "label": row["label"],
                               "baseline": row.get("baseline", table.get("baseline")), "runs": runs})
     for figure_id, figure in plan.figures.items():
         for i, cell in enumerate(figure["cells"]):
-            runs = _plan_cell(config, plan, figure["task"], figure["paper"], figure_id, cell, f"{figure_id}.cells[{i}]")
+            runs = _plan_cell(config, plan, figure["task"], figure["paper"], figure_id, cell, f"{figure_id}.cells[{i}]", "figure")
             plan.measures.append({"figure": figure_id, "cell": i, "label": cell["label"], "measurement": figure["measurement"],
                                   "settings": figure["settings"], "quantities": figure.get("quantities"), "runs": runs})
     _check_one_setting_per_measured_run(plan)
@@ -284,15 +284,15 @@ def group_into_jobs(runs: dict[str, Run], seeds_per_job: int | str) -> dict[str,
     return jobs
 
 
-def _plan_cell(config: dict, plan: Plan, task: str, paper: str, table_id: str, row: dict, where: str) -> list[str]:
-    """The runs of one cell (a table row or a figure cell) at this scale, added to the plan; their paths."""
+def _plan_cell(config: dict, plan: Plan, task: str, paper: str, table_id: str, row: dict, where: str, kind: str) -> list[str]:
+    """The runs of one cell (a table row or a figure cell: `kind`) at this scale, added to the plan; their paths."""
     task_cfg = config[task]
     dataset = _lookup(task_cfg["datasets"], row["dataset"], f"{task}.datasets", where)
     arch = architecture_of(task, row, where)
     map_key = arch.size_key + "s"  # the scale's map of the paper's sizes: depths, sizes
     size = _lookup(task_cfg.get(map_key, {}), row[arch.size_key], f"{task}.{map_key}", where)
     args = catalog.validate(row["variant"], row.get("args"), where=where)
-    cell = {"paper": paper, "table": table_id, "dataset": row["dataset"], "arch": arch.name, arch.size_key: row[arch.size_key]}
+    cell = {"paper": paper, "table": table_id, "kind": kind, "dataset": row["dataset"], "arch": arch.name, arch.size_key: row[arch.size_key]}
     recipe_name, recipe = recipes.resolve(task_cfg, cell)
     check_recipe(task, recipe, f"{where} (recipe {recipe_name})")
     runs = [

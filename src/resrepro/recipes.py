@@ -10,8 +10,9 @@ over that recipe, in order, to the runs it matches::
         set: {max_updates: 550000}
         source: 'Liu et al. 2020, Sec. 4.2: "... from 100,000 steps to 550,000 steps"'
 
-``when`` names a cell as the paper's table does (``paper``, ``table``, ``arch``, and the paper's
-``dataset``, ``depth`` or ``size``, not what this scale runs); a list means any of its values. A run's folder
+``when`` names a cell as the paper's table does (``paper``, ``table`` (a table's or a figure's id),
+``kind`` (``table`` or ``figure``), ``arch``, and the paper's ``dataset``, ``depth`` or ``size``, not
+what this scale runs); a list means any of its values. A run's folder
 holds the names of the refinements applied to it (``default`` when none), so two runs whose
 recipes differ never share a folder, and a cell that two tables name alike is trained once.
 
@@ -30,7 +31,7 @@ EVAL_KEYS = {"classification": frozenset(), "translation": frozenset({"average_l
 # deterministic: off, torch's fastest kernels; snapshots: none; the speed switches: speed.DEFAULTS).
 SPEED_KEYS = frozenset({"amp", "channels_last", "compile", "fused_optimizer"})  # speed.DEFAULTS's keys (speed imports torch)
 OPTIONAL_KEYS = {"classification": frozenset({"deterministic", "lr_decay", "snapshots"}) | SPEED_KEYS, "translation": frozenset({"dropout", "deterministic"}) | SPEED_KEYS}
-MATCH_KEYS = ("paper", "table", "dataset", "arch", "depth", "size")
+MATCH_KEYS = ("paper", "table", "kind", "dataset", "arch", "depth", "size")
 DEFAULT = "default"
 
 
