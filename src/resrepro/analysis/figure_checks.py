@@ -84,54 +84,57 @@ def above(rows, value: float, share: float = 1.0):
     return _share(inside) >= share, f"{_share(inside):.0%} above {value:g}; smallest {low['value']:.3g} ({low['label']})"
 
 
+def _every_curve(rows, along: str, margin: Callable):
+    """Whether margin(values along `along`) > 0 in every curve; the curve with the smallest
+    margin as (margin, its two compared values, which curve)."""
+    holds, worst, columns = True, None, _groups(rows, (along,))
+    for key, curve in rows.groupby(columns, dropna=False, sort=False):
+        values = curve.sort_values(along)["value"].astype(float)
+        m, a, b = margin(values)
+        holds &= m > 0
+        if worst is None or m < worst[0]:
+            worst = (m, a, b, _where(columns, key))
+    return holds, worst
+
+
+def _ends(values):
+    return values.iloc[-1] - values.iloc[0], values.iloc[0], values.iloc[-1]
+
+
+def _first_and_rest(values):
+    return values.iloc[0] - values.iloc[1:].mean(), values.iloc[0], values.iloc[1:].mean()
+
+
+def _negated(margin):
+    return lambda values: (-margin(values)[0], *margin(values)[1:])
+
+
 @_test("rises", ("along",))
 def rises(rows, along: str):
     """In every curve, the value at the last point along `along` exceeds that at the first."""
-    return _ends(rows, along, rising=True)
+    holds, (_, first, last, where) = _every_curve(rows, along, _ends)
+    return holds, f"least rise: {first:.3g} to {last:.3g} along {along} ({where})"
 
 
 @_test("falls", ("along",))
 def falls(rows, along: str):
     """In every curve, the value at the last point along `along` is below that at the first."""
-    return _ends(rows, along, rising=False)
-
-
-def _ends(rows, along: str, rising: bool):
-    holds, worst, columns = True, None, _groups(rows, (along,))
-    for key, curve in rows.groupby(columns, dropna=False, sort=False):
-        curve = curve.sort_values(along)
-        first, last = float(curve["value"].iloc[0]), float(curve["value"].iloc[-1])
-        change = last - first if rising else first - last
-        holds &= change > 0
-        if worst is None or change < worst[0]:
-            worst = (change, first, last, key)
-    _, first, last, key = worst
-    return holds, f"least {'rise' if rising else 'fall'}: {first:.3g} to {last:.3g} along {along} ({_where(columns, key)})"
+    holds, (_, first, last, where) = _every_curve(rows, along, _negated(_ends))
+    return holds, f"least fall: {first:.3g} to {last:.3g} along {along} ({where})"
 
 
 @_test("first_largest", ("along",))
 def first_largest(rows, along: str):
     """In every curve, the first point along `along` exceeds the mean of the others."""
-    return _first(rows, along, largest=True)
+    holds, (_, first, rest, where) = _every_curve(rows, along, _first_and_rest)
+    return holds, f"first {along} {first:.3g} against {rest:.3g} for the rest ({where})"
 
 
 @_test("first_smallest", ("along",))
 def first_smallest(rows, along: str):
     """In every curve, the first point along `along` is below the mean of the others."""
-    return _first(rows, along, largest=False)
-
-
-def _first(rows, along: str, largest: bool):
-    holds, worst, columns = True, None, _groups(rows, (along,))
-    for key, curve in rows.groupby(columns, dropna=False, sort=False):
-        curve = curve.sort_values(along)
-        first, rest = float(curve["value"].iloc[0]), float(curve["value"].iloc[1:].mean())
-        margin = first - rest if largest else rest - first
-        holds &= margin > 0
-        if worst is None or margin < worst[0]:
-            worst = (margin, first, rest, key)
-    _, first, rest, key = worst
-    return holds, f"first {along} {first:.3g} against {rest:.3g} for the rest ({_where(columns, key)})"
+    holds, (_, first, rest, where) = _every_curve(rows, along, _negated(_first_and_rest))
+    return holds, f"first {along} {first:.3g} against {rest:.3g} for the rest ({where})"
 
 
 @_test("ordered", ("cells",))
