@@ -133,3 +133,52 @@ def test_every_figure_of_the_papers_but_one_checks_its_claim():
     """iter-f19 compares two figures by eye; every other figure tests at least one part of its claim."""
     figures = load_figures("config/figures")
     assert [f for f, entry in figures.items() if not entry.get("checks")] == ["iter-f19"]
+
+
+def test_one_failing_curve_fails_the_test_wherever_it_comes():
+    first_fails = rows({"flat": [3.0, 3.0], "up": [1.0, 2.0]})
+    assert not holds("rises", first_fails, along="block")
+    assert not holds("first_largest", rows({"low": [0.0, 1.0], "high": [5.0, 1.0]}), along="block")
+
+
+def test_the_evidence_names_the_curve_with_the_smallest_margin():
+    # margins 1 (a: 0 -> 1) and 0.5 (b: 10 -> 10.5): b is the worst although its values are larger
+    assert TESTS["rises"].function(rows({"a": [0.0, 1.0], "b": [10.0, 10.5]}), along="block")[1] == "least rise: 10 to 10.5 along block (b)"
+    assert TESTS["rises"].function(rows({"b": [10.0, 10.5], "a": [0.0, 1.0]}), along="block")[1] == "least rise: 10 to 10.5 along block (b)"
+    # a tie: the first such curve
+    assert TESTS["rises"].function(rows({"a": [0.0, 1.0], "b": [5.0, 6.0]}), along="block")[1] == "least rise: 0 to 1 along block (a)"
+
+
+def test_a_curve_with_an_empty_column_counts_and_is_named_by_its_columns():
+    """figures.csv: a column one measurement writes is empty in another's rows; such a curve is a
+    curve all the same. The evidence names columns: text as is, numbers short, the quantity alone."""
+    grouped = rows({"net": [1.0, 2.0]}, quantity="accuracy (%)", group="borderline", epoch=6.0)
+    ungrouped = rows({"net": [2.0, 1.0]}, quantity="loss", epoch=6.0)  # no group: NaN in the concatenation
+    both = pd.concat([grouped, ungrouped], ignore_index=True)
+    assert not holds("rises", both, along="block")
+    assert TESTS["rises"].function(both, along="block")[1] == "least rise: 2 to 1 along block (net, loss, group nan, epoch 6)"
+    assert TESTS["rises"].function(grouped, along="block")[1] == "least rise: 1 to 2 along block (net, accuracy (%), group borderline, epoch 6)"
+
+
+def test_mean_over_averages_across_the_columns_named_whatever_else_differs():
+    train = rows({"a": [1.0, 3.0]}, split="train", examples=1297)
+    test = rows({"a": [3.0, 5.0]}, split="test", examples=500)
+    means = select(pd.concat([train, test]), {"claim": "c", "mean_over": ["split"]})
+    assert sorted(means["value"]) == [2.0, 4.0] and len(means) == 2
+
+
+def test_no_rows_at_all_is_no_result_whatever_the_check_selects():
+    empty = pd.DataFrame(columns=["figure", "cell", "label", "run", "seed", "value"])
+    v = judge(empty, {"claim": "negative", "test": "below", "value": 0, "select": {"quantity": "q"}})
+    assert (v.claim, v.verdict, v.seeds_holding, v.seeds, v.evidence) == ("negative", "no result", 0, 0, "no measured run has these rows")
+
+
+def test_rows_with_an_empty_column_stay_in_the_means():
+    """The mean over seeds (the evidence) and mean_over keep rows whose other columns are empty."""
+    grouped = pd.concat([rows({"a": [-1.0, -2.0]}, s, group="borderline") for s in (0, 1)])
+    ungrouped = pd.concat([rows({"b": [-0.5, 4.0]}, s) for s in (0, 1)])
+    both = pd.concat([grouped, ungrouped], ignore_index=True)
+    v = judge(both, {"claim": "c", "test": "below", "value": 0})
+    assert (v.verdict, v.evidence) == ("contradicted", "75% below 0; largest 4 (b)")
+    means = select(both, {"claim": "c", "mean_over": ["block", "seed", "run"]})
+    assert sorted(means["value"]) == [-1.5, 1.75]
