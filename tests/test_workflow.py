@@ -309,9 +309,10 @@ def test_the_gpu_day_scale_runs_every_table_on_one_gpu_per_job(workdir):
     plan = experiments.make_plan(cfg | {"tables_dir": str(workdir / "config" / "tables")})
     paper = experiments.make_plan(yaml.safe_load((workdir / "config" / "paper.yaml").read_text())
                                   | {"tables_dir": str(workdir / "config" / "tables")})
-    tabled = [{run for row in p.rows for run in row["runs"]} for p in (plan, paper)]
-    cells = [{run.rsplit("/seed", 1)[0] for run in runs} for runs in tabled]
-    assert len(cells[0]) == len(cells[1]) and len(tabled[0]) == 2 * len(cells[0])  # every table cell at 2 seeds
+    assert [(r["table"], r["label"]) for r in plan.rows] == [(r["table"], r["label"]) for r in paper.rows]
+    assert {len(row["runs"]) for row in plan.rows} == {2}  # every table row at 2 seeds
+    tabled = {run for row in plan.rows for run in row["runs"]}
+    assert len(tabled) == 2 * len({run.rsplit("/seed", 1)[0] for run in tabled})  # seeds 0 and 1 of each cell
     assert set(plan.tables) == set(paper.tables)
     assert {experiments.gpus_for(cfg, run) for run in plan.runs.values()} == {1}
     wmt = [json.loads(run.recipe_json) for run in plan.runs.values() if run.dataset.startswith("wmt")]
