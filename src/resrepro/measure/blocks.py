@@ -45,21 +45,32 @@ def residual_blocks(model: torch.nn.Module) -> list[Residual]:
 
 
 @contextmanager
+def forward_hooks(modules: list[torch.nn.Module], on_call):
+    """While open, every forward call of modules[i] calls `on_call(i, inputs, output)`."""
+
+    def hook_for(i):
+        def hook(module, inputs, output):
+            on_call(i, inputs, output)
+        return hook
+
+    handles = [m.register_forward_hook(hook_for(i)) for i, m in enumerate(modules)]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@contextmanager
 def _hooked(blocks: list[Residual], keep):
     """While open, `seen[i]` holds `keep(inputs, output)` of block i's latest forward pass."""
     seen: list = [None] * len(blocks)
 
-    def hook_for(i):
-        def hook(module, inputs, output):
-            seen[i] = keep(inputs, output)
-        return hook
+    def record(i, inputs, output):
+        seen[i] = keep(inputs, output)
 
-    handles = [b.register_forward_hook(hook_for(i)) for i, b in enumerate(blocks)]
-    try:
+    with forward_hooks(blocks, record):
         yield seen
-    finally:
-        for h in handles:
-            h.remove()
 
 
 def recording(blocks: list[Residual]):

@@ -30,7 +30,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from . import register
-from .blocks import batches, loss_gradients, per_example_norm, require_blocks, splits_of
+from .blocks import batches, forward_hooks, loss_gradients, per_example_norm, require_blocks, splits_of
 from .borderline import add_group_sums, groups
 
 
@@ -108,18 +108,8 @@ def every_call(combiners: list[nn.Module]):
     forward pass, in order (an unrolled block's extra steps right after its own call); clear it
     before each pass."""
     calls: list = []
-
-    def hook_for(i):
-        def hook(module, inputs, output):
-            calls.append((i, inputs[0], inputs[1]))
-        return hook
-
-    handles = [c.register_forward_hook(hook_for(i)) for i, c in enumerate(combiners)]
-    try:
+    with forward_hooks(combiners, lambda i, inputs, output: calls.append((i, inputs[0], inputs[1]))):
         yield calls
-    finally:
-        for h in handles:
-            h.remove()
 
 
 def measure_unroll(model: nn.Module, data: dict, settings: dict, device: torch.device) -> pd.DataFrame:
