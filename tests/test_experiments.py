@@ -108,20 +108,22 @@ def test_table_seeds_may_name_a_figure_whose_cells_only_it_trains(mini):
     while a figure cell that a table also names keeps the table's runs and measures its seeds."""
     plan = experiments.make_plan({**mini, "seeds": 3, "table_seeds": {"iter-f2": 1, "sas-f4": 1}})
     cells = {m["label"]: m["runs"] for m in plan.measures if m["figure"] in ("iter-f2", "sas-f4")}
-    assert cells["single representation"] == ["classification/digits/single_rep_resnet_mini/iter-snapshots/add/seed0"]
+    assert cells["single representation"] == ["classification/digits/single_rep_resnet_mini/default/add/seed0"]
     assert cells["x + F"] == ["classification/digits/preact_resnet32/default/add/seed0"]
     t1_baseline = next(r for r in plan.rows if r["table"] == "rskip-t1" and r["row"] == 0)["runs"]
     assert cells["x + F"][0] in t1_baseline and len(t1_baseline) == 3
 
 
-def test_paper_003s_runs_keep_snapshots_and_no_other_papers_do(mini):
-    """The refinement iter-snapshots gives paper 003's runs (and only them) their weights over
-    training: its ResNet-110 is then a run of its own, beside the tables' equal cell."""
+def test_every_mini_classification_run_keeps_snapshots_so_no_figure_trains_a_cell_twice(mini):
+    """Snapshots are in mini's base recipe: paper 003's figures over training read the tables'
+    runs where the cell is the same (ResNet-110, UBN-110), and every run has one recipe folder."""
     plan = experiments.make_plan(mini)
-    kept = {r.recipe for r in plan.runs.values() if r.task == "classification" and json.loads(r.recipe_json).get("snapshots")}
-    assert kept == {"iter-snapshots"}
-    iter_runs = {m["runs"][0] for m in plan.measures if m["figure"] == "iter-f5"}
-    assert all("/iter-snapshots/" in run for run in iter_runs) and len(iter_runs) == 4
+    classification = [r for r in plan.runs.values() if r.task == "classification"]
+    assert {r.recipe for r in classification} == {"default"}
+    assert all(json.loads(r.recipe_json)["snapshots"] == 3 for r in classification)
+    over_training = {m["runs"][0] for m in plan.measures if m["figure"] == "iter-f5"}
+    table_runs = {run for row in plan.rows for run in row["runs"]}
+    assert len(over_training) == 4 and "classification/digits/preact_resnet32/default/add/seed0" in over_training & table_runs
 
 
 def test_every_papers_figures_are_planned_with_every_table(mini):

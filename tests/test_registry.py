@@ -30,8 +30,19 @@ def test_every_name_the_catalog_declares_is_implemented_and_nothing_else():
     assert set(residual.REGISTRY) == set(catalog.VARIANTS)
     assert all(cls.params is catalog.VARIANTS[name] for name, cls in residual.REGISTRY.items())
     assert set(registry.BUILDERS) == set(catalog.ARCHITECTURES)
-    assert set(measure.MEASUREMENTS) == set(catalog.MEASUREMENTS)
-    assert all(measure.get(n).defaults == catalog.MEASUREMENTS[n].defaults for n in catalog.MEASUREMENTS)
+    assert set(measure.IMPLEMENTED_IN) == set(catalog.MEASUREMENTS)
+    assert all(measure.get(n).name == n and measure.get(n).defaults == catalog.MEASUREMENTS[n].defaults for n in catalog.MEASUREMENTS)
+    assert set(measure.MEASUREMENTS) == set(catalog.MEASUREMENTS)  # each module registers what it implements, no more
+
+
+def test_a_measurement_that_reads_a_training_log_runs_without_importing_torch(tmp_path):
+    """A learning_curve job only reads a CSV: it must not pay torch's import (about 2 s a job)."""
+    (tmp_path / "train_log.csv").write_text("epoch,train_loss,test_loss\n1,2.0,2.5\n2,1.0,1.5\n")
+    code = ("import sys; from resrepro.measure.run import run_measurement; "
+            f"run_measurement('learning_curve', {str(tmp_path)!r}, 'unused', {{'quantities': ['train_loss']}}, {str(tmp_path / 'out.csv')!r}); "
+            "assert 'torch' not in sys.modules, 'torch was imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    assert (tmp_path / "out.csv").read_text().splitlines()[1:] == ["1,training loss,2.0", "2,training loss,1.0"]
 
 
 def test_a_name_the_catalog_does_not_declare_cannot_be_registered():

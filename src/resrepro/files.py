@@ -8,8 +8,6 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-import torch
-
 
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
     """Call `write(tmp)` on a temp file next to `path`, then rename it over `path`."""
@@ -41,4 +39,6 @@ def write_json(path: str | Path, obj) -> None:
 
 
 def save_torch(path: str | Path, obj) -> None:
+    import torch  # here, so that the jobs that write no tensors never import it
+
     atomic_write(path, lambda tmp: torch.save(obj, tmp))

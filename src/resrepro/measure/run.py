@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import files, models
-from ..devices import pick_device
+from .. import files
 from . import get
 
 
@@ -28,6 +27,9 @@ def run_measurement(name: str, run_dir: str | Path, data_path: str | Path, setti
     if measurement.reads == "log":
         files.write_text(out, measurement.measure(run_dir, settings).to_csv(index=False))
         return
+    from .. import models  # torch: only for the measurements that read a model
+    from ..devices import pick_device
+
     if measurement.reads == "snapshots":
         kept = models.snapshots(run_dir)
         if not kept:
