@@ -18,18 +18,21 @@ def plan_for(tables: list[str], seeds: int = 3) -> experiments.Plan:
 
 
 def write_metrics(results, run: str, test_error: float | None, best: tuple[float, int] | None = None, train_log: bool = False,
-                  train_error: float | None = None) -> None:
+                  train_error: float | None = None, train_loss: float | None = None) -> None:
     """A classification run's metrics.json as train() writes it; None: diverged. `best`: (test
     error, epoch) of the best epoch, by default the final one (epoch 2). `train_log`: also its
     2-epoch train_log.csv, for the learning curves. `train_error`: the last epoch's, by default
-    half the test error."""
+    half the test error; `train_loss`: the last epoch's, by default a hundredth of the test error
+    (the best epoch's: twice that)."""
     m = {"diverged": test_error is None, "epochs_completed": 2, "wall_time_s": 1.0, "parameters": 10,
          "provenance": {"device": "cpu", "git_commit": "abc"}}
     if test_error is None:
         m.update(final=None, best=None, diverged_at={"epoch": 1, "step": 3, "loss": "nan"})
     else:
         best_error, best_epoch = best or (test_error, 2)
-        m.update(final={"test_error": test_error, "train_error": test_error / 2 if train_error is None else train_error}, best={"test_error": best_error, "epoch": best_epoch})
+        loss = test_error / 100 if train_loss is None else train_loss
+        m.update(final={"test_error": test_error, "train_error": test_error / 2 if train_error is None else train_error, "train_loss": loss},
+                 best={"test_error": best_error, "epoch": best_epoch, "train_loss": 2 * loss})
     files.write_json(results / run / "metrics.json", m)
     if train_log:
         last = "nan" if test_error is None else test_error

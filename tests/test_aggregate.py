@@ -207,7 +207,8 @@ def test_read_run_fills_every_runs_csv_column(tmp_path):
     names = {"task": "classification", "dataset": "digits", "arch": "preact_resnet8", "recipe": "default", "variant_id": "sas"}
     done = {"parameters": 10, "wall_time_s": 1.0, "device": "cpu", "git_commit": "abc"}
     assert read_run(tmp_path, f"{cls}/seed0") == {"run": f"{cls}/seed0", **names, "seed": 0, "status": "ok", "epochs_completed": 2, **done,
-                                                  "final_test_error": 4.5, "best_test_error": 4.5, "best_epoch": 2, "final_train_error": 2.25}
+                                                  "final_test_error": 4.5, "best_test_error": 4.5, "best_epoch": 2, "final_train_error": 2.25,
+                                                  "final_train_loss": 0.045, "best_train_loss": 0.09}
     assert read_run(tmp_path, f"{cls}/seed1") == {"run": f"{cls}/seed1", **names, "seed": 1, "status": "diverged", "epochs_completed": 2, **done,
                                                   "diverged_step": 3}
     assert read_run(tmp_path, f"{cls}/seed2") == {"run": f"{cls}/seed2", **names, "seed": 2, "status": "failed", "error": "CUDA out of memory"}
@@ -316,3 +317,26 @@ def test_the_shared_nets_have_the_papers_parameter_counts():
     for row in load_tables("config/tables")["iter-t1"]["rows"]:
         ours = parameters_at_paper_size(row, "classification")
         assert abs(ours / row["paper_parameters"] - 1) < 0.005, (row["label"], ours)
+
+
+def test_a_row_may_have_its_own_metric_and_a_loss_is_lower_is_better(tmp_path):
+    """noise-t1 (paper 002, SM Table 1) prints each net's training loss and test error: each row
+    has its metric, its baseline the plain net of its depth and metric. Residual nets with the
+    lower loss and error: both verdicts supported; the loss shown to 4 decimals, by epoch basis."""
+    from fake_runs import plan_for, write_metrics
+
+    plan = plan_for(["noise-t1"], seeds=3)
+    for path, run in plan.runs.items():  # residual: loss 0.05 and error 10; plain: 0.2 and 20 (+ a seed's jitter)
+        residual = run.variant == "add"
+        write_metrics(tmp_path, path, (10.0 if residual else 20.0) + run.seed, train_loss=(0.05 if residual else 0.2) + run.seed / 1000)
+    rows = aggregate(plan.rows, tmp_path, "config/tables", "final")["rows"].set_index("label")
+    loss, error = rows.loc["ResNet-20, loss"], rows.loc["ResNet-20, error"]
+    assert (loss["metric"], loss["higher_is_better"], loss["paper"], loss["baseline"]) == ("train_loss", False, 0.04287, "PlnNet-20, loss")
+    assert loss["mean"] == pytest.approx(0.051) and json.loads(loss["values"]) == [0.05, 0.051, 0.052]
+    assert loss["difference"] == pytest.approx(-0.15) and loss["verdict"] == "supported"
+    assert (error["metric"], error["mean"], error["verdict"]) == ("test_error", 11.0, "supported")
+    best = aggregate(plan.rows, tmp_path, "config/tables", "best")["rows"].set_index("label")
+    assert best.loc["ResNet-20, loss", "mean"] == pytest.approx(0.102)  # the best epoch's loss, not the last's
+    assert rows.loc["PlnNet-44, loss", "verdict"] == "baseline"
+    runs_of = {row["label"]: row["runs"] for row in plan.rows}
+    assert runs_of["ResNet-20, loss"] == runs_of["ResNet-20, error"]  # two rows a net, one training

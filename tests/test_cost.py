@@ -84,6 +84,16 @@ def test_the_estimate_is_linear_in_depth_and_batch_and_scaled_by_the_variant():
     assert cost.estimate_step_ms(run(size=110), one) == pytest.approx(30.0)  # one anchor: no slope
 
 
+def test_a_float64_step_has_its_own_key_and_the_anchors_ratio():
+    """Paper 002's equivalent training runs in double precision: its own step time, the float64
+    ratio times the float32 estimate (1 where the anchors give none)."""
+    double = run(size=20, recipe={**CIFAR, "dtype": "float64"})
+    assert cost.step_key(double) == "classification/preact_resnet20/add/batch128/float64"
+    assert cost.step_key(run(size=20, recipe={**CIFAR, "dtype": "float32"})) == "classification/preact_resnet20/add/batch128"
+    assert cost.estimate_step_ms(double, {**ANCHORS, "float64_ratio": 8}) == pytest.approx(80.0)
+    assert cost.estimate_step_ms(double, ANCHORS) == pytest.approx(10.0)
+
+
 def test_the_translation_estimate_grows_with_tokens_only_above_the_anchor_batch():
     base = run("translation", "iwslt15_en_vi", "transformer_base", "base", "xskip_ln", {"lam": 1})
     assert cost.estimate_step_ms(base, ANCHORS) == pytest.approx(50.0)

@@ -87,7 +87,7 @@ def test_summarize_reports_final_and_best_epoch():
     m = summarize({"seed": 4}, rows, None)
     assert m["final"] == {"epoch": 3, "train_loss": 1.0 / 3, "train_error": 50.0 / 3, "test_loss": 0.5, "test_error": 40.0,
                           "test_accuracy": 60.0}
-    assert m["best"] == {"epoch": 2, "test_error": 30.0, "test_accuracy": 70.0}
+    assert m["best"] == {"epoch": 2, "test_error": 30.0, "test_accuracy": 70.0, "train_loss": 0.5}  # the best epoch's own loss
     assert (m["seed"], m["diverged"], m["epochs_completed"], m["wall_time_s"]) == (4, False, 3, 6.0)
     diverged = summarize({"seed": 0}, rows[:1], {"epoch": 2, "step": 12, "loss": "nan"})
     assert diverged["diverged"] and diverged["final"] is None and diverged["best"] is None

@@ -38,7 +38,9 @@ def test_mini_plan_shares_cells_between_equivalent_rows(mini):
     assert rows[("sas-t7", "x + F (Baseline)")] == rows[("rskip-t1", "1xSkip")]
     seeds = {"classification": mini["seeds"], "translation": mini["translation"]["seeds"]}
     tasks = {table_id: table["task"] for table_id, table in plan.tables.items()}
-    assert all(len(runs) == seeds[tasks[table]] for (table, _), runs in rows.items())
+    own = mini["table_seeds"]  # a table that sets its own count (noise-t2: float64 on the CPU)
+    assert all(len(runs) == own.get(table, seeds[tasks[table]]) for (table, _), runs in rows.items())
+    assert {len(runs) for (table, _), runs in rows.items() if table == "noise-t2"} == {2}
 
 
 def test_paper_plan_runs_five_seeds_at_the_papers_depths():
@@ -48,7 +50,8 @@ def test_paper_plan_runs_five_seeds_at_the_papers_depths():
     assert {run.seed for run in plan.runs.values()} == {0, 1, 2, 3, 4}
     assert {run.arch for run in plan.runs.values() if run.task == "classification"} == {
         *(f"preact_resnet{d}" for d in (20, 32, 38, 44, 56, 110)), "single_rep_resnet_paper", "avgpool_resnet_paper", "wide_resnet_paper",
-        *(f"shared_resnet_ubn_{d}" for d in (110, 146, 182)), *(f"shared_resnet_{s}_110" for s in ("naive", "stats", "stats_gamma"))}
+        *(f"shared_resnet_ubn_{d}" for d in (110, 146, 182)), *(f"shared_resnet_{s}_110" for s in ("naive", "stats", "stats_gamma")),
+        *(f"simple_net{d}" for d in (20, 32, 44))}  # paper 002's simplified nets
     assert {run.arch for run in plan.runs.values() if run.task == "translation"} == {"transformer_base", "transformer_big", "transformer_base_2block"}
     assert set(plan.datasets()) == {"cifar10", "cifar100", "iwslt15_en_vi", "wmt14_en_de", "wmt14_en_fr"}
     run = next(r for r in plan.runs.values() if r.arch == "preact_resnet110" and r.recipe == "default")
@@ -119,7 +122,7 @@ def test_every_mini_classification_run_keeps_snapshots_so_no_figure_trains_a_cel
     runs where the cell is the same (ResNet-110, UBN-110), and every run has one recipe folder."""
     plan = experiments.make_plan(mini)
     classification = [r for r in plan.runs.values() if r.task == "classification"]
-    assert {r.recipe for r in classification} == {"default"}
+    assert {r.recipe for r in classification if r.model != "simple_net"} == {"default"}  # paper 002 has its own (docs/noise.md)
     assert all(json.loads(r.recipe_json)["snapshots"] == 3 for r in classification)
     over_training = {m["runs"][0] for m in plan.measures if m["figure"] == "iter-f5"}
     table_runs = {run for row in plan.rows for run in row["runs"]}
@@ -286,6 +289,7 @@ GOOD_ROW = {"label": "x+F", "dataset": "cifar10", "depth": 20, "variant": "add",
         ({"paper_train_error": 100.5}, "rows[0]: paper_train_error must be a percentage (0 to 100)"),
         ({"paper_train_error": -0.1}, "rows[0]: paper_train_error must be a percentage (0 to 100)"),
         ({"paper_train_error": True}, "rows[0]: paper_train_error must be a percentage (0 to 100)"),
+        ({"metric": "train_los"}, "rows[0]: metric='train_los' unknown; allowed: test_error, test_accuracy, bleu, train_loss"),
     ],
 )
 def test_a_table_file_with_one_bad_row_names_table_row_and_key(tmp_path, row, message):
@@ -296,6 +300,19 @@ def test_a_table_file_with_one_bad_row_names_table_row_and_key(tmp_path, row, me
     with pytest.raises(ConfigError) as err:
         experiments.make_plan(snakefile_config(f"tables_dir={tmp_path}", "tables=all"))
     assert message in str(err.value) and "bad-t1" in str(err.value)
+
+
+def test_a_rows_baseline_must_have_its_metric(tmp_path):
+    """Paper 002's tables give each net a loss row and an error row: a verdict compares one metric."""
+    rows = [{**GOOD_ROW, "label": "plain, loss", "variant": "plain", "metric": "train_loss", "paper": 0.07},
+            {**GOOD_ROW, "label": "residual, loss", "metric": "train_loss", "paper": 0.04, "baseline": "plain, loss"},
+            {**GOOD_ROW, "label": "residual, error", "paper": 11.3, "baseline": "plain, loss"}]
+    table = {"paper": "noise", "caption": "c", "source": "s", "task": "classification", "metric": "test_error", "rows": rows}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump({"bad-t1": table}))
+    with pytest.raises(ConfigError, match=r"rows\[2\]: its metric is test_error, its baseline 'plain, loss''s is train_loss"):
+        experiments.load_tables(tmp_path)
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump({"ok-t1": {**table, "rows": rows[:2]}}))
+    assert experiments.row_metric(table, experiments.load_tables(tmp_path)["ok-t1"]["rows"][1]) == "train_loss"
 
 
 @pytest.mark.parametrize("train_error", [0, 100, 1.53])

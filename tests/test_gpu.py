@@ -104,7 +104,7 @@ def test_a_classifier_trains_on_the_gpu_in_bf16_and_channels_last(digits, tmp_pa
     (model,) = built
     assert metrics["diverged"] is False and 0 <= metrics["final"]["test_error"] <= 100
     assert metrics["provenance"]["device"] == torch.cuda.get_device_name()
-    assert metrics["speed"] == {"amp": True, "channels_last": True, "compile": None, "fused_optimizer": True}  # auto on a GPU
+    assert metrics["speed"] == {"amp": True, "channels_last": True, "compile": None, "fused_optimizer": True, "float64": False}  # auto on a GPU
     assert next(model.parameters()).is_cuda
     conv = model.blocks[0].conv1.weight  # 16 x 16 x 3 x 3: the two layouts differ (the stem's 1 channel would not tell)
     assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()

@@ -14,6 +14,7 @@ from resrepro.experiments import load_tables
 SAS = "SAS (CoNLL 2019)"
 RSKIP = "Liu et al. (COLING 2020)"
 ITER = "Jastrzebski et al. (ICLR 2018)"
+NOISE = "Identity Connections in Residual Nets Improve Noise Stability"
 
 GOLDEN = [
     # --- paper 001, Table 1: CIFAR-10, PreAct-ResNet-110, error %
@@ -128,6 +129,31 @@ GOLDEN = [
     ("iter-t1", "ResNet-182-UBN, CIFAR-100", 29.33, f"{ITER}, Table 1, ResNet-182-UBN x CIFAR100 (test half)"),
     ("iter-t1", "ResNet-56, CIFAR-100", 28.99, f"{ITER}, Table 1, ResNet-56 x CIFAR100 (test half)"),
     ("iter-t1", "ResNet-110, CIFAR-100", 27.54, f"{ITER}, Table 1, ResNet-110 x CIFAR100 (test half)"),
+    # paper 002, SM Tables 1 and 2: L as printed, E printed as a fraction and held as a percentage
+    ("noise-t1", "PlnNet-20, loss", 0.07227, f"{NOISE}, SM Table 1, PlnNet-20 L"),
+    ("noise-t1", "ResNet-20, loss", 0.04287, f"{NOISE}, SM Table 1, ResNet-20 L"),
+    ("noise-t1", "PlnNet-32, loss", 0.1225, f"{NOISE}, SM Table 1, PlnNet-32 L"),
+    ("noise-t1", "ResNet-32, loss", 0.04847, f"{NOISE}, SM Table 1, ResNet-32 L"),
+    ("noise-t1", "PlnNet-44, loss", 0.495, f"{NOISE}, SM Table 1, PlnNet-44 L"),
+    ("noise-t1", "ResNet-44, loss", 0.07397, f"{NOISE}, SM Table 1, ResNet-44 L"),
+    ("noise-t1", "PlnNet-20, error", 12.63, f"{NOISE}, SM Table 1, PlnNet-20 E 0.1263"),
+    ("noise-t1", "ResNet-20, error", 11.31, f"{NOISE}, SM Table 1, ResNet-20 E 0.1131"),
+    ("noise-t1", "PlnNet-32, error", 13.49, f"{NOISE}, SM Table 1, PlnNet-32 E 0.1349"),
+    ("noise-t1", "ResNet-32, error", 11.43, f"{NOISE}, SM Table 1, ResNet-32 E 0.1143"),
+    ("noise-t1", "PlnNet-44, error", 22.13, f"{NOISE}, SM Table 1, PlnNet-44 E 0.2213"),
+    ("noise-t1", "ResNet-44, error", 11.82, f"{NOISE}, SM Table 1, ResNet-44 E 0.1182"),
+    ("noise-t2", "ResNet-20, loss", 0.04287, f"{NOISE}, SM Table 2, ResNet-20 L"),
+    ("noise-t2", "PlnNet-20 (equivalent), loss", 0.04132, f"{NOISE}, SM Table 2, PlnNet-20 L"),
+    ("noise-t2", "ResNet-32, loss", 0.04847, f"{NOISE}, SM Table 2, ResNet-32 L"),
+    ("noise-t2", "PlnNet-32 (equivalent), loss", 0.0488, f"{NOISE}, SM Table 2, PlnNet-32 L"),
+    ("noise-t2", "ResNet-44, loss", 0.07397, f"{NOISE}, SM Table 2, ResNet-44 L"),
+    ("noise-t2", "PlnNet-44 (equivalent), loss", 0.07345, f"{NOISE}, SM Table 2, PlnNet-44 L"),
+    ("noise-t2", "ResNet-20, error", 11.31, f"{NOISE}, SM Table 2, ResNet-20 E 0.1131"),
+    ("noise-t2", "PlnNet-20 (equivalent), error", 11.21, f"{NOISE}, SM Table 2, PlnNet-20 E 0.1121"),
+    ("noise-t2", "ResNet-32, error", 11.43, f"{NOISE}, SM Table 2, ResNet-32 E 0.1143"),
+    ("noise-t2", "PlnNet-32 (equivalent), error", 10.85, f"{NOISE}, SM Table 2, PlnNet-32 E 0.1085"),
+    ("noise-t2", "ResNet-44, error", 11.82, f"{NOISE}, SM Table 2, ResNet-44 E 0.1182"),
+    ("noise-t2", "PlnNet-44 (equivalent), error", 11.59, f"{NOISE}, SM Table 2, PlnNet-44 E 0.1159"),
 ]
 
 # Model sizes the papers print beside a row (paper 001 Table 7's "#Params" column, for its EN-DE
@@ -196,7 +222,7 @@ def test_config_tables_hold_exactly_the_papers_values(config_values):
     by_table = lambda rows, t: [r for r in rows if r[0] == t]  # noqa: E731
     for table_id in dict.fromkeys(t for t, _, _ in golden):
         assert by_table(config_values, table_id) == by_table(golden, table_id), table_id
-    assert len(config_values) == len(golden)  # 95 values in 13 tables (2026-11-24)
+    assert len(config_values) == len(golden)  # 119 values in 15 tables (2026-11-24)
 
 
 def test_sources_name_the_table_of_the_config_entry():

@@ -240,3 +240,19 @@ def test_depths_must_be_preact_resnet_depths(mini):
 def test_run_paths_name_the_recipe():
     run = experiments.Run("translation", "synthetic", "transformer_mini_base", "transformer", "mini_base", "rskip_ln", json.dumps({"lam": 2}), 1, "a+b")
     assert run.path == "translation/synthetic/transformer_mini_base/a+b/rskip_ln-lam2/seed1"
+
+
+def test_paper_002s_equivalent_training_refines_its_table_2_by_variant(mini, paper):
+    """noise-t2's plain rows start from the mapped residual init (variant: plain), all its rows run
+    in float64; noise-t1's nets keep the paper 002 recipe alone. Each is a folder of its own."""
+    for cfg in (mini, paper):
+        plan = experiments.make_plan(cfg)
+        t1, t2 = _row_runs(plan, "noise-t1"), _row_runs(plan, "noise-t2")
+        plain, residual = plan.runs[t2["PlnNet-20 (equivalent), loss"][0]], plan.runs[t2["ResNet-20, loss"][0]]
+        assert plain.recipe == "noise+noise-float64+noise-equivalent" and residual.recipe == "noise+noise-float64"
+        assert experiments.train_spec(cfg, plain)["init"] == "equivalent" and "init" not in experiments.train_spec(cfg, residual)
+        assert experiments.train_spec(cfg, residual)["dtype"] == "float64"
+        t1_run = plan.runs[t1["PlnNet-20, loss"][0]]
+        assert t1_run.recipe == "noise" and "dtype" not in experiments.train_spec(cfg, t1_run)
+    assert experiments.train_spec(paper, t1_run)["epochs"] == 200
+    assert recipes.matches({"variant": "plain"}, {"variant": "plain"}) and not recipes.matches({"variant": "plain"}, {"variant": "add"})

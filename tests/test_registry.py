@@ -23,7 +23,9 @@ def test_each_task_has_its_default_architecture():
         "single_rep_resnet": ("classification", "size"), "avgpool_resnet": ("classification", "size"),
         "wide_resnet": ("classification", "size"),
         # and its ResNets sharing their top blocks, one per BN strategy, sized by the paper's depth
-        **{f"shared_resnet_{s}": ("classification", "size") for s in ("naive", "stats", "stats_gamma", "ubn")}}
+        **{f"shared_resnet_{s}": ("classification", "size") for s in ("naive", "stats", "stats_gamma", "ubn")},
+        # paper 002's simplified nets, plain or residual, and their diagonal-kernel form
+        "simple_net": ("classification", "depth"), "simple_net_diagonal": ("classification", "depth")}
 
 
 def test_every_name_the_catalog_declares_is_implemented_and_nothing_else():

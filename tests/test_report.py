@@ -318,7 +318,7 @@ def test_empty_text_cells_stay_empty():
     """rows.csv reads an empty verdict, reason, baseline or vocabulary back as NaN: shown empty."""
     from resrepro.report.render import _row_view
 
-    row = pd.Series({"label": "r", "formula": "x", "paper": 1.0, "mean": 1.0, "std": float("nan"), "n": 1, "n_runs": 1,
+    row = pd.Series({"label": "r", "formula": "x", "metric": "test_error", "paper": 1.0, "mean": 1.0, "std": float("nan"), "n": 1, "n_runs": 1,
                      "n_diverged": 0, "n_unfinished": 0, "values": "[1.0]", "delta": 0.0, "dataset": "d", "arch": "a",
                      "recipe": "default", "variant_id": "add", "note": float("nan"), "verdict": float("nan"),
                      "reason": float("nan"), "baseline": float("nan"), "parameters_vocabulary": float("nan"),
@@ -365,3 +365,17 @@ def test_a_figure_from_figures_csv_is_drawn_whatever_columns_other_measurements_
     drawn.clear()
     figures.per_block(unrolled, "f")
     assert {line.get_label() for line in drawn["fig"].axes[0].get_lines()} == {"net, scale 1, test (1 run)", "net, scale 0.05, test (1 run)"}
+
+
+def test_a_loss_row_is_shown_to_4_decimals_and_an_error_row_to_2():
+    """Paper 002's losses (0.07227) would read 0.07 at the errors' 2 decimals."""
+    from resrepro.report.render import _row_view
+
+    row = pd.Series({"label": "r", "formula": "", "metric": "train_loss", "paper": 0.07227, "mean": 0.051234, "std": 0.00123, "n": 3,
+                     "n_runs": 3, "n_diverged": 0, "n_unfinished": 0, "values": "[0.0501, 0.0512]", "delta": -0.021036, "dataset": "d",
+                     "arch": "a", "recipe": "default", "variant_id": "add", "note": "", "verdict": "supported", "reason": "",
+                     "baseline": "b", "difference": -0.15, "resolvable": 0.00456})
+    view = _row_view(row)
+    assert (view["metric"], view["paper"], view["reproduced"], view["delta"]) == ("train loss", "0.0723", "0.0512 ± 0.0012", "-0.0210")
+    assert (view["difference"], view["resolvable"]) == ("-0.1500", "0.0046")
+    assert _row_view(row.copy().replace({"train_loss": "test_error"}))["paper"] == "0.07"

@@ -57,7 +57,7 @@ def test_each_switch_does_what_it_says():
     assert off.compiled(conv) is conv
     compiled = on.compiled(conv)
     assert compiled is not conv and torch.allclose(compiled(x), conv(x))
-    assert set(speed.DEFAULTS) == {"amp", "channels_last", "compile", "fused_optimizer"}
+    assert set(speed.DEFAULTS) == {"amp", "channels_last", "compile", "fused_optimizer", "dtype"}
 
 
 def conv_dtypes_during(fn) -> list[torch.dtype]:
@@ -84,7 +84,7 @@ def test_a_classifier_trains_in_bf16_channels_last_with_a_fused_optimizer(digits
     seen = conv_dtypes_during(lambda: metrics.update(classification.train(
         spec(epochs=1, lr_milestones=[], **switches), digits, tmp_path / "run", device="cpu", progress=False)))
     assert metrics["diverged"] is False and 0 <= metrics["final"]["test_error"] <= 100
-    assert metrics["speed"] == {"amp": True, "channels_last": True, "compile": None, "fused_optimizer": True}
+    assert metrics["speed"] == {"amp": True, "channels_last": True, "compile": None, "fused_optimizer": True, "float64": False}
     assert optimizers[0]["fused"] is True
     assert seen and all(dtype == torch.bfloat16 and channels_last for dtype, channels_last in seen)
 
@@ -108,7 +108,7 @@ def test_a_classifier_on_the_cpu_by_default_is_float32_and_contiguous(digits, tm
     metrics = {}
     seen = conv_dtypes_during(lambda: metrics.update(classification.train(
         spec(epochs=1, lr_milestones=[]), digits, tmp_path / "run", device="cpu", progress=False)))
-    assert metrics["speed"] == {"amp": False, "channels_last": False, "compile": None, "fused_optimizer": False}
+    assert metrics["speed"] == {"amp": False, "channels_last": False, "compile": None, "fused_optimizer": False, "float64": False}
     assert seen and all(dtype == torch.float32 for dtype, _ in seen)
 
 
@@ -121,7 +121,7 @@ def test_a_transformer_trains_with_every_switch_on(tmp_path, monkeypatch):
     metrics = translation.train(text_spec(max_updates=4, checkpoint_every=2, **SWITCHES_ON), train_pairs, dev_pairs, 26,
                                 tmp_path / "run", device="cpu", progress=False)
     assert metrics["diverged"] is False and metrics["updates"] == 4 and metrics["final"]["train_loss"] < 10
-    assert metrics["speed"] == {"amp": True, "channels_last": False, "compile": "aot_eager", "fused_optimizer": True}
+    assert metrics["speed"] == {"amp": True, "channels_last": False, "compile": "aot_eager", "fused_optimizer": True, "float64": False}
     assert optimizers[0]["fused"] is True
     # the checkpoint holds the model's own keys, not the compiled wrapper's (_orig_mod.)
     saved = torch.load(tmp_path / "run" / "checkpoints" / "last.pt", weights_only=False)["model"]

@@ -69,13 +69,16 @@ def test_report_holds_every_table_with_paper_and_reproduced_values(workdir):
         cells = table_rows(html, table_id)
         assert [c["row"] for c in cells] == [r["label"] for r in table["rows"]]
         for cell, row, (_, agg) in zip(cells, table["rows"], rows[rows["table"] == table_id].iterrows()):
-            assert cell["paper"] == f"{row['paper']:.2f}"
-            assert cell["reproduced"] == f"{agg['mean']:.2f} ± –"  # one seed: no spread
-            assert cell["n"] == "1/1" and cell["Δ"] == f"{agg['mean'] - row['paper']:.2f}"
+            digits = 4 if experiments.row_metric(table, row) == "train_loss" else 2  # paper 002's losses: 0.0723
+            assert cell["paper"] == f"{row['paper']:.{digits}f}"
+            assert cell["reproduced"] == f"{agg['mean']:.{digits}f} ± –"  # one seed: no spread
+            assert cell["n"] == "1/1" and cell["Δ"] == f"{agg['mean'] - row['paper']:.{digits}f}"
             if table["task"] == "translation":
                 assert cell["sacreBLEU"] == f"{agg['sacrebleu']:.2f}" and cell["parameters at paper size (vocabulary)"].endswith("M (32,768)")
-    for paper in ("sas", "rskip", "iter"):
+    for paper in ("sas", "rskip", "noise", "iter"):
         assert f'id="paper-{paper}"' in html
+    noise = table_rows(html, "noise-t1")
+    assert noise[0]["metric"] == "train loss" and noise[-1]["metric"] == "test error"  # each row names its metric
     shows = {  # what each measurement's summary says, per cell
         "sas_gates": r"alpha > 0.9 in \d of 3 blocks; .* rho = [+-]\d.\d\d",
         "l2_ratio": r"train: block 1 \d+\.\d\d, .*; test: block 1 .*",

@@ -120,6 +120,9 @@ ARCHITECTURES: dict[str, Architecture] = {
         # (models/shared_resnet.py); sizes: the paper's depth "110", "146", "182", or "mini110", ...
         *(Architecture(f"shared_resnet_{s}", "classification", "size", f"shared_resnet_{s}_{{}}", ("size", "variant", "args"))
           for s in ("naive", "stats", "stats_gamma", "ubn")),
+        # paper 002's simplified nets, plain or residual (models/simple_net.py); depth 3n+2; `init` from the recipe
+        Architecture("simple_net", "classification", "depth", "simple_net{}", ("depth", "variant", "args", "init")),
+        Architecture("simple_net_diagonal", "classification", "depth", "simple_net_diagonal{}", ("depth", "variant", "args", "init")),
     )
 }
 DEFAULT_FOR_TASK = {"classification": "preact_resnet", "translation": "transformer"}  # a row without `arch:`

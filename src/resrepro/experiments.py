@@ -19,12 +19,15 @@ from . import catalog, recipes
 from .catalog import ConfigError
 
 TASKS = ("classification", "translation")
-METRICS = {"test_error": False, "test_accuracy": True, "bleu": True}  # metric -> higher is better
+# metric -> higher is better; train_loss: the last (or best) epoch's mean cross-entropy over its batches
+METRICS = {"test_error": False, "test_accuracy": True, "bleu": True, "train_loss": False}
 # paper_parameters: the model size the paper prints beside the row (papers 001 Table 7, 003
 # Table 1), a count; paper_train_error: the training error (%) it prints beside a test error
-# arch: an architecture of the table's task (catalog.ARCHITECTURES), else the task's default
+# arch: an architecture of the table's task (catalog.ARCHITECTURES), else the task's default;
+# metric: the row's own, where a paper's table prints two measures of each net (paper 002's loss
+# and error): its baseline must be a row of the same metric
 ROW_KEYS = {"label", "formula", "dataset", "arch", "depth", "size", "variant", "args", "paper", "baseline", "note", "paper_parameters",
-            "paper_train_error"}
+            "paper_train_error", "metric"}
 TABLE_KEYS = {"paper", "caption", "source", "task", "metric", "baseline", "rows"}
 FIGURE_KEYS = {"paper", "caption", "source", "measurement", "settings", "quantities", "claim", "cells", "checks"}
 CELL_KEYS = {"label", "dataset", "arch", "depth", "size", "variant", "args"}
@@ -71,10 +74,20 @@ def _check_table(table_id: str, table: dict, path: Path) -> dict:
             raise ConfigError(f"{rwhere}: paper_parameters must be a positive whole count, e.g. 65_000_000; got {row['paper_parameters']!r}")
         if "paper_train_error" in row and not (table["task"] == "classification" and _is_percent(row["paper_train_error"])):
             raise ConfigError(f"{rwhere}: paper_train_error must be a percentage (0 to 100) in a classification table; got {row['paper_train_error']!r}")
+        if row.get("metric", table["metric"]) not in METRICS:
+            raise ConfigError(f"{rwhere}: metric={row['metric']!r} unknown; allowed: {', '.join(METRICS)}")
         baseline = row.get("baseline", table.get("baseline"))
         if baseline is not None and baseline not in labels:
             raise ConfigError(f"{rwhere}: baseline {baseline!r} is not a row label; rows: {labels}")
+        if baseline is not None and row_metric(table, table["rows"][labels.index(baseline)]) != row_metric(table, row):
+            raise ConfigError(f"{rwhere}: its metric is {row_metric(table, row)}, its baseline {baseline!r}'s is "
+                              f"{row_metric(table, table['rows'][labels.index(baseline)])}: a verdict compares one metric")
     return table
+
+
+def row_metric(table: dict, row: dict) -> str:
+    """A row's metric: its own, else its table's."""
+    return row.get("metric", table["metric"])
 
 
 def _is_percent(x) -> bool:
@@ -292,7 +305,8 @@ def _plan_cell(config: dict, plan: Plan, task: str, paper: str, table_id: str, r
     map_key = arch.size_key + "s"  # the scale's map of the paper's sizes: depths, sizes
     size = _lookup(task_cfg.get(map_key, {}), row[arch.size_key], f"{task}.{map_key}", where)
     args = catalog.validate(row["variant"], row.get("args"), where=where)
-    cell = {"paper": paper, "table": table_id, "kind": kind, "dataset": row["dataset"], "arch": arch.name, arch.size_key: row[arch.size_key]}
+    cell = {"paper": paper, "table": table_id, "kind": kind, "dataset": row["dataset"], "arch": arch.name, arch.size_key: row[arch.size_key],
+            "variant": row["variant"]}
     recipe_name, recipe = recipes.resolve(task_cfg, cell)
     check_recipe(task, recipe, f"{where} (recipe {recipe_name})")
     runs = [

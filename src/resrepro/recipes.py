@@ -11,8 +11,8 @@ over that recipe, in order, to the runs it matches::
         source: 'Liu et al. 2020, Sec. 4.2: "... from 100,000 steps to 550,000 steps"'
 
 ``when`` names a cell as the paper's table does (``paper``, ``table`` (a table's or a figure's id),
-``kind`` (``table`` or ``figure``), ``arch``, and the paper's ``dataset``, ``depth`` or ``size``, not
-what this scale runs); a list means any of its values. A run's folder
+``kind`` (``table`` or ``figure``), ``arch``, ``variant`` (its name, e.g. ``plain``), and the paper's
+``dataset``, ``depth`` or ``size``, not what this scale runs); a list means any of its values. A run's folder
 holds the names of the refinements applied to it (``default`` when none), so two runs whose
 recipes differ never share a folder, and a cell that two tables name alike is trained once.
 
@@ -30,8 +30,9 @@ EVAL_KEYS = {"classification": frozenset(), "translation": frozenset({"average_l
 # Keys a recipe may leave out: the default applies (dropout: the Transformer preset's; lr_decay: 0.1;
 # deterministic: off, torch's fastest kernels; snapshots: none; the speed switches: speed.DEFAULTS).
 SPEED_KEYS = frozenset({"amp", "channels_last", "compile", "fused_optimizer"})  # speed.DEFAULTS's keys (speed imports torch)
-OPTIONAL_KEYS = {"classification": frozenset({"deterministic", "lr_decay", "snapshots"}) | SPEED_KEYS, "translation": frozenset({"dropout", "deterministic"}) | SPEED_KEYS}
-MATCH_KEYS = ("paper", "table", "kind", "dataset", "arch", "depth", "size")
+# init: paper 002's simplified nets only (models/simple_net.py); dtype: float32 unless float64 (its SM B).
+OPTIONAL_KEYS = {"classification": frozenset({"deterministic", "lr_decay", "snapshots", "init", "dtype"}) | SPEED_KEYS, "translation": frozenset({"dropout", "deterministic"}) | SPEED_KEYS}
+MATCH_KEYS = ("paper", "table", "kind", "dataset", "arch", "depth", "size", "variant")
 DEFAULT = "default"
 
 

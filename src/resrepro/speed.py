@@ -12,6 +12,8 @@ differ) that a recipe may leave out:
   backend's name (``aot_eager`` traces without generating code: a quick check of the graph).
 - ``fused_optimizer``: ``auto`` (on a GPU), ``true`` or ``false``: torch's fused SGD/Adam, one
   kernel for the whole update instead of one per tensor and operation.
+- ``dtype``: ``float32`` or ``float64``: the weights, inputs and loss in double precision, as
+  paper 002's equivalent training (its SM B); no autocast then.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-DEFAULTS = {"amp": "auto", "channels_last": "auto", "compile": False, "fused_optimizer": "auto"}
+DEFAULTS = {"amp": "auto", "channels_last": "auto", "compile": False, "fused_optimizer": "auto", "dtype": "float32"}
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,17 @@ class Speed:
     channels_last: bool
     compile: str | None  # the backend, or None
     fused_optimizer: bool
+    float64: bool = False
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The weights' and inputs' dtype, and the loss's under autocast too."""
+        return torch.float64 if self.float64 else torch.float32
+
+    def building(self):
+        """Modules built inside draw their initial weights in the run's dtype: a float64 run's
+        init is not a float32 draw rounded first (paper 002's equivalent nets start equal to 1e-17)."""
+        return default_dtype(self.dtype)
 
     def autocast(self, device: torch.device):
         """bf16 autocast when amp is on, a no-op context otherwise."""
@@ -41,17 +54,29 @@ class Speed:
         return {"fused": True} if self.fused_optimizer else {}
 
     def layout(self, x: torch.Tensor) -> torch.Tensor:
-        """An image batch in the memory layout the model's weights use."""
+        """An image batch in the dtype and memory layout the model's weights use."""
+        x = x.to(self.dtype)
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
 
     def place(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
-        """The model on `device`, channels-last when asked (in place: the same module)."""
-        return model.to(device, memory_format=torch.channels_last if self.channels_last else torch.contiguous_format)
+        """The model on `device` in the run's dtype, channels-last when asked (in place: the same module)."""
+        return model.to(device, self.dtype, memory_format=torch.channels_last if self.channels_last else torch.contiguous_format)
 
     def compiled(self, module):
         """What the loop calls forward on: `module` itself, or torch.compile's wrapper of it. The
         checkpoint keeps `module`'s own state_dict (the wrapper's keys carry a prefix)."""
         return torch.compile(module, backend=self.compile) if self.compile else module
+
+
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype):
+    """torch's default dtype inside the block (what new modules' weights are), restored after."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
 
 
 def _on(value, device: torch.device) -> bool:
@@ -66,15 +91,20 @@ def speed_of(spec: dict, device: torch.device, image_model: bool = False) -> Spe
     """The switches of a run's spec (DEFAULTS for those it leaves out) resolved for `device`.
     channels_last applies to image models only."""
     options = {**DEFAULTS, **{k: spec[k] for k in DEFAULTS if k in spec}}
-    amp = options["amp"]
+    amp, dtype = options["amp"], options["dtype"]
     if amp not in ("auto", "bf16", "fp32"):
         raise ValueError(f"amp: expected auto, bf16 or fp32, got {amp!r}")
+    if dtype not in ("float32", "float64"):
+        raise ValueError(f"dtype: expected float32 or float64, got {dtype!r}")
+    if dtype == "float64" and amp == "bf16":
+        raise ValueError("dtype float64 with amp bf16: double precision runs without autocast (amp: auto or fp32)")
     backend = options["compile"]
     if backend is True:
         backend = "inductor"
     return Speed(
-        amp=device.type == "cuda" if amp == "auto" else amp == "bf16",
+        amp=dtype == "float32" and (device.type == "cuda" if amp == "auto" else amp == "bf16"),
         channels_last=image_model and _on(options["channels_last"], device),
         compile=backend or None,
         fused_optimizer=_on(options["fused_optimizer"], device),
+        float64=dtype == "float64",
     )

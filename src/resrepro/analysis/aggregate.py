@@ -21,11 +21,12 @@ from pathlib import Path
 import pandas as pd
 
 from ..data.subword import VOCAB_SIZES
-from ..experiments import METRICS, load_tables
+from ..experiments import METRICS, load_tables, row_metric
 from . import stats
 
 UNFINISHED = ("failed", "incomplete", "missing")
-RUN_COLUMNS = ["run", "task", "dataset", "arch", "recipe", "variant_id", "seed", "status", "error", "final_test_error", "best_test_error", "best_epoch", "final_train_error",
+DIGITS = {"train_loss": 4}  # decimals a metric is shown with: a loss of 0.0723 is not 0.07
+RUN_COLUMNS = ["run", "task", "dataset", "arch", "recipe", "variant_id", "seed", "status", "error", "final_test_error", "best_test_error", "best_epoch", "final_train_error", "final_train_loss", "best_train_loss",
                "bleu", "sacrebleu", "sacrebleu_signature", "epochs_completed", "diverged_step", "parameters", "wall_time_s",
                "device", "git_commit"]
 
@@ -56,7 +57,8 @@ def read_run(results_dir: Path, run: str) -> dict:
         out.update(bleu=ev["bleu_tokenized"]["bleu"], sacrebleu=ev["sacrebleu"]["bleu"], sacrebleu_signature=ev["sacrebleu"]["signature"])
     else:
         out.update(final_test_error=m["final"]["test_error"], best_test_error=m["best"]["test_error"], best_epoch=m["best"]["epoch"],
-                   final_train_error=m["final"]["train_error"])
+                   final_train_error=m["final"]["train_error"], final_train_loss=m["final"]["train_loss"],
+                   best_train_loss=m["best"].get("train_loss"))  # runs trained before it was recorded: empty
     return out
 
 
@@ -80,11 +82,13 @@ def metric_values(runs: pd.DataFrame, run_ids: list[str], metric: str, epoch_bas
             continue
         if metric == "bleu":
             v = r["bleu"]
+        elif metric == "train_loss":
+            v = r[f"{epoch_basis}_train_loss"]
         else:
             error = r[f"{epoch_basis}_test_error"]
             v = 100.0 - error if metric == "test_accuracy" else error
         values.append(float(v))
-        shown.append(round(float(v), 2))
+        shown.append(round(float(v), DIGITS.get(metric, 2)))
     return values, shown
 
 
@@ -131,7 +135,7 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
     for plan_row in plan_rows:
         table = tables[plan_row["table"]]
         spec = table["rows"][plan_row["row"]]
-        metric = table["metric"]
+        metric = row_metric(table, spec)
         higher = METRICS[metric]
         values, shown = metric_values(runs, plan_row["runs"], metric, epoch_basis)
         first = runs.loc[plan_row["runs"][0]]  # every row has >= 1 run: seeds >= 1 (config schema)

@@ -34,7 +34,8 @@ BASES = ("measured", "estimate")
 def step_key(run: Run) -> str:
     recipe = json.loads(run.recipe_json)
     batch = f"batch{recipe['batch_size']}" if run.task == "classification" else f"tokens{recipe['max_tokens']}"
-    return f"{run.task}/{run.arch}/{run.variant_id}/{batch}"
+    precision = "/float64" if recipe.get("dtype") == "float64" else ""  # paper 002's equivalent training
+    return f"{run.task}/{run.arch}/{run.variant_id}/{batch}{precision}"
 
 
 def steps_of(run: Run) -> int:
@@ -106,7 +107,8 @@ def estimate_step_ms(run: Run, anchors: dict) -> float:
     classification, the baseline's ms at two or more depths at `batch_size`, linear in depth between
     and beyond them; translation, the baseline's ms per size at `tokens` tokens, scaled up in
     proportion above that batch (below it a GPU step is bound by kernel launches, not tokens);
-    both times the variant's ratio to the baseline (`ratio`, by variant name, else `other`)."""
+    both times the variant's ratio to the baseline (`ratio`, by variant name, else `other`), and a
+    float64 run's times the anchors' `float64_ratio`."""
     task = anchors[run.task]
     recipe = json.loads(run.recipe_json)
     if run.task == "classification":
@@ -116,4 +118,5 @@ def estimate_step_ms(run: Run, anchors: dict) -> float:
         base = (ms0 + slope * (int(run.size) - d0)) * recipe["batch_size"] / task["batch_size"]
     else:
         base = task["baseline_ms"][str(run.size)] * max(1.0, recipe["max_tokens"] / task["tokens"])
-    return base * task["ratio"].get(run.variant, task["ratio"]["other"])
+    precision = anchors.get("float64_ratio", 1.0) if recipe.get("dtype") == "float64" else 1.0
+    return base * task["ratio"].get(run.variant, task["ratio"]["other"]) * precision

@@ -22,7 +22,7 @@ def evaluate(model, x_uint8: torch.Tensor, y: torch.Tensor, mean, std, batch_siz
         for start in range(0, len(y), batch_size):
             x = speed.layout(normalize(x_uint8[start : start + batch_size].float(), mean, std))
             with speed.autocast(x.device):
-                logits = model(x).float()
+                logits = model(x).to(speed.dtype)
             target = y[start : start + batch_size]
             loss_sum += F.cross_entropy(logits, target, reduction="sum").item()
             wrong += (logits.argmax(1) != target).sum().item()

@@ -22,6 +22,7 @@ from torch import nn
 
 from ..catalog import ARCHITECTURES, DEFAULT_FOR_TASK, Architecture  # noqa: F401  (what each builder builds)
 from ..catalog import architecture as get
+from ..speed import default_dtype
 
 BUILDERS: dict[str, Callable[[dict], nn.Module]] = {}
 
@@ -70,9 +71,12 @@ def load_checkpoint(path) -> dict:
 
 
 def from_checkpoint(ckpt: dict, weights: str = "model") -> nn.Module:
-    """The model a checkpoint holds (its `model_spec`), with its weights loaded, on the CPU."""
-    model = build(ckpt["model_spec"])
-    model.load_state_dict(ckpt[weights])
+    """The model a checkpoint holds (its `model_spec`), with its weights loaded, on the CPU, in the
+    dtype it was trained in (a float64 run is not measured in float32)."""
+    state = ckpt[weights]
+    with default_dtype(next((t.dtype for t in state.values() if t.is_floating_point()), torch.float32)):
+        model = build(ckpt["model_spec"])
+    model.load_state_dict(state)
     return model
 
 

@@ -17,7 +17,7 @@ import pandas as pd
 
 from .. import files, provenance
 from ..analysis import figure_checks
-from ..analysis.aggregate import UNFINISHED
+from ..analysis.aggregate import DIGITS, UNFINISHED
 from ..experiments import load_figures, load_tables
 from . import figures
 
@@ -144,20 +144,21 @@ def _count(count) -> str:
 
 def _row_view(r: pd.Series) -> dict:
     values = json.loads(r["values"])
+    digits = DIGITS.get(r["metric"], 2)
     if r["n"] == 0 and r["n_diverged"]:
         reproduced = "diverged"
     elif r["n"] == 0:
         reproduced = "no result"
     else:
-        reproduced = f"{fmt(r['mean'])} ± {fmt(r['std'])}"
+        reproduced = f"{fmt(r['mean'], digits)} ± {fmt(r['std'], digits)}"
     return {
-        "label": r["label"], "formula": r["formula"], "paper": fmt(r["paper"]), "reproduced": reproduced,
+        "label": r["label"], "formula": r["formula"], "metric": r["metric"].replace("_", " "), "paper": fmt(r["paper"], digits), "reproduced": reproduced,
         "note": r["note"] if isinstance(r["note"], str) else "",  # rows.csv: an empty note reads back as NaN
         "n": int(r["n"]), "n_runs": int(r["n_runs"]), "n_diverged": int(r["n_diverged"]), "n_unfinished": int(r["n_unfinished"]),
-        "values": ", ".join(str(v) for v in values), "delta": fmt(r["delta"]),
+        "values": ", ".join(str(v) for v in values), "delta": fmt(r["delta"], digits),
         "run_as": " / ".join([r["dataset"], r["arch"], *([r["recipe"]] if r["recipe"] != "default" else []), r["variant_id"]]),
         "verdict": r["verdict"] if isinstance(r["verdict"], str) else "",
-        "difference": fmt(r.get("difference")), "p_value": fmt_p(r.get("p_value")), "resolvable": fmt(r.get("resolvable")),
+        "difference": fmt(r.get("difference"), digits), "p_value": fmt_p(r.get("p_value")), "resolvable": fmt(r.get("resolvable"), digits),
         "reason": r["reason"] if isinstance(r["reason"], str) else "",
         "baseline": r["baseline"] if isinstance(r["baseline"], str) else "",
         # translation only: the honest BLEU, the bootstrap against the baseline, the paper-size model
