@@ -340,3 +340,36 @@ def test_a_row_may_have_its_own_metric_and_a_loss_is_lower_is_better(tmp_path):
     assert rows.loc["PlnNet-44, loss", "verdict"] == "baseline"
     runs_of = {row["label"]: row["runs"] for row in plan.rows}
     assert runs_of["ResNet-20, loss"] == runs_of["ResNet-20, error"]  # two rows a net, one training
+
+
+def test_same_up_to_the_papers_discrepancy_is_judged_seed_by_seed():
+    """compare_same by hand: the paper's 0.04132 against 0.04287 allows 0.00155 a seed."""
+    same = stats.compare_same([0.050, 0.061], [0.051, 0.060], 0.04132, 0.04287)
+    assert (same.verdict, same.difference, same.p_value) == ("supported", pytest.approx(0.0), None)
+    assert "largest difference of a seed is 0.001" in same.reason
+    apart = stats.compare_same([0.050, 0.064], [0.051, 0.060], 0.04132, 0.04287)
+    assert apart.verdict == "contradicted" and "a seed differs by 0.004" in apart.reason
+    # seeds pair by position: the same values in another order would be far apart
+    assert stats.compare_same([0.061, 0.050], [0.051, 0.060], 0.04132, 0.04287).verdict == "contradicted"
+    assert stats.compare_same([0.0502, None], [0.0500, 0.070], 0.04132, 0.04287).verdict == "supported"  # the pair with a result
+    assert stats.compare_same([None], [0.05], 0.04132, 0.04287).verdict == "inconclusive"
+    assert stats.compare_same([0.05], [0.05], 1.0, 1.0).verdict == "supported"  # no discrepancy allowed, none found
+    assert stats.compare_same([0.0500001], [0.05], 1.0, 1.0).verdict == "contradicted"
+
+
+def test_noise_t2s_equivalent_plain_nets_are_judged_the_same_as_their_residual_seeds(tmp_path):
+    """noise-t2: plain nets trained equivalently end where the residual net of their seed does."""
+    from fake_runs import plan_for, write_metrics
+
+    plan = plan_for(["noise-t2"], seeds=2)
+    for path, run in plan.runs.items():  # every seed its own value; plain = residual + 1e-12
+        write_metrics(tmp_path, path, 10.0 + run.seed, train_loss=0.05 + run.seed / 100 + (1e-12 if run.variant == "plain" else 0))
+    rows = aggregate(plan.rows, tmp_path, "config/tables", "final")["rows"].set_index("label")
+    loss = rows.loc["PlnNet-20 (equivalent), loss"]
+    assert (loss["verdict"], loss["baseline"]) == ("supported", "ResNet-20, loss") and abs(loss["difference"]) < 1e-9
+    assert rows.loc["PlnNet-44 (equivalent), error", "verdict"] == "supported"
+    for path, run in plan.runs.items():  # seed 1's plain net 1 point off: beyond the paper's 0.1
+        if run.variant == "plain" and run.seed == 1:
+            write_metrics(tmp_path, path, 12.0, train_loss=0.06)
+    rows = aggregate(plan.rows, tmp_path, "config/tables", "final")["rows"].set_index("label")
+    assert rows.loc["PlnNet-20 (equivalent), error", "verdict"] == "contradicted"

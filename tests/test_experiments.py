@@ -290,6 +290,8 @@ GOOD_ROW = {"label": "x+F", "dataset": "cifar10", "depth": 20, "variant": "add",
         ({"paper_train_error": -0.1}, "rows[0]: paper_train_error must be a percentage (0 to 100)"),
         ({"paper_train_error": True}, "rows[0]: paper_train_error must be a percentage (0 to 100)"),
         ({"metric": "train_los"}, "rows[0]: metric='train_los' unknown; allowed: test_error, test_accuracy, bleu, train_loss"),
+        ({"claim": "equal"}, "rows[0]: claim='equal' unknown; allowed: direction, same"),
+        ({"claim": "same"}, "rows[0]: claim=same compares the row with its baseline: name one"),
     ],
 )
 def test_a_table_file_with_one_bad_row_names_table_row_and_key(tmp_path, row, message):

@@ -25,9 +25,12 @@ METRICS = {"test_error": False, "test_accuracy": True, "bleu": True, "train_loss
 # Table 1), a count; paper_train_error: the training error (%) it prints beside a test error
 # arch: an architecture of the table's task (catalog.ARCHITECTURES), else the task's default;
 # metric: the row's own, where a paper's table prints two measures of each net (paper 002's loss
-# and error): its baseline must be a row of the same metric
+# and error): its baseline must be a row of the same metric; claim: what the verdict tests,
+# `direction` (the default: better or worse than the baseline, as the paper's numbers) or `same`
+# (equal up to the paper's own discrepancy, seed by seed: analysis/stats.compare_same)
 ROW_KEYS = {"label", "formula", "dataset", "arch", "depth", "size", "variant", "args", "paper", "baseline", "note", "paper_parameters",
-            "paper_train_error", "metric"}
+            "paper_train_error", "metric", "claim"}
+CLAIMS = ("direction", "same")
 TABLE_KEYS = {"paper", "caption", "source", "task", "metric", "baseline", "rows"}
 FIGURE_KEYS = {"paper", "caption", "source", "measurement", "settings", "quantities", "claim", "cells", "checks"}
 CELL_KEYS = {"label", "dataset", "arch", "depth", "size", "variant", "args"}
@@ -74,6 +77,10 @@ def _check_table(table_id: str, table: dict, path: Path) -> dict:
             raise ConfigError(f"{rwhere}: paper_parameters must be a positive whole count, e.g. 65_000_000; got {row['paper_parameters']!r}")
         if "paper_train_error" in row and not (table["task"] == "classification" and _is_percent(row["paper_train_error"])):
             raise ConfigError(f"{rwhere}: paper_train_error must be a percentage (0 to 100) in a classification table; got {row['paper_train_error']!r}")
+        if row.get("claim", "direction") not in CLAIMS:
+            raise ConfigError(f"{rwhere}: claim={row['claim']!r} unknown; allowed: {', '.join(CLAIMS)}")
+        if row.get("claim") == "same" and row.get("baseline", table.get("baseline")) is None:
+            raise ConfigError(f"{rwhere}: claim=same compares the row with its baseline: name one")
         if row.get("metric", table["metric"]) not in METRICS:
             raise ConfigError(f"{rwhere}: metric={row['metric']!r} unknown; allowed: {', '.join(METRICS)}")
         baseline = row.get("baseline", table.get("baseline"))

@@ -72,24 +72,28 @@ def unfinished_status(run_dir: Path) -> dict:
     return {"status": "missing", "error": "never ran"}
 
 
-def metric_values(runs: pd.DataFrame, run_ids: list[str], metric: str, epoch_basis: str) -> tuple[list[float], list]:
-    """(finished values, per-seed display list with the status in place of a number)."""
-    values, shown = [], []
+def seed_values(runs: pd.DataFrame, run_ids: list[str], metric: str, epoch_basis: str) -> list[float | None]:
+    """Each run's value of the metric, in the order given (a row's seeds); None where it has no result."""
+    out = []
     for run_id in run_ids:
         r = runs.loc[run_id]
         if r["status"] != "ok":
-            shown.append(r["status"])
-            continue
-        if metric == "bleu":
-            v = r["bleu"]
+            out.append(None)
+        elif metric == "bleu":
+            out.append(float(r["bleu"]))
         elif metric == "train_loss":
-            v = r[f"{epoch_basis}_train_loss"]
+            out.append(float(r[f"{epoch_basis}_train_loss"]))
         else:
-            error = r[f"{epoch_basis}_test_error"]
-            v = 100.0 - error if metric == "test_accuracy" else error
-        values.append(float(v))
-        shown.append(round(float(v), DIGITS.get(metric, 2)))
-    return values, shown
+            error = float(r[f"{epoch_basis}_test_error"])
+            out.append(100.0 - error if metric == "test_accuracy" else error)
+    return out
+
+
+def metric_values(runs: pd.DataFrame, run_ids: list[str], metric: str, epoch_basis: str) -> tuple[list[float], list]:
+    """(finished values, per-seed display list with the status in place of a number)."""
+    each = seed_values(runs, run_ids, metric, epoch_basis)
+    shown = [runs.loc[run_id, "status"] if v is None else round(v, DIGITS.get(metric, 2)) for run_id, v in zip(run_ids, each)]
+    return [v for v in each if v is not None], shown
 
 
 def bootstrap_p_values(results_dir: Path, runs: pd.DataFrame, row_runs: list[str], baseline_runs: list[str]) -> list:
@@ -159,7 +163,11 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
         else:
             base_spec = table["rows"][baseline["row"]]
             base_values, _ = metric_values(runs, baseline["runs"], metric, epoch_basis)
-            v = stats.compare(values, base_values, spec["paper"], base_spec["paper"], higher)
+            if spec.get("claim") == "same":  # seed by seed (paper 002's equivalent training)
+                v = stats.compare_same(seed_values(runs, plan_row["runs"], metric, epoch_basis),
+                                       seed_values(runs, baseline["runs"], metric, epoch_basis), spec["paper"], base_spec["paper"])
+            else:
+                v = stats.compare(values, base_values, spec["paper"], base_spec["paper"], higher)
             line.update(verdict=v.verdict, p_value=v.p_value, difference=v.difference, resolvable=v.resolvable, reason=v.reason)
             if not values or not base_values:  # nothing to compare: say so rather than "inconclusive"
                 line.update(verdict="no result", reason="no finished seed in this row or its baseline")

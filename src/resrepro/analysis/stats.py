@@ -54,6 +54,25 @@ def compare(row: list[float], baseline: list[float], paper_row: float, paper_bas
     return Verdict("inconclusive", p, diff, resolvable, f"the paper reports {direction}; difference not significant at {ALPHA}")
 
 
+def compare_same(row: list[float | None], baseline: list[float | None], paper_row: float, paper_baseline: float) -> Verdict:
+    """A row that the paper reports as its baseline's equal up to a small discrepancy (paper 002's
+    equivalently trained nets, SM B: "some small discrepancies as a result of rounding errors").
+    The lists hold each seed's value (None: no result); seed s of both rows saw the same batches,
+    so they are compared seed by seed. Supported if every seed's difference is at most the paper's
+    own discrepancy |paper_row - paper_baseline|; contradicted if one is larger."""
+    pairs = [(a, b) for a, b in zip(row, baseline) if a is not None and b is not None]
+    tolerance = abs(paper_row - paper_baseline)
+    if not pairs:
+        return Verdict("inconclusive", None, None, None, "needs a seed with a result in both rows")
+    differences = [a - b for a, b in pairs]
+    largest = max(abs(d) for d in differences)
+    mean = float(np.mean(differences))
+    if largest <= tolerance:
+        return Verdict("supported", None, mean, None, f"the paper reports the same up to {tolerance:.4g}; the largest difference of a "
+                       f"seed is {largest:.3g}")
+    return Verdict("contradicted", None, mean, None, f"the paper reports the same up to {tolerance:.4g}; a seed differs by {largest:.3g}")
+
+
 def _diff(row, baseline) -> float | None:
     if not row or not baseline:
         return None
