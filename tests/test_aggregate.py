@@ -348,11 +348,12 @@ def test_same_up_to_the_papers_discrepancy_is_judged_seed_by_seed():
     assert (same.verdict, same.difference, same.p_value) == ("supported", pytest.approx(0.0), None)
     assert "largest difference of a seed is 0.001" in same.reason
     apart = stats.compare_same([0.050, 0.064], [0.051, 0.060], 0.04132, 0.04287)
-    assert apart.verdict == "contradicted" and "a seed differs by 0.004" in apart.reason
+    assert apart.verdict == "contradicted" and "a seed differs by 0.004" in apart.reason and apart.difference == pytest.approx(0.0015)
     # seeds pair by position: the same values in another order would be far apart
     assert stats.compare_same([0.061, 0.050], [0.051, 0.060], 0.04132, 0.04287).verdict == "contradicted"
     assert stats.compare_same([0.0502, None], [0.0500, 0.070], 0.04132, 0.04287).verdict == "supported"  # the pair with a result
-    assert stats.compare_same([None], [0.05], 0.04132, 0.04287).verdict == "inconclusive"
+    none = stats.compare_same([None], [0.05], 0.04132, 0.04287)
+    assert (none.verdict, none.reason) == ("inconclusive", "needs a seed with a result in both rows")
     assert stats.compare_same([0.05], [0.05], 1.0, 1.0).verdict == "supported"  # no discrepancy allowed, none found
     assert stats.compare_same([0.0500001], [0.05], 1.0, 1.0).verdict == "contradicted"
 

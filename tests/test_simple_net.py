@@ -32,6 +32,7 @@ def test_depth_is_3n_plus_2_with_n_blocks_a_group_and_the_papers_widths():
     assert [c.out_channels for c in convs[1:]] == [16] * 6 + [32] * 6 + [64] * 6
     assert [c.stride[0] for c in convs[1:]] == [1] * 6 + [2] + [1] * 5 + [2] + [1] * 5
     assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+    assert models.build({"arch": "simple_net", "depth": 8, "variant": "add", "classes": 10}).stem.in_channels == 3  # RGB unless the data says
     assert model.fc.in_features == 64 and not any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())
 
 
@@ -39,6 +40,7 @@ def test_id_entries_are_the_centre_of_each_output_channels_own_input_channel():
     ids = id_entries(torch.zeros(4, 2, 3, 3))  # a rectangular kernel: both halves get them
     assert ids.sum() == 4
     assert [tuple(i) for i in ids.nonzero().tolist()] == [(0, 0, 1, 1), (1, 1, 1, 1), (2, 0, 1, 1), (3, 1, 1, 1)]
+    assert id_entries(torch.zeros(2, 2, 5, 5)).nonzero().tolist() == [[0, 0, 2, 2], [1, 1, 2, 2]]  # the centre of any odd kernel
     mask = diagonal_mask(4, 2, 3)
     assert mask.sum() == 4 * 9 and mask[2, 0].sum() == 9 and mask[2, 1].sum() == 0
 
@@ -54,6 +56,9 @@ def test_a_residual_block_is_its_plain_conv_with_1_added_at_the_id_entries():
     out = block(x)
     assert out.shape == (1, 32, 4, 4)
     assert torch.equal(out[0, 5], x[0, 5, ::2, ::2]) and torch.equal(out[0, 21], x[0, 5, ::2, ::2])
+    with torch.no_grad():
+        block.conv.bias.fill_(0.5)
+    assert torch.equal(block(x)[0, 21], x[0, 5, ::2, ::2] + 0.5)  # the conv's bias is part of the branch
 
 
 def test_kwi_and_hmwi_variances_by_hand():
@@ -99,6 +104,11 @@ def test_the_mapping_is_exact_both_ways_in_float64(arch):
     back = equivalent(plain_net, "add")
     assert torch.allclose(back(x), residual_net(x), rtol=0, atol=1e-12)
     assert torch.allclose(back.blocks[3].conv.weight, residual_net.blocks[3].conv.weight, rtol=0, atol=1e-15)
+    same = equivalent(residual_net, "add")  # already that form: an independent copy
+    assert same is not residual_net and torch.equal(same(x), residual_net(x))
+    with torch.no_grad():
+        same.fc.bias.add_(1.0)
+    assert not torch.equal(same(x), residual_net(x))
     for r, p in zip(residual_net.blocks, plain_net.blocks):  # only the blocks' ID entries move, by exactly 1
         assert torch.allclose(p.conv.weight - r.conv.weight, id_entries(r.conv.weight), rtol=0, atol=1e-15)
     assert torch.equal(plain_net.stem.weight, residual_net.stem.weight) and torch.equal(plain_net.fc.weight, residual_net.fc.weight)
@@ -110,6 +120,9 @@ def test_diagonal_nets_keep_only_the_diagonal_kernels_and_stay_zero_off_it():
     off = block.conv.weight * (1 - block.mask)
     assert off.abs().sum() == 0 and block.conv.weight.abs().sum() > 0
     assert model.stem.weight.ne(0).all()  # the stem and the classifier are full
+    model(torch.randn(4, 3, 8, 8)).square().sum().backward()
+    grad = block.conv.weight.grad
+    assert (grad * (1 - block.mask)).abs().sum() == 0 and (grad * block.mask).abs().sum() > 0  # training stays on the diagonal
 
 
 def test_an_equivalent_plain_net_starts_as_the_residual_run_of_its_seed_and_decays_towards_its_id_entries():

@@ -157,7 +157,7 @@ def equivalent(model: SimpleNet, variant: str) -> SimpleNet:
 
 
 def build_simple_net(spec: dict, diagonal: bool) -> SimpleNet:
-    variant, init = spec.get("variant", "plain"), spec.get("init", "paper")
+    variant, init = spec["variant"], spec.get("init", "paper")
     if init not in INITS:
         raise residual.ConfigError(f"init={init!r} unknown for the simplified nets; allowed: {', '.join(INITS)}")
     if init == "equivalent" and variant != "plain":
