@@ -211,3 +211,22 @@ def test_the_training_loop_trains_an_equivalent_plain_net_as_its_residual_run_in
     assert residual_run["final"]["train_loss"] < 2.30  # it learned something: not a pair of untrained nets
     rebuilt = models.from_checkpoint(models.load_checkpoint(tmp_path / "plain" / "checkpoints" / "last.pt"))
     assert rebuilt.stem.weight.dtype == torch.float64 and len(decay_targets(rebuilt)) == len(rebuilt.blocks)
+
+
+def test_a_float64_run_is_measured_in_float64(tmp_path):
+    """Table 2's runs rebuild in float64; the measurements feed float32 images, cast on the way in."""
+    import pandas as pd
+
+    from resrepro import files
+    from resrepro.data.digits import prepare_digits
+    from resrepro.measure.run import run_measurement
+
+    with speed_of({"dtype": "float64"}, torch.device("cpu")).building():
+        model = net("plain", depth=8, in_channels=1, init="equivalent")
+    files.save_torch(tmp_path / "run" / "checkpoints" / "last.pt", {"model": model.state_dict(), "model_spec": {
+        "arch": "simple_net", "depth": 8, "variant": "plain", "init": "equivalent", "classes": 10, "in_channels": 1}})
+    prepare_digits(tmp_path / "digits.pt")
+    settings = {"examples": 20, "splits": ["test"], "batch_size": 10}
+    run_measurement("l2_ratio", tmp_path / "run", tmp_path / "digits.pt", settings, tmp_path / "l2.csv", device="cpu")
+    frame = pd.read_csv(tmp_path / "l2.csv")
+    assert len(frame) == len(model.blocks) and frame["value"].notna().all()

@@ -18,6 +18,16 @@ def load_data(task: str, data_path: str | Path) -> dict:
     return load_prepared(data_path)
 
 
+def in_its_dtype(model) -> None:
+    """A model trained in float64 (paper 002's equivalent training) is measured in float64: the
+    float32 images the measurements feed it are cast on the way in."""
+    import torch  # here: the log-reading measurements never import it
+
+    dtype = next(model.parameters()).dtype
+    if dtype != torch.float32:
+        model.register_forward_pre_hook(lambda module, args: tuple(a.to(dtype) if torch.is_floating_point(a) else a for a in args))
+
+
 def run_measurement(name: str, run_dir: str | Path, data_path: str | Path, settings: dict, out: str | Path, device: str = "auto") -> None:
     """Rebuild the run's final model from checkpoints/last.pt (its model_spec) and measure it; a
     measurement that reads the training log gets the run's folder instead, one that reads
@@ -42,6 +52,7 @@ def run_measurement(name: str, run_dir: str | Path, data_path: str | Path, setti
     frames = []
     for epoch, path in kept:
         model = models.from_checkpoint(models.load_checkpoint(path)).to(dev).eval()
+        in_its_dtype(model)
         frame = measurement.measure(model, data, settings, dev)
         frames.append(frame if epoch is None else frame.assign(epoch=epoch))
     files.write_text(out, pd.concat(frames, ignore_index=True).to_csv(index=False))

@@ -133,7 +133,7 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
                 break
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            for weight, centre in centred.items():  # the penalty ||w - centre||^2 (SGD's own decay is off for these)
+            for weight, centre in centred.items():  # the gradient of (lambda/2) ||w - centre||^2; SGD's own decay is off for these
                 weight.grad.add_(weight.detach() - centre, alpha=spec["weight_decay"])
             opt.step()
             loss_sum += loss.item() * len(y)
