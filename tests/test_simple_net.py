@@ -173,7 +173,7 @@ def test_equivalent_training_follows_the_residual_net_up_to_rounding():
 
     (gap64, residual_out), (gap32, _) = gap(torch.float64), gap(torch.float32)
     uncentred = equivalent(built(torch.float64, "add"), "plain")
-    uncentred.equivalent = False  # the same start, its decay centred on 0
+    uncentred.decays_to_identity = False  # the same start, its decay centred on 0
     drift = (train(uncentred, True, torch.float64) - residual_out).abs().max().item()
     assert gap64 < 1e-14 and drift > 1e-3
     assert gap32 > 1e6 * gap64  # float32's rounding: the paper used float64 for this

@@ -99,6 +99,7 @@ class SimpleNet(nn.Module):
             raise residual.ConfigError(f"variant={variant!r}: the simplified nets are plain (`plain`) or residual (`add`)")
         n = blocks_per_group(depth)
         self.variant = variant
+        self.decays_to_identity = False  # set by `equivalent` on a plain net mapped from a residual one (SM B)
         self.stem = nn.Conv2d(in_channels, GROUP_CHANNELS[0], 3, 1, 1)
         blocks, in_ch = [], GROUP_CHANNELS[0]
         for group, out_ch in enumerate(GROUP_CHANNELS):
@@ -119,7 +120,7 @@ class SimpleNet(nn.Module):
         """The weight-decay penalty's centre per weight: 0 everywhere (the default) except, in a
         plain net trained equivalently to a residual one (SM B), the blocks' ID entries: its
         penalty is ||w - I||^2, the residual net's ||w||^2."""
-        if not getattr(self, "equivalent", False):
+        if not self.decays_to_identity:
             return {}
         return {block.conv.weight: id_entries(block.conv.weight.detach()) for block in self.blocks}
 
@@ -152,7 +153,7 @@ def equivalent(model: SimpleNet, variant: str) -> SimpleNet:
         block.residual = residual.build(variant, block.conv.out_channels, "conv", {})
         with torch.no_grad():
             block.conv.weight.add_(id_entries(block.conv.weight), alpha=sign)
-    mapped.equivalent = variant == "plain"
+    mapped.decays_to_identity = variant == "plain"
     return mapped
 
 
