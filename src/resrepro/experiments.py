@@ -81,7 +81,7 @@ def _check_table(table_id: str, table: dict, path: Path) -> dict:
             raise ConfigError(f"{rwhere}: claim={row['claim']!r} unknown; allowed: {', '.join(CLAIMS)}")
         if row.get("claim") == "same" and row.get("baseline", table.get("baseline")) is None:
             raise ConfigError(f"{rwhere}: claim=same compares the row with its baseline: name one")
-        if row.get("metric", table["metric"]) not in METRICS:
+        if row_metric(table, row) not in METRICS:
             raise ConfigError(f"{rwhere}: metric={row['metric']!r} unknown; allowed: {', '.join(METRICS)}")
         baseline = row.get("baseline", table.get("baseline"))
         if baseline is not None and baseline not in labels:

@@ -4,8 +4,9 @@ A figure (config/figures/*.yaml) names a measurement, its settings and the cells
 workflow runs it once per run of those cells (rule `measure`, one CSV per run and measurement)
 on the checkpoints the tables' training jobs already wrote. A new kind of measurement is its
 entry in catalog.MEASUREMENTS (task, kind, settings: declared without torch, for the workflow's
-parse) and one `Measurement` registered here: what it computes from a model and the run's data,
-and how it sums up what a run shows in a sentence for the report.
+parse) and one `Measurement` registered here from its module (named in IMPLEMENTED_IN, which
+loads it on first use): what it computes from a model and the run's data, and how it sums up
+what a run shows in a sentence for the report.
 """
 
 from __future__ import annotations
