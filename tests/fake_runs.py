@@ -7,14 +7,20 @@ import yaml
 from resrepro import experiments, files
 
 
-def plan_for(tables: list[str], seeds: int = 3) -> experiments.Plan:
-    """The plan the workflow would make for these tables of the tiny config, at `seeds` seeds,
-    without figures (whose cells would add runs that no table names)."""
-    with open("tests/configs/tiny.yaml") as f:
+def config_for(tables: list[str], seeds: int = 3, scale: str = "tiny") -> dict:
+    """The config of these tables at a scale (tiny: tests/configs/tiny.yaml; else config/<scale>.yaml),
+    at `seeds` seeds everywhere, without figures (whose cells would add runs that no table names)."""
+    path = "tests/configs/tiny.yaml" if scale == "tiny" else f"config/{scale}.yaml"
+    with open(path) as f:
         config = yaml.safe_load(f)
-    config |= {"tables": tables, "seeds": seeds, "figures": []}
+    config |= {"tables": tables, "seeds": seeds, "figures": [], "table_seeds": {}}
     config["translation"] = config["translation"] | {"seeds": seeds}
-    return experiments.make_plan(config)
+    return config
+
+
+def plan_for(tables: list[str], seeds: int = 3) -> experiments.Plan:
+    """The plan the workflow would make for these tables of the tiny config (config_for)."""
+    return experiments.make_plan(config_for(tables, seeds))
 
 
 def write_metrics(results, run: str, test_error: float | None, best: tuple[float, int] | None = None, train_log: bool = False,

@@ -181,6 +181,11 @@ MEASUREMENTS: dict[str, MeasurementSpec] = {
         # process", on the snapshots a run kept (measure/over_training.py)
         MeasurementSpec("over_training", "classification", "per_epoch_block", {"examples": 10000, "splits": ["test"], "batch_size": 500},
                         ("accuracy (%), classifier after the block", "cos(F(h), dL/dh), classifier after the block", "||F(h)|| / ||h||")),
+        # paper 002 SM Tables 3-4: weight masses, training risk and the weight-decay term at each
+        # snapshot (measure/weights.py); the risk over the whole training set (CIFAR-10: 50,000)
+        MeasurementSpec("weight_stats", "classification", "per_epoch", {"examples": 50000, "batch_size": 500, "large": 0.25},
+                        ("risk", "decay term", "mean", "std", "mass, all", "mass, |w| > 0.25", "mass, ID entries",
+                         "ID mass / mass |w| > 0.25 (%)")),
     )
 }
 

@@ -28,10 +28,16 @@ METRICS = {"test_error": False, "test_accuracy": True, "bleu": True, "train_loss
 # and error): its baseline must be a row of the same metric; claim: what the verdict tests,
 # `direction` (the default: better or worse than the baseline, as the paper's numbers) or `same`
 # (equal up to the paper's own discrepancy, seed by seed: analysis/stats.compare_same)
+# quantity and at: a row whose value a measurement computes (the table's `measurement`, e.g. paper
+# 002's weight masses), its quantity on the snapshot at initialisation (`init`) or after training
+# (`final`); paper: null where our copy of the paper lost the number (its note says so)
 ROW_KEYS = {"label", "formula", "dataset", "arch", "depth", "size", "variant", "args", "paper", "baseline", "note", "paper_parameters",
-            "paper_train_error", "metric", "claim"}
+            "paper_train_error", "metric", "claim", "quantity", "at"}
 CLAIMS = ("direction", "same")
-TABLE_KEYS = {"paper", "caption", "source", "task", "metric", "baseline", "rows"}
+AT = ("init", "final")
+# measurement and settings: what computes the rows that name a `quantity` (a registered
+# measurement: measure/); ratio: the report shows each row's ratio to its baseline beside the paper's
+TABLE_KEYS = {"paper", "caption", "source", "task", "metric", "baseline", "rows", "measurement", "settings", "ratio"}
 FIGURE_KEYS = {"paper", "caption", "source", "measurement", "settings", "quantities", "claim", "cells", "checks"}
 CELL_KEYS = {"label", "dataset", "arch", "depth", "size", "variant", "args"}
 
@@ -60,19 +66,22 @@ def _check_table(table_id: str, table: dict, path: Path) -> dict:
     where = f"{path}: {table_id}"
     if not isinstance(table, dict):
         raise ConfigError(f"{where}: a table must be a mapping with keys {sorted(TABLE_KEYS)}")
-    for key in ("paper", "caption", "task", "metric", "rows"):
+    for key in ("paper", "caption", "task", "rows", *(() if "measurement" in table else ("metric",))):
         if key not in table:
             raise ConfigError(f"{where}: missing key {key!r}")
     if unknown := set(table) - TABLE_KEYS:
         raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r}; allowed: {sorted(TABLE_KEYS)}")
     if table["task"] not in TASKS:
         raise ConfigError(f"{where}: task={table['task']!r} unknown; allowed: {', '.join(TASKS)}")
-    if table["metric"] not in METRICS:
+    if "metric" in table and table["metric"] not in METRICS:
         raise ConfigError(f"{where}: metric={table['metric']!r} unknown; allowed: {', '.join(METRICS)}")
+    if "measurement" in table:
+        table = {**table, "settings": _check_table_measurement(table, where)}
     labels = [row.get("label") for row in table["rows"]]
     for i, row in enumerate(table["rows"]):
         rwhere = f"{where}.rows[{i}]"
         _check_cell(table["task"], row, rwhere, ("paper",), ROW_KEYS)
+        _check_measured_row(table, row, rwhere)
         if "paper_parameters" in row and not (isinstance(row["paper_parameters"], int) and row["paper_parameters"] > 0):
             raise ConfigError(f"{rwhere}: paper_parameters must be a positive whole count, e.g. 65_000_000; got {row['paper_parameters']!r}")
         if "paper_train_error" in row and not (table["task"] == "classification" and _is_percent(row["paper_train_error"])):
@@ -81,8 +90,8 @@ def _check_table(table_id: str, table: dict, path: Path) -> dict:
             raise ConfigError(f"{rwhere}: claim={row['claim']!r} unknown; allowed: {', '.join(CLAIMS)}")
         if row.get("claim") == "same" and row.get("baseline", table.get("baseline")) is None:
             raise ConfigError(f"{rwhere}: claim=same compares the row with its baseline: name one")
-        if row_metric(table, row) not in METRICS:
-            raise ConfigError(f"{rwhere}: metric={row['metric']!r} unknown; allowed: {', '.join(METRICS)}")
+        if "quantity" not in row and row_metric(table, row) not in METRICS:
+            raise ConfigError(f"{rwhere}: metric={row_metric(table, row)!r} unknown; allowed: {', '.join(METRICS)}")
         baseline = row.get("baseline", table.get("baseline"))
         if baseline is not None and baseline not in labels:
             raise ConfigError(f"{rwhere}: baseline {baseline!r} is not a row label; rows: {labels}")
@@ -92,9 +101,49 @@ def _check_table(table_id: str, table: dict, path: Path) -> dict:
     return table
 
 
+def _check_table_measurement(table: dict, where: str) -> dict:
+    """A table whose rows a measurement computes: the measurement reads runs of the table's task;
+    its settings (the measurement's defaults under the table's own)."""
+    try:
+        spec = catalog.measurement(table["measurement"])
+    except ConfigError as err:
+        raise ConfigError(f"{where}.measurement: {err}") from None
+    if spec.task != table["task"]:
+        raise ConfigError(f"{where}.measurement: {spec.name} measures {spec.task} runs; the table's task is {table['task']}")
+    return catalog.settings_for(spec.name, table.get("settings"), f"{where}.settings")
+
+
+def _check_measured_row(table: dict, row: dict, where: str) -> None:
+    """A measured row names one of its table's measurement's quantities and a snapshot (`at`); a
+    row may leave the paper's value out (null) only where its note says why."""
+    if row["paper"] is None and not row.get("note"):
+        raise ConfigError(f"{where}: paper is null: say in its note why the paper's value is missing")
+    if row["paper"] is not None and not (isinstance(row["paper"], (int, float)) and not isinstance(row["paper"], bool)):
+        raise ConfigError(f"{where}: paper must be a number (or null, with a note); got {row['paper']!r}")
+    if "quantity" not in row and "at" not in row:
+        if "metric" not in row and "metric" not in table:
+            raise ConfigError(f"{where}: missing key 'metric' (or 'quantity' of the table's measurement)")
+        return
+    if "measurement" not in table:
+        raise ConfigError(f"{where}: quantity/at read a measurement: the table names none (key 'measurement')")
+    declared = catalog.measurement(table["measurement"]).quantities
+    if row.get("quantity") not in declared:
+        raise ConfigError(f"{where}: quantity={row.get('quantity')!r} is not one of {table['measurement']}'s: {', '.join(declared)}")
+    if row.get("at") not in AT:
+        raise ConfigError(f"{where}: at={row.get('at')!r} unknown; allowed: {', '.join(AT)}")
+    if "metric" in row:
+        raise ConfigError(f"{where}: a measured row's metric is its quantity; drop 'metric'")
+
+
 def row_metric(table: dict, row: dict) -> str:
-    """A row's metric: its own, else its table's."""
-    return row.get("metric", table["metric"])
+    """A row's metric: its measured quantity, else its own metric, else its table's."""
+    return row.get("quantity") or row.get("metric", table.get("metric"))
+
+
+def higher_is_better(table: dict, row: dict) -> bool | None:
+    """Whether a larger value of the row's metric is better; None for a measured quantity, which
+    is larger or smaller, not better or worse."""
+    return None if "quantity" in row else METRICS[row_metric(table, row)]
 
 
 def _is_percent(x) -> bool:
@@ -272,7 +321,8 @@ def make_plan(config: dict) -> Plan:
         for i, row in enumerate(table["rows"]):
             runs = _plan_cell(config, plan, table["task"], table["paper"], table_id, row, f"{table_id}.rows[{i}]", "table")
             plan.rows.append({"table": table_id, "row": i, "label": row["label"],
-                              "baseline": row.get("baseline", table.get("baseline")), "runs": runs})
+                              "baseline": row.get("baseline", table.get("baseline")), "runs": runs,
+                              **({"measurement": table["measurement"], "settings": table["settings"]} if "quantity" in row else {})})
     for figure_id, figure in plan.figures.items():
         for i, cell in enumerate(figure["cells"]):
             runs = _plan_cell(config, plan, figure["task"], figure["paper"], figure_id, cell, f"{figure_id}.cells[{i}]", "figure")
@@ -326,21 +376,27 @@ def _plan_cell(config: dict, plan: Plan, task: str, paper: str, table_id: str, r
     return [run.path for run in runs]
 
 
+def measured(plan: Plan) -> list[tuple[str, str, dict, str]]:
+    """(run, measurement, settings, who asks) for every measurement the plan's figures and
+    measured table rows need: the measure jobs."""
+    asks = [(m["runs"], m["measurement"], m["settings"], m["figure"]) for m in plan.measures]
+    asks += [(r["runs"], r["measurement"], r["settings"], r["table"]) for r in plan.rows if "measurement" in r]
+    return [(run, name, settings, who) for runs, name, settings, who in asks for run in runs]
+
+
 def _check_one_setting_per_measured_run(plan: Plan) -> None:
-    """A run's measurement is one file (measure/<name>.csv): two figures may share it only with
-    the same settings."""
+    """A run's measurement is one file (measure/<name>.csv): two figures (or tables) may share it
+    only with the same settings."""
     seen: dict[tuple[str, str], tuple[str, dict]] = {}
-    for m in plan.measures:
-        for run in m["runs"]:
-            first = seen.setdefault((run, m["measurement"]), (m["figure"], m["settings"]))
-            if first[1] != m["settings"]:
-                raise ConfigError(f"{m['figure']}: {m['measurement']} of {run} with settings {m['settings']}, but "
-                                  f"{first[0]} measures it with {first[1]}: make them equal")
+    for run, name, settings, who in measured(plan):
+        first = seen.setdefault((run, name), (who, settings))
+        if first[1] != settings:
+            raise ConfigError(f"{who}: {name} of {run} with settings {settings}, but {first[0]} measures it with {first[1]}: make them equal")
 
 
 def measure_settings(plan: Plan, run: str, measurement: str) -> dict:
     """The settings of a run's measurement (one per run and measurement: see make_plan)."""
-    return next(m["settings"] for m in plan.measures if m["measurement"] == measurement and run in m["runs"])
+    return next(settings for r, name, settings, _ in measured(plan) if name == measurement and r == run)
 
 
 def _lookup(mapping: dict, key, map_name: str, where: str):

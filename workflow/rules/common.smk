@@ -137,9 +137,9 @@ def measure_settings(wildcards):
 
 
 def all_measurements(wildcards):
-    """Every measurement the selected figures read, one CSV per run and measurement. With
-    `partial: true` only those that exist now."""
-    out = sorted({f"results/{wildcards.scale}/{run}/measure/{m['measurement']}.csv" for m in PLAN.measures for run in m["runs"]})
+    """Every measurement the selected figures and measured table rows read, one CSV per run and
+    measurement. With `partial: true` only those that exist now."""
+    out = sorted({f"results/{wildcards.scale}/{run}/measure/{name}.csv" for run, name, _, _ in experiments.measured(PLAN)})
     if config["partial"]:
         out = [f for f in out if os.path.exists(f)]
     return out

@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..data.subword import VOCAB_SIZES
-from ..experiments import METRICS, load_tables, row_metric
+from ..experiments import METRICS, higher_is_better, load_tables, row_metric
 from . import stats
 
 UNFINISHED = ("failed", "incomplete", "missing")
@@ -89,11 +89,43 @@ def seed_values(runs: pd.DataFrame, run_ids: list[str], metric: str, epoch_basis
     return out
 
 
-def metric_values(runs: pd.DataFrame, run_ids: list[str], metric: str, epoch_basis: str) -> tuple[list[float], list]:
+def measured_values(results_dir: Path, runs: pd.DataFrame, run_ids: list[str], measurement: str, quantity: str, at: str) -> list[float | None]:
+    """Each run's measured quantity on its first snapshot (at: init) or its last (final), in the
+    order given; None where the run has no result or no measurement (a partial report)."""
+    out = []
+    for run_id in run_ids:
+        path = results_dir / run_id / "measure" / f"{measurement}.csv"
+        if runs.loc[run_id, "status"] != "ok" or not path.exists():
+            out.append(None)
+            continue
+        frame = pd.read_csv(path)
+        frame = frame[frame["quantity"] == quantity]
+        epoch = frame["epoch"].min() if at == "init" else frame["epoch"].max()
+        out.append(float(frame.loc[frame["epoch"] == epoch, "value"].iloc[0]))
+    return out
+
+
+def row_seed_values(results_dir: Path, runs: pd.DataFrame, run_ids: list[str], spec: dict, metric: str, measurement: str | None,
+                    epoch_basis: str) -> list[float | None]:
+    """A row's value per seed: its measured quantity (a row naming `quantity`), else its runs' metric."""
+    if "quantity" in spec:
+        return measured_values(results_dir, runs, run_ids, measurement, spec["quantity"], spec["at"])
+    return seed_values(runs, run_ids, metric, epoch_basis)
+
+
+def shown_values(runs: pd.DataFrame, run_ids: list[str], each: list[float | None], metric: str) -> tuple[list[float], list]:
     """(finished values, per-seed display list with the status in place of a number)."""
-    each = seed_values(runs, run_ids, metric, epoch_basis)
-    shown = [runs.loc[run_id, "status"] if v is None else round(v, DIGITS.get(metric, 2)) for run_id, v in zip(run_ids, each)]
+    shown = [(runs.loc[run_id, "status"] if runs.loc[run_id, "status"] != "ok" else "not measured") if v is None else round_for(v, metric)
+             for run_id, v in zip(run_ids, each)]
     return [v for v in each if v is not None], shown
+
+
+def round_for(value: float, metric: str) -> float:
+    """A value as the report shows it: the metric's decimals (DIGITS), or 4 significant digits for
+    a measured quantity, whose scale the metric's name does not tell (a decay term of 2e-6)."""
+    if metric in METRICS:
+        return round(value, DIGITS.get(metric, 2))
+    return float(f"{value:.4g}")
 
 
 def bootstrap_p_values(results_dir: Path, runs: pd.DataFrame, row_runs: list[str], baseline_runs: list[str]) -> list:
@@ -140,8 +172,9 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
         table = tables[plan_row["table"]]
         spec = table["rows"][plan_row["row"]]
         metric = row_metric(table, spec)
-        higher = METRICS[metric]
-        values, shown = metric_values(runs, plan_row["runs"], metric, epoch_basis)
+        higher = higher_is_better(table, spec)
+        each = row_seed_values(results_dir, runs, plan_row["runs"], spec, metric, table.get("measurement"), epoch_basis)
+        values, shown = shown_values(runs, plan_row["runs"], each, metric)
         first = runs.loc[plan_row["runs"][0]]  # every row has >= 1 run: seeds >= 1 (config schema)
         line = {
             "table": plan_row["table"], "row": plan_row["row"], "label": plan_row["label"], "formula": spec.get("formula", ""),
@@ -149,23 +182,28 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
             "paper_dataset": spec["dataset"], "paper_arch": spec.get("depth", spec.get("size")),
             "dataset": first["dataset"], "arch": first["arch"], "recipe": first["recipe"], "variant_id": first["variant_id"],
             "metric": metric, "higher_is_better": higher, "epoch_basis": epoch_basis, "paper": spec["paper"],
-            "n": len(values), "n_runs": len(plan_row["runs"]),
+            "at": spec.get("at", ""), "n": len(values), "n_runs": len(plan_row["runs"]),
             "n_diverged": shown.count("diverged"), "n_unfinished": sum(shown.count(s) for s in UNFINISHED),
             # NaN (an empty cell in rows.csv) without a finished seed; std also with only one
             "mean": pd.Series(values, dtype=float).mean(), "std": pd.Series(values, dtype=float).std(ddof=1),
             "values": json.dumps(shown), "baseline": plan_row["baseline"],
         }
-        line["delta"] = line["mean"] - spec["paper"]
+        line["delta"] = line["mean"] - spec["paper"] if spec["paper"] is not None else float("nan")
         baseline = by_label.get((plan_row["table"], plan_row["baseline"]))
         if baseline is None or baseline is plan_row:
             is_baseline = (plan_row["table"], plan_row["label"]) in baseline_labels
             line.update(verdict="baseline" if is_baseline else "", reason="")
         else:
             base_spec = table["rows"][baseline["row"]]
-            base_values, _ = metric_values(runs, baseline["runs"], metric, epoch_basis)
-            if spec.get("claim") == "same":  # seed by seed (paper 002's equivalent training)
-                v = stats.compare_same(seed_values(runs, plan_row["runs"], metric, epoch_basis),
-                                       seed_values(runs, baseline["runs"], metric, epoch_basis), spec["paper"], base_spec["paper"])
+            base_each = row_seed_values(results_dir, runs, baseline["runs"], base_spec, metric, table.get("measurement"), epoch_basis)
+            base_values = [v for v in base_each if v is not None]
+            if table.get("ratio"):  # the row against its baseline as a factor, beside the paper's
+                line["ratio"] = line["mean"] / pd.Series(base_values, dtype=float).mean()
+                line["paper_ratio"] = spec["paper"] / base_spec["paper"] if None not in (spec["paper"], base_spec["paper"]) else float("nan")
+            if None in (spec["paper"], base_spec["paper"]):
+                v = stats.Verdict("no claim", None, stats.difference_of_means(values, base_values), None, "the paper's value is not in our copy of its text")
+            elif spec.get("claim") == "same":  # seed by seed (paper 002's equivalent training)
+                v = stats.compare_same(each, base_each, spec["paper"], base_spec["paper"])
             else:
                 v = stats.compare(values, base_values, spec["paper"], base_spec["paper"], higher)
             line.update(verdict=v.verdict, p_value=v.p_value, difference=v.difference, resolvable=v.resolvable, reason=v.reason)

@@ -30,12 +30,12 @@ class Verdict:
     reason: str
 
 
-def compare(row: list[float], baseline: list[float], paper_row: float, paper_baseline: float, higher_is_better: bool) -> Verdict:
+def compare(row: list[float], baseline: list[float], paper_row: float, paper_baseline: float, higher_is_better: bool | None) -> Verdict:
     paper_diff = paper_row - paper_baseline
     if paper_diff == 0:
         return Verdict("no claim", None, None, None, "the paper reports the same value as its baseline")
     if len(row) < 2 or len(baseline) < 2:
-        return Verdict("inconclusive", None, _diff(row, baseline), None, "needs at least 2 finished seeds on each side")
+        return Verdict("inconclusive", None, difference_of_means(row, baseline), None, "needs at least 2 finished seeds on each side")
     a, b = np.asarray(row, float), np.asarray(baseline, float)
     diff = float(a.mean() - b.mean())
     se = math.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b))
@@ -46,7 +46,10 @@ def compare(row: list[float], baseline: list[float], paper_row: float, paper_bas
         p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
         df = (se**4) / ((a.var(ddof=1) / len(a)) ** 2 / (len(a) - 1) + (b.var(ddof=1) / len(b)) ** 2 / (len(b) - 1))
         resolvable = float((stats.t.ppf(1 - ALPHA / 2, df) + stats.t.ppf(POWER, df)) * se)
-    direction = "better" if (paper_diff > 0) == higher_is_better else "worse"
+    if higher_is_better is None:  # a measured quantity (a weight mass): larger or smaller, not better or worse
+        direction = "larger" if paper_diff > 0 else "smaller"
+    else:
+        direction = "better" if (paper_diff > 0) == higher_is_better else "worse"
     if p < ALPHA and (diff > 0) == (paper_diff > 0):
         return Verdict("supported", p, diff, resolvable, f"the paper reports {direction}; reproduced the same direction")
     if p < ALPHA:
@@ -73,7 +76,7 @@ def compare_same(row: list[float | None], baseline: list[float | None], paper_ro
     return Verdict("contradicted", None, mean, None, f"the paper reports the same up to {tolerance:.4g}; a seed differs by {largest:.3g}")
 
 
-def _diff(row, baseline) -> float | None:
+def difference_of_means(row, baseline) -> float | None:
     if not row or not baseline:
         return None
     return float(np.mean(row) - np.mean(baseline))

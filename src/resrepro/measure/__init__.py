@@ -27,19 +27,22 @@ class Measurement(catalog.MeasurementSpec):  # name, task, kind (the report's dr
     summarize: Callable[[pd.DataFrame], str] = None  # the mean over a cell's runs -> what it shows
     reads: str = "model"  # "model": the final checkpoint; "log": the run's train_log.csv (no model, no data);
     # "snapshots": each snapshot the run kept (train/checkpoint.py), measured as a model, rows tagged with the epoch
+    recipe_keys: tuple[str, ...] = ()  # keys of the run's training recipe it reads, passed in with its settings
 
 
 MEASUREMENTS: dict[str, Measurement] = {}
 
 
-def register(name: str, measure: Callable[..., pd.DataFrame], summarize: Callable[[pd.DataFrame], str], reads: str = "model") -> Measurement:
+def register(name: str, measure: Callable[..., pd.DataFrame], summarize: Callable[[pd.DataFrame], str], reads: str = "model",
+             recipe_keys: tuple[str, ...] = ()) -> Measurement:
     """The implementation of a measurement declared in catalog.MEASUREMENTS."""
     if name not in catalog.MEASUREMENTS:
         raise ValueError(f"measurement {name!r}: declare it in catalog.MEASUREMENTS first")
     if name in MEASUREMENTS:
         raise ValueError(f"measurement {name!r} is registered twice")
     spec = catalog.MEASUREMENTS[name]
-    MEASUREMENTS[name] = Measurement(spec.name, spec.task, spec.kind, spec.defaults, spec.quantities, measure=measure, summarize=summarize, reads=reads)
+    MEASUREMENTS[name] = Measurement(spec.name, spec.task, spec.kind, spec.defaults, spec.quantities, measure=measure, summarize=summarize, reads=reads,
+                                    recipe_keys=recipe_keys)
     return MEASUREMENTS[name]
 
 
@@ -49,7 +52,7 @@ def register(name: str, measure: Callable[..., pd.DataFrame], summarize: Callabl
 IMPLEMENTED_IN = {"l2_ratio": "blocks", "block_drop": "blocks", "grad_cosine": "blocks", "grad_norm": "blocks",
                   "skip_weight": "blocks", "borderline": "borderline", "learning_curve": "curves", "sas_gates": "gates",
                   "over_training": "over_training", "skip_scale": "skip_scale", "stage_norms": "stage_norms",
-                  "unroll": "unroll", "unroll_blocks": "unroll"}
+                  "unroll": "unroll", "unroll_blocks": "unroll", "weight_stats": "weights"}
 
 
 def get(name: str) -> Measurement:

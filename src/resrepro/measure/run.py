@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -34,6 +35,9 @@ def run_measurement(name: str, run_dir: str | Path, data_path: str | Path, setti
     snapshots measures each in turn (an `epoch` column says which)."""
     measurement = get(name)
     run_dir = Path(run_dir)
+    if measurement.recipe_keys:  # e.g. the weight decay whose term weight_stats reports
+        recipe = json.loads((run_dir / "metrics.json").read_text())["spec"]
+        settings = {**settings, **{key: recipe[key] for key in measurement.recipe_keys}}
     if measurement.reads == "log":
         files.write_text(out, measurement.measure(run_dir, settings).to_csv(index=False))
         return

@@ -18,7 +18,7 @@ import pandas as pd
 from .. import files, provenance
 from ..analysis import figure_checks
 from ..analysis.aggregate import DIGITS, UNFINISHED
-from ..experiments import load_figures, load_tables
+from ..experiments import METRICS, load_figures, load_tables
 from . import figures
 
 # The four papers, in the report's order (docs/design.md: sas 000, rskip 001, noise 002, iter 003).
@@ -64,7 +64,8 @@ def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: 
             if table["paper"] != paper_id:
                 continue
             trows = rows[rows["table"] == table_id]
-            figure = figures.learning_curves(trows, curves, {lbl: runs_by_row[(table_id, lbl)] for lbl in trows["label"]}, table_id, table["task"])
+            figure = None if "measurement" in table else figures.learning_curves(  # a measured table's runs: another table's curves
+                trows, curves, {lbl: runs_by_row[(table_id, lbl)] for lbl in trows["label"]}, table_id, table["task"])
             sections.append({"id": table_id, "table": table, "rows": [_row_view(r) for _, r in trows.iterrows()], "figure": data_uri(figure),
                              "cost": costs["tables"].get(table_id) if costs else None})
         papers.append({"id": paper_id, "title": title, "sections": sections, "figures": _figure_sections(agg_dir, figure_entries, paper_id)})
@@ -142,23 +143,34 @@ def _count(count) -> str:
     return f"{count / 1e6:.2f}M" if count >= 1e6 else f"{count / 1e3:.0f}k"
 
 
+def fmt_metric(value, metric: str) -> str:
+    """A value of a run metric with its decimals (DIGITS); a measured quantity (a weight mass, a
+    decay term of 2e-6), whose scale its name does not tell, with 4 significant digits."""
+    if metric in METRICS or value is None or (isinstance(value, float) and math.isnan(value)):
+        return fmt(value, DIGITS.get(metric, 2))
+    return f"{value:.4g}"
+
+
 def _row_view(r: pd.Series) -> dict:
     values = json.loads(r["values"])
-    digits = DIGITS.get(r["metric"], 2)
+    metric = r["metric"]
     if r["n"] == 0 and r["n_diverged"]:
         reproduced = "diverged"
     elif r["n"] == 0:
         reproduced = "no result"
     else:
-        reproduced = f"{fmt(r['mean'], digits)} ± {fmt(r['std'], digits)}"
+        reproduced = f"{fmt_metric(r['mean'], metric)} ± {fmt_metric(r['std'], metric)}"
     return {
-        "label": r["label"], "formula": r["formula"], "metric": r["metric"].replace("_", " "), "paper": fmt(r["paper"], digits), "reproduced": reproduced,
+        "label": r["label"], "formula": r["formula"], "metric": metric.replace("_", " "), "paper": fmt_metric(r["paper"], metric),
+        "reproduced": reproduced, "at": r["at"] if isinstance(r.get("at"), str) else "",
+        "ratio": fmt_metric(r.get("ratio"), "ratio"), "paper_ratio": fmt_metric(r.get("paper_ratio"), "ratio"),
         "note": r["note"] if isinstance(r["note"], str) else "",  # rows.csv: an empty note reads back as NaN
         "n": int(r["n"]), "n_runs": int(r["n_runs"]), "n_diverged": int(r["n_diverged"]), "n_unfinished": int(r["n_unfinished"]),
-        "values": ", ".join(str(v) for v in values), "delta": fmt(r["delta"], digits),
+        "values": ", ".join(str(v) for v in values), "delta": fmt_metric(r["delta"], metric),
         "run_as": " / ".join([r["dataset"], r["arch"], *([r["recipe"]] if r["recipe"] != "default" else []), r["variant_id"]]),
         "verdict": r["verdict"] if isinstance(r["verdict"], str) else "",
-        "difference": fmt(r.get("difference"), digits), "p_value": fmt_p(r.get("p_value")), "resolvable": fmt(r.get("resolvable"), digits),
+        "difference": fmt_metric(r.get("difference"), metric), "p_value": fmt_p(r.get("p_value")),
+        "resolvable": fmt_metric(r.get("resolvable"), metric),
         "reason": r["reason"] if isinstance(r["reason"], str) else "",
         "baseline": r["baseline"] if isinstance(r["baseline"], str) else "",
         # translation only: the honest BLEU, the bootstrap against the baseline, the paper-size model
