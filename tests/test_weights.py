@@ -222,3 +222,44 @@ def test_the_noise_tables_3_and_4_read_table_1s_runs_at_every_scale():
         assert set().union(*(set(r["runs"]) for r in plan.rows if r["table"] != "noise-t1")) <= {
             r for row in plan.rows if row["table"] == "noise-t1" for r in row["runs"]}, scale
         assert runs_of and all(json.loads(plan.runs[r].recipe_json).get("snapshots", 0) >= 1 for r in plan.runs), scale
+
+
+# --- Figure 7's histograms and Figure 8 (b)'s error at a training loss --------------------------
+
+HIST = {"bins": 6, "low": -1.5, "high": 1.5}  # bins of width 0.5: [-1.5, -1), ..., [1, 1.5]
+
+
+def test_the_histogram_of_a_zero_residual_net_holds_its_id_entries_at_one_and_the_rest_at_zero():
+    net = zero_net("add")
+    with torch.no_grad():
+        net.fc.bias[0] = 7.0  # beyond the range: counted in the last bin, not dropped
+        net.stem.weight[0, 0, 0, 0] = -0.75
+    frame = weights.measure_weight_histogram(net, {}, HIST, torch.device("cpu"))
+    n = sum(p.numel() for p in net.parameters())
+    counts = {(r.part, round(r.bin, 2)): r.value for r in frame.itertuples()}
+    assert sorted({b for _, b in counts}) == [-1.25, -0.75, -0.25, 0.25, 0.75, 1.25]
+    assert counts[(weights.ALL, 1.25)] == DEPTH5_ID_ENTRIES + 1  # the ones, and the clamped 7
+    assert counts[(weights.ALL, -0.75)] == 1 and counts[(weights.ALL, 0.25)] == n - DEPTH5_ID_ENTRIES - 2  # 0 in [0, 0.5)
+    assert counts[(weights.IDS, 1.25)] == DEPTH5_ID_ENTRIES and sum(v for (p, _), v in counts.items() if p == weights.IDS) == DEPTH5_ID_ENTRIES
+    text = weights.summarize_weight_histogram(frame.assign(epoch=0))
+    assert text == f"epoch 0: ID entries' mode 1.25, {DEPTH5_ID_ENTRIES + 2} weights beyond 0.7 in magnitude"
+
+
+def test_the_error_at_a_training_loss_is_read_at_the_first_epoch_that_reaches_it(tmp_path):
+    from resrepro.measure.curves import measure_error_at_loss, summarize_error_at_loss
+
+    files.write_text(tmp_path / "train_log.csv", "epoch,train_loss,test_error\n1,2.0,80\n2,0.9,30\n3,0.5,20\n4,0.45,25\n")
+    frame = measure_error_at_loss(tmp_path, {"levels": [1.0, 0.5, 0.1]})
+    assert frame[["level", "epoch", "value"]].values.tolist() == [[1.0, 2, 30.0], [0.5, 3, 20.0]]  # 0.1 never reached: no row
+    assert summarize_error_at_loss(frame) == "30% at training loss 1; 20% at training loss 0.5"
+    assert summarize_error_at_loss(frame.iloc[:0]) == "no run reached any of the training-loss levels"
+
+
+def test_the_histogram_and_level_drawings_give_images():
+    from resrepro.report.figures import DRAWINGS
+
+    hist = weights.measure_weight_histogram(zero_net("add"), {}, HIST, torch.device("cpu"))
+    frame = pd.concat([hist.assign(epoch=e, label=lbl, run=f"{lbl}/seed0") for e in (0, 6) for lbl in ("plain", "residual")])
+    assert DRAWINGS["histogram"](frame, "noise-f7")[:4] == b"\x89PNG"
+    levels = pd.DataFrame({"level": [1.0, 0.5, 1.0], "quantity": "q", "value": [30.0, 20.0, 25.0], "label": ["a", "a", "b"], "run": ["a/s0", "a/s0", "b/s0"]})
+    assert DRAWINGS["per_level"](levels, "noise-f8b")[:4] == b"\x89PNG"

@@ -186,6 +186,10 @@ MEASUREMENTS: dict[str, MeasurementSpec] = {
         MeasurementSpec("weight_stats", "classification", "per_epoch", {"examples": 50000, "batch_size": 500, "large": 0.25},
                         ("risk", "decay term", "mean", "std", "mass, all", "mass, |w| > 0.25", "mass, ID entries",
                          "ID mass / mass |w| > 0.25 (%)")),
+        # paper 002 SM D, Fig. 8 (b): the test error where a run's training loss first reaches each level (measure/curves.py)
+        MeasurementSpec("error_at_loss", "classification", "per_level", {"levels": [1.0, 0.5, 0.3, 0.2, 0.1, 0.05]}),
+        # paper 002 SM C, Fig. 7: histograms of the weights and of the ID entries (measure/weights.py)
+        MeasurementSpec("weight_histogram", "classification", "histogram", {"bins": 60, "low": -1.5, "high": 1.5}),
     )
 }
 

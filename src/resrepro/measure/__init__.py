@@ -50,9 +50,9 @@ def register(name: str, measure: Callable[..., pd.DataFrame], summarize: Callabl
 # asked for: a job that reads only a training log (learning_curve) then never imports torch,
 # about 2 s of its 2.5.
 IMPLEMENTED_IN = {"l2_ratio": "blocks", "block_drop": "blocks", "grad_cosine": "blocks", "grad_norm": "blocks",
-                  "skip_weight": "blocks", "borderline": "borderline", "learning_curve": "curves", "sas_gates": "gates",
+                  "skip_weight": "blocks", "borderline": "borderline", "learning_curve": "curves", "error_at_loss": "curves", "sas_gates": "gates",
                   "over_training": "over_training", "skip_scale": "skip_scale", "stage_norms": "stage_norms",
-                  "unroll": "unroll", "unroll_blocks": "unroll", "weight_stats": "weights"}
+                  "unroll": "unroll", "unroll_blocks": "unroll", "weight_stats": "weights", "weight_histogram": "weights"}
 
 
 def get(name: str) -> Measurement:

@@ -39,3 +39,33 @@ def summarize_curve(frame: pd.DataFrame) -> str:
 
 
 register("learning_curve", measure=measure_curve, summarize=summarize_curve, reads="log")
+
+
+# Paper 002 SM D, Figure 8 (b): "with same training loss, the ResNets achieve smaller error". Each
+# run's test error at the first epoch whose training loss is at or below each level, so two nets
+# are compared where they fit the training data equally well; a level a run never reaches has no row.
+ERROR_AT_LOSS = "test error (%) at the training loss"
+
+
+def measure_error_at_loss(run_dir: Path, settings: dict) -> pd.DataFrame:
+    """Rows (level, epoch, quantity, value): per level of `levels`, the first epoch whose training
+    loss is at or below it and the test error after that epoch."""
+    log = pd.read_csv(Path(run_dir) / "train_log.csv")
+    rows = []
+    for level in settings["levels"]:
+        reached = log[log["train_loss"] <= level]
+        if len(reached):
+            first = reached.iloc[0]
+            rows.append({"level": float(level), "epoch": int(first["epoch"]), "quantity": ERROR_AT_LOSS, "value": float(first["test_error"])})
+    return pd.DataFrame(rows, columns=["level", "epoch", "quantity", "value"])
+
+
+def summarize_error_at_loss(frame: pd.DataFrame) -> str:
+    """The error at each level reached (mean over the runs that reached it)."""
+    if frame.empty:
+        return "no run reached any of the training-loss levels"
+    by_level = frame.groupby("level")["value"].mean().sort_index(ascending=False)
+    return "; ".join(f"{v:.3g}% at training loss {level:g}" for level, v in by_level.items())
+
+
+register("error_at_loss", measure=measure_error_at_loss, summarize=summarize_error_at_loss, reads="log")

@@ -93,3 +93,40 @@ def summarize_weight_stats(frame: pd.DataFrame) -> str:
 
 
 register("weight_stats", measure=measure_weight_stats, summarize=summarize_weight_stats, reads="snapshots", recipe_keys=("weight_decay",))
+
+# SM C, Figure 7: histograms of the plain-form vector (a residual net's transferred one), all its
+# parameters and its ID entries alone, on each snapshot. Values outside the range count in the
+# edge bins, so every parameter is in the histogram.
+ALL, IDS = "all weights", "ID entries"
+
+
+def measure_weight_histogram(model: torch.nn.Module, data: dict, settings: dict, device: torch.device) -> pd.DataFrame:
+    """Rows (part, bin, value): the count of the plain-form vector's parameters in each of `bins`
+    equal bins over [low, high] (bin: its centre), for all parameters and for the ID entries."""
+    plain = equivalent(require_simple_net(model), "plain")
+    ids = torch.cat([id_entries(b.conv.weight).flatten().bool() for b in plain.blocks])
+    parts = {ALL: torch.cat([p.detach().double().flatten() for p in plain.parameters()]),
+             IDS: torch.cat([b.conv.weight.detach().double().flatten() for b in plain.blocks])[ids]}
+    low, high, bins = settings["low"], settings["high"], settings["bins"]
+    width = (high - low) / bins
+    rows = []
+    for part, values in parts.items():
+        counts = torch.histc(values.clamp(low, high), bins=bins, min=low, max=high)
+        rows += [{"part": part, "bin": low + (i + 0.5) * width, "value": float(c)} for i, c in enumerate(counts)]
+    return pd.DataFrame(rows)
+
+
+def summarize_weight_histogram(frame: pd.DataFrame) -> str:
+    """At the first and the last snapshot: the mode of the ID entries and how many weights lie in
+    bins beyond 0.7 in magnitude (the text: 1 plain weight before training, 26 after)."""
+    parts = []
+    for epoch in sorted({frame["epoch"].min(), frame["epoch"].max()}):
+        at = frame[frame["epoch"] == epoch]
+        ids, every = at[at["part"] == IDS], at[at["part"] == ALL]
+        mode = ids.loc[ids["value"].idxmax(), "bin"]
+        beyond = every.loc[every["bin"].abs() > 0.7, "value"].sum()
+        parts.append(f"epoch {epoch}: ID entries' mode {mode:.2f}, {beyond:.0f} weights beyond 0.7 in magnitude")
+    return "; ".join(parts)
+
+
+register("weight_histogram", measure=measure_weight_histogram, summarize=summarize_weight_histogram, reads="snapshots")

@@ -35,7 +35,7 @@ def _wrap(text: str, width: int = 40) -> str:
     return textwrap.fill(text, width)
 
 
-def _lines(frame: pd.DataFrame, title: str, x: str, xlabel: str, log_y: bool = False) -> bytes | None:
+def _lines(frame: pd.DataFrame, title: str, x: str, xlabel: str, log_y: bool = False, log_x_falling: bool = False) -> bytes | None:
     """One panel per quantity, `x` on the x axis, one colour per figure cell (and per group of
     examples or scale, where a `group` or `scale` column names one; solid: training data, dashed:
     held-out, where a `split` column says), the mean over seeds with their range shaded."""
@@ -60,6 +60,9 @@ def _lines(frame: pd.DataFrame, title: str, x: str, xlabel: str, log_y: bool = F
                 ax.plot(mean.index, mean.values, SPLIT_STYLES.get(split, "-"), color=f"C{colour}", marker=".", label=name)
                 ax.fill_between(mean.index, by_x.min().values, by_x.max().values, color=f"C{colour}", alpha=0.2)
         ax.set(xlabel=xlabel, ylabel=_wrap(f"mean {quantity}"), title=_wrap(f"{title}: {quantity}", 50), yscale="log" if log_y else "linear")
+        if log_x_falling:  # a training loss: falls as training goes on, so drawn from high to low
+            ax.set_xscale("log")
+            ax.invert_xaxis()
         ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))  # outside: lines stay readable
     return to_png(fig)
@@ -78,6 +81,11 @@ def per_epoch(frame: pd.DataFrame, title: str) -> bytes | None:
 def per_step(frame: pd.DataFrame, title: str) -> bytes | None:
     """A measurement per extra step of an unrolled block (columns step, quantity, value, ...)."""
     return _lines(frame, title, "step", "extra steps of the last block")
+
+
+def per_level(frame: pd.DataFrame, title: str) -> bytes | None:
+    """A measurement per level of training loss reached (columns level, quantity, value)."""
+    return _lines(frame, title, "level", "training loss reached (log scale, falling)", log_x_falling=True)
 
 
 def per_epoch_block(frame: pd.DataFrame, title: str) -> bytes | None:
@@ -114,8 +122,35 @@ def per_epoch_block(frame: pd.DataFrame, title: str) -> bytes | None:
     return to_png(fig)
 
 
+def histogram(frame: pd.DataFrame, title: str) -> bytes | None:
+    """Counts per bin (columns epoch, part, bin, value): one panel per part (row) and for the first
+    and the last snapshot (column), one step line per figure cell, the mean over seeds; counts on a
+    log scale, where a few large weights stand beside thousands of small ones."""
+    frame = frame.dropna(axis=1, how="all")
+    if frame.empty or "value" not in frame:
+        return None
+    parts, epochs = list(dict.fromkeys(frame["part"])), sorted({frame["epoch"].min(), frame["epoch"].max()})
+    fig, axes = plt.subplots(len(parts), len(epochs), figsize=(4.2 * len(epochs) + 2, 3.0 * len(parts)), squeeze=False)
+    for row, part in enumerate(parts):
+        for col, epoch in enumerate(epochs):
+            ax = axes[row][col]
+            at = frame[(frame["part"] == part) & (frame["epoch"] == epoch)]
+            for colour, (label, cell) in enumerate(at.groupby("label", sort=False)):
+                mean = cell.groupby("bin")["value"].mean()
+                runs = cell["run"].nunique()
+                ax.step(mean.index, mean.values.clip(min=0.5), where="mid", color=f"C{colour}", label=f"{label} ({runs} run{'s' if runs != 1 else ''})")
+            ax.set(yscale="log", xlabel="weight value", ylabel="count" if col == 0 else "",
+                   title=f"{part}, {'initialisation' if epoch == 0 else f'epoch {epoch}'}")
+            ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
+    fig.suptitle(title, y=1.02)
+    fig.tight_layout()
+    return to_png(fig)
+
+
 # The drawing of each measurement kind (resrepro.measure.Measurement.kind).
-DRAWINGS = {"per_block": per_block, "per_epoch": per_epoch, "per_step": per_step, "per_epoch_block": per_epoch_block}
+DRAWINGS = {"per_block": per_block, "per_epoch": per_epoch, "per_step": per_step, "per_epoch_block": per_epoch_block, "histogram": histogram,
+            "per_level": per_level}
 
 
 def learning_curves(table_rows: pd.DataFrame, curves: pd.DataFrame, runs_by_row: dict[str, list[str]], title: str, task: str) -> bytes | None:
