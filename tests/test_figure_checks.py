@@ -130,9 +130,10 @@ def test_a_bad_check_names_the_figure_and_the_check(tmp_path, checks, message):
 
 
 def test_every_figure_of_the_papers_but_one_checks_its_claim():
-    """iter-f19 compares two figures by eye; every other figure tests at least one part of its claim."""
+    """iter-f19 compares two figures by eye, noise-f7 two distributions (its cells' summaries give
+    the ID entries' mode and the weights beyond 0.7); every other figure tests a part of its claim."""
     figures = load_figures("config/figures")
-    assert [f for f, entry in figures.items() if not entry.get("checks")] == ["iter-f19"]
+    assert [f for f, entry in figures.items() if not entry.get("checks")] == ["iter-f19", "noise-f7"]
 
 
 def test_one_failing_curve_fails_the_test_wherever_it_comes():
