@@ -59,13 +59,19 @@ def decay_term(model: torch.nn.Module, weight_decay: float) -> float:
     return weight_decay / 2 * squares
 
 
-def plain_form_stats(model: SimpleNet, large: float) -> dict[str, float]:
-    """Mean, standard deviation and the l1 masses of the net's plain-form parameter vector (a
-    residual net's transferred vector), all of its parameters."""
+def plain_form(model: SimpleNet) -> tuple[torch.Tensor, torch.Tensor]:
+    """(every parameter, the ID entries) of the net's plain-form vector (a residual net's
+    transferred vector: models/simple_net.equivalent), flat, in float64."""
     plain = equivalent(model, "plain")
     vector = torch.cat([p.detach().double().flatten() for p in plain.parameters()])
     ids = torch.cat([id_entries(b.conv.weight).flatten().bool() for b in plain.blocks])
-    id_values = torch.cat([b.conv.weight.detach().double().flatten() for b in plain.blocks])[ids]
+    return vector, torch.cat([b.conv.weight.detach().double().flatten() for b in plain.blocks])[ids]
+
+
+def plain_form_stats(model: SimpleNet, large: float) -> dict[str, float]:
+    """Mean, standard deviation and the l1 masses of the net's plain-form parameter vector, all of
+    its parameters."""
+    vector, id_values = plain_form(model)
     mass_large = vector.abs()[vector.abs() > large].sum().item()
     mass_id = id_values.abs().sum().item()
     return {MEAN: vector.mean().item(), STD: vector.std().item(), MASS_ALL: vector.abs().sum().item(), MASS_LARGE: mass_large,
@@ -103,10 +109,7 @@ ALL, IDS = "all weights", "ID entries"
 def measure_weight_histogram(model: torch.nn.Module, data: dict, settings: dict, device: torch.device) -> pd.DataFrame:
     """Rows (part, bin, value): the count of the plain-form vector's parameters in each of `bins`
     equal bins over [low, high] (bin: its centre), for all parameters and for the ID entries."""
-    plain = equivalent(require_simple_net(model), "plain")
-    ids = torch.cat([id_entries(b.conv.weight).flatten().bool() for b in plain.blocks])
-    parts = {ALL: torch.cat([p.detach().double().flatten() for p in plain.parameters()]),
-             IDS: torch.cat([b.conv.weight.detach().double().flatten() for b in plain.blocks])[ids]}
+    parts = dict(zip((ALL, IDS), plain_form(require_simple_net(model))))
     low, high, bins = settings["low"], settings["high"], settings["bins"]
     width = (high - low) / bins
     rows = []
