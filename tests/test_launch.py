@@ -67,13 +67,14 @@ def test_a_launcher_needs_no_pool_and_too_few_gpus_is_an_error(monkeypatch, tmp_
 # torch is patched to see two GPUs; `command` is patched so no torchrun starts.
 LAUNCHER = textwrap.dedent(
     """
-    import os, sys, time, torch
+    import os, subprocess, sys, time, torch
     from resrepro import launch
     torch.cuda.device_count = lambda: 2
     go_on = sys.argv[2]
     child = "import os, sys, time; print(repr(os.environ.get('CUDA_VISIBLE_DEVICES')), os.environ.get('RESREPRO_GPUS_HELD_BY_LAUNCH'), flush=True)\\n"
     child += f"while not os.path.exists({go_on!r}): time.sleep(0.05)"
     launch.command = lambda gpus, argv: [sys.executable, "-c", child]
+    launch.run_here = lambda env, argv: subprocess.run(launch.command(0, argv), env=env).returncode  # the CPU: in process
     sys.exit(launch.launch(int(sys.argv[1]), ["train"]))
     """
 )
@@ -137,3 +138,32 @@ def test_two_ranks_train_in_one_job_and_a_wrong_rank_count_fails_with_a_record(s
     failed = json.loads((tmp_path / "one" / run / "failed.json").read_text())
     assert "asks for 2 ranks" in failed["error"] and failed["command"] == "train-translation"
     assert not (tmp_path / "one" / run / "metrics.json").exists() and not (tmp_path / "one" / "trained.json").exists()
+
+
+IN_PROCESS = textwrap.dedent(
+    """
+    import os, sys
+    os.environ["CUDA_VISIBLE_DEVICES"], os.environ["WORLD_SIZE"] = "0", "2"  # a GPU workstation, a stray DDP variable
+    from resrepro import cli, launch
+
+    def main(argv):
+        print(os.getpid(), repr(os.environ.get("CUDA_VISIBLE_DEVICES")), os.environ.get("WORLD_SIZE"), *argv, flush=True)
+        if argv == ["fail"]:
+            raise SystemExit("evaluate: no checkpoint to read")
+
+    cli.main = main
+    print(os.getpid(), flush=True)
+    sys.exit(launch.launch(0, sys.argv[1:]))
+    """
+)
+
+
+def test_a_cpu_job_runs_its_command_in_the_launching_process_with_no_gpu_visible():
+    """gpus 0: no second interpreter (its start-up is paid by every short mini job), the command
+    sees no GPU and no DDP variable, and its failure is the launch's, message included."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV}
+    ok = subprocess.run([sys.executable, "-c", IN_PROCESS, "measure", "--name", "x"], env=env, capture_output=True, text=True, timeout=60)
+    launcher, command = ok.stdout.splitlines()
+    assert ok.returncode == 0 and command == f"{launcher} '' None measure --name x"
+    failed = subprocess.run([sys.executable, "-c", IN_PROCESS, "fail"], env=env, capture_output=True, text=True, timeout=60)
+    assert failed.returncode == 1 and "evaluate: no checkpoint to read" in failed.stderr
