@@ -374,3 +374,25 @@ def test_noise_t2s_equivalent_plain_nets_are_judged_the_same_as_their_residual_s
             write_metrics(tmp_path, path, 12.0, train_loss=0.06)
     rows = aggregate(plan.rows, tmp_path, "config/tables", "final")["rows"].set_index("label")
     assert rows.loc["PlnNet-20 (equivalent), error", "verdict"] == "contradicted"
+
+
+def test_figure_differences_pair_seed_with_seed_at_each_point():
+    """of - minus per seed and epoch: seed 0 (3 - 1, 5 - 2) and seed 1 (4 - 6); an epoch or a seed
+    that one cell lacks gives no row; abs takes the magnitude."""
+    from resrepro.analysis.aggregate import figure_differences
+
+    def curve(label, seed, values):
+        return [{"figure": "f", "cell": 0, "label": label, "run": f"{label}/seed{seed}", "seed": seed, "epoch": e + 1,
+                 "quantity": "training loss", "value": v, "block": float("nan")} for e, v in enumerate(values)]
+
+    data = pd.DataFrame(curve("a", 0, [3.0, 5.0, 7.0]) + curve("b", 0, [1.0, 2.0]) + curve("a", 1, [4.0]) + curve("b", 1, [6.0])
+                        + curve("b", 2, [1.0]))
+    got = figure_differences(data, [{"label": "a - b", "of": "a", "minus": "b"}, {"label": "|b - a|", "of": "b", "minus": "a", "abs": True}])
+    assert list(got.columns) == list(data.columns)
+    first = got[got["label"] == "a - b"].sort_values(["seed", "epoch"])
+    assert first[["seed", "epoch", "value"]].values.tolist() == [[0, 1, 2.0], [0, 2, 3.0], [1, 1, -2.0]]
+    assert set(first["run"]) == {"a/seed0 - b/seed0", "a/seed1 - b/seed1"} and set(first["cell"]) == {-1}
+    assert sorted(got[got["label"] == "|b - a|"]["value"]) == [2.0, 2.0, 3.0]
+    assert figure_differences(data, []).empty
+    as_read = data.assign(epoch=data["epoch"].astype(float))  # figures.csv: other figures leave the column empty
+    assert figure_differences(as_read, [{"label": "a - b", "of": "a", "minus": "b"}])["epoch"].tolist() == [1, 2, 1]

@@ -133,7 +133,7 @@ def test_every_figure_of_the_papers_but_one_checks_its_claim():
     """iter-f19 compares two figures by eye, noise-f7 two distributions (its cells' summaries give
     the ID entries' mode and the weights beyond 0.7); every other figure tests a part of its claim."""
     figures = load_figures("config/figures")
-    assert [f for f, entry in figures.items() if not entry.get("checks")] == ["iter-f19", "noise-f7"]
+    assert [f for f, entry in figures.items() if not entry.get("checks")] == ["iter-f19", "noise-f7", "noise-f10"]
 
 
 def test_one_failing_curve_fails_the_test_wherever_it_comes():
@@ -183,3 +183,49 @@ def test_rows_with_an_empty_column_stay_in_the_means():
     assert (v.verdict, v.evidence) == ("contradicted", "75% below 0; largest 4 (b)")
     means = select(both, {"claim": "c", "mean_over": ["block", "seed", "run"]})
     assert sorted(means["value"]) == [-1.5, 1.75]
+
+
+def test_ordered_at_each_counts_the_points_where_the_first_cell_is_above():
+    frame = rows({"red": [3.0, 2.0, 1.0, 5.0], "blue": [1.0, 2.0, 0.5, 4.0]})  # red above at blocks 1, 3, 4; a tie at 2
+    assert not holds("ordered_at_each", frame, cells=["red", "blue"], along="block")
+    assert holds("ordered_at_each", frame, cells=["red", "blue"], along="block", share=0.75)
+    assert not holds("ordered_at_each", frame, cells=["red", "blue"], along="block", share=0.76)
+    assert not holds("ordered_at_each", frame, cells=["blue", "red"], along="block", share=0.25)
+    assert TESTS["ordered_at_each"].function(frame, cells=["red", "blue"], along="block")[1] == \
+        "red above blue at 3 of 4 blocks; least margin at block 2: 2 against 2"
+    # only the points both cells have are compared
+    assert holds("ordered_at_each", rows({"red": [3.0, 2.0], "blue": [1.0]}), cells=["red", "blue"], along="block")
+    assert not holds("ordered_at_each", rows({"red": [3.0]}), cells=["red", "blue"], along="block")
+
+
+def test_select_at_most_and_between():
+    frame = pd.concat([rows({"a": [1.0]}, epoch=e) for e in range(5)])
+    assert set(select(frame, {"claim": "c", "select": {"epoch": {"at_most": 2}}})["epoch"]) == {0, 1, 2}
+    assert set(select(frame, {"claim": "c", "select": {"epoch": {"at_least": 1, "at_most": 3}}})["epoch"]) == {1, 2, 3}
+
+
+DIFFERENCE_FIGURE = {**FIGURE, "cells": [{"label": "net", "dataset": "cifar10", "depth": 20, "variant": "add"},
+                                         {"label": "plain", "dataset": "cifar10", "depth": 20, "variant": "plain"}]}
+
+
+@pytest.mark.parametrize("differences, message", [
+    ({"label": "gap", "of": "net", "minus": "plain"}, "differences: expected a non-empty list"),
+    ([], "differences: expected a non-empty list"),
+    ([{"label": "gap", "of": "net"}], "differences[0]: expected keys label, of, minus"),
+    ([{"label": "gap", "of": "net", "minus": "plain", "sign": -1}], "differences[0]: expected keys label, of, minus"),
+    ([{"label": "gap", "of": "net", "minus": "resnet"}], "differences[0]: 'resnet' is not a cell of this figure"),
+    ([{"label": "net", "of": "net", "minus": "plain"}], "differences[0].label: 'net' names a cell or another difference"),
+    ([{"label": "gap", "of": "net", "minus": "plain"}, {"label": "gap", "of": "plain", "minus": "net"}], "differences[1].label: 'gap'"),
+])
+def test_a_bad_difference_names_the_figure(tmp_path, differences, message):
+    (tmp_path / "f.yaml").write_text(yaml.safe_dump({"iter-fx": {**DIFFERENCE_FIGURE, "differences": differences}}))
+    with pytest.raises(ConfigError) as err:
+        load_figures([tmp_path / "f.yaml"])
+    assert message in str(err.value) and "iter-fx" in str(err.value)
+
+
+def test_a_check_may_read_a_difference_by_its_label(tmp_path):
+    check = {"claim": "c", "test": "below", "value": 0, "cells": ["gap"]}
+    entry = {**DIFFERENCE_FIGURE, "differences": [{"label": "gap", "of": "net", "minus": "plain", "abs": True}], "checks": [check]}
+    (tmp_path / "f.yaml").write_text(yaml.safe_dump({"iter-fx": entry}))
+    assert load_figures([tmp_path / "f.yaml"])["iter-fx"]["differences"][0]["abs"] is True

@@ -379,3 +379,42 @@ def test_a_loss_row_is_shown_to_4_decimals_and_an_error_row_to_2():
     assert (view["metric"], view["paper"], view["reproduced"], view["delta"]) == ("train loss", "0.0723", "0.0512 ± 0.0012", "-0.0210")
     assert (view["difference"], view["resolvable"]) == ("-0.1500", "0.0046")
     assert _row_view(row.copy().replace({"train_loss": "test_error"}))["paper"] == "0.07"
+
+
+def test_a_figure_of_differences_draws_judges_and_sums_up_the_differences(tmp_path, monkeypatch):
+    """noise-f9b from hand-made curves (2 seeds): the plain nets lose 0.3 to 12 more layers, the
+    residual nets 0.1; the plain-residual gap grows from 0.1 to 0.4 at depth 32. The figure shows
+    the four differences, not its cells, judges its checks on them and sums each up."""
+    from resrepro.report import render as render_module
+
+    drawn = {}
+    monkeypatch.setattr(figures, "to_png", lambda fig: drawn.setdefault("fig", fig) and b"png")
+    base = {"PlnNet-32": [2.0, 1.5], "PlnNet-44": [2.3, 1.8], "ResNet-32": [1.9, 1.1], "ResNet-44": [2.0, 1.2]}
+    data = pd.DataFrame([{"figure": "noise-f9b", "cell": i, "label": label, "run": f"{label}/seed{s}", "seed": s, "epoch": e + 1,
+                          "quantity": "training loss", "value": v + 0.01 * s, "block": float("nan")}
+                         for i, (label, curve) in enumerate(base.items()) for s in (0, 1) for e, v in enumerate(curve)])
+    data.to_csv(tmp_path / "figures.csv", index=False)
+    pd.DataFrame([{"figure": "noise-f9b", "cell": i, "label": label, "measurement": "learning_curve", "kind": "per_epoch", "n": 2,
+                   "n_runs": 3, "summary": "s"} for i, label in enumerate(base)]).to_csv(tmp_path / "figure_cells.csv", index=False)
+    (section,) = render_module._figure_sections(tmp_path, ["config/figures/noise.yaml"], "noise")
+    labels = [c["label"] for c in section["cells"]]
+    assert labels == [*base, "plain: 44 minus 32 layers", "residual: 44 minus 32 layers", "depth 32: plain minus residual",
+                      "depth 44: plain minus residual"]
+    gap = section["cells"][6]
+    assert (gap["n"], gap["n_runs"]) == (2, 3)
+    assert gap["summary"].startswith("training loss 0.1 at epoch 1, 0.4 at epoch 2")
+    assert [v.verdict for v in section["verdicts"]] == ["supported"] * 3
+    assert section["verdicts"][0].evidence == "plain: 44 minus 32 layers 0.3 > residual: 44 minus 32 layers 0.1"
+    lines = drawn["fig"].axes[0].get_lines()
+    assert {line.get_label().split(" (")[0] for line in lines} == set(labels[4:])
+
+
+def test_a_learning_curve_is_drawn_on_a_log_scale_only_when_no_value_is_negative(monkeypatch):
+    drawn = []
+    monkeypatch.setattr(figures, "to_png", lambda fig: drawn.append(fig) or b"png")
+    rows = pd.DataFrame([{"figure": "f", "label": "net", "run": "r", "epoch": e, "quantity": "q", "value": v}
+                         for e, v in enumerate([2.0, 1.0, 0.0])])
+    figures.per_epoch(rows, "f")
+    figures.per_epoch(rows.assign(value=[1.0, 0.0, -0.5]), "f")
+    figures.per_epoch(rows.assign(value=0.0), "f")
+    assert [fig.axes[0].get_yscale() for fig in drawn] == ["log", "linear", "linear"]

@@ -190,6 +190,12 @@ MEASUREMENTS: dict[str, MeasurementSpec] = {
         MeasurementSpec("error_at_loss", "classification", "per_level", {"levels": [1.0, 0.5, 0.3, 0.2, 0.1, 0.05]}),
         # paper 002 SM C, Fig. 7: histograms of the weights and of the ID entries (measure/weights.py)
         MeasurementSpec("weight_histogram", "classification", "histogram", {"bins": 60, "low": -1.5, "high": 1.5}),
+        # paper 002 Sec. 4.2, Fig. 3: the per-sample layer cushion of each block "for any data point
+        # in the training set" (Arora et al. 2018; measure/cushion.py)
+        MeasurementSpec("layer_cushion", "classification", "per_block", {"examples": 50000, "splits": ["train"], "batch_size": 500}),
+        # SM D.4, Fig. 10: the distribution of the final activation and of the loss's gradient there
+        MeasurementSpec("final_activations", "classification", "histogram",
+                        {"examples": 50000, "split": "train", "batch_size": 500, "bins": 60, "range": 5.0}),
     )
 }
 

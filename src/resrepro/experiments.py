@@ -38,7 +38,8 @@ AT = ("init", "final")
 # measurement and settings: what computes the rows that name a `quantity` (a registered
 # measurement: measure/); ratio: the report shows each row's ratio to its baseline beside the paper's
 TABLE_KEYS = {"paper", "caption", "source", "task", "metric", "baseline", "rows", "measurement", "settings", "ratio"}
-FIGURE_KEYS = {"paper", "caption", "source", "measurement", "settings", "quantities", "claim", "cells", "checks"}
+FIGURE_KEYS = {"paper", "caption", "source", "measurement", "settings", "quantities", "claim", "cells", "checks", "differences"}
+DIFFERENCE_KEYS = {"label", "of", "minus", "abs"}
 CELL_KEYS = {"label", "dataset", "arch", "depth", "size", "variant", "args"}
 
 
@@ -193,6 +194,7 @@ def load_figures(source: str | Path | list | None) -> dict[str, dict]:
                 raise ConfigError(f"{where}.measurement: {err}") from None
             settings = catalog.settings_for(figure["measurement"], figure.get("settings"), f"{where}.settings")
             _check_quantities(figure, where)
+            _check_differences(figure, where)
             _check_checks(figure, where)
             for i, cell in enumerate(figure["cells"]):
                 _check_cell(task, cell, f"{where}.cells[{i}]", (), CELL_KEYS)
@@ -207,7 +209,7 @@ def _check_checks(figure: dict, where: str) -> None:
     checks = figure.get("checks", [])
     if not isinstance(checks, list):
         raise ConfigError(f"{where}.checks: expected a list of checks; got {checks!r}")
-    labels = [c.get("label") for c in figure["cells"]]
+    labels = [c.get("label") for c in figure["cells"]] + [d["label"] for d in figure.get("differences", [])]
     for i, check in enumerate(checks):
         cwhere = f"{where}.checks[{i}]"
         if not isinstance(check, dict) or check.get("test") not in TESTS:
@@ -219,6 +221,23 @@ def _check_checks(figure: dict, where: str) -> None:
             raise ConfigError(f"{cwhere}: unknown key {sorted(unknown)[0]!r}; allowed for test {check['test']}: {sorted(allowed)}")
         if stray := [c for c in check.get("cells") or [] if c not in labels]:
             raise ConfigError(f"{cwhere}.cells: {stray[0]!r} is not a cell of this figure; cells: {labels}")
+
+
+def _check_differences(figure: dict, where: str) -> None:
+    """`differences:` draws (and checks) per seed one cell's curve minus another's instead of the
+    cells themselves (analysis/aggregate.figure_differences)."""
+    differences = figure.get("differences", [])
+    labels = [c.get("label") for c in figure["cells"]]
+    if not isinstance(differences, list) or not differences and "differences" in figure:
+        raise ConfigError(f"{where}.differences: expected a non-empty list of {{label, of, minus}}; got {differences!r}")
+    for i, difference in enumerate(differences):
+        dwhere = f"{where}.differences[{i}]"
+        if not isinstance(difference, dict) or {"label", "of", "minus"} - set(difference) or set(difference) - DIFFERENCE_KEYS:
+            raise ConfigError(f"{dwhere}: expected keys label, of, minus (and optionally abs: true); got {difference!r}")
+        if stray := [difference[k] for k in ("of", "minus") if difference[k] not in labels]:
+            raise ConfigError(f"{dwhere}: {stray[0]!r} is not a cell of this figure; cells: {labels}")
+        if difference["label"] in labels or difference["label"] in [d["label"] for d in differences[:i]]:
+            raise ConfigError(f"{dwhere}.label: {difference['label']!r} names a cell or another difference already")
 
 
 def _check_quantities(figure: dict, where: str) -> None:

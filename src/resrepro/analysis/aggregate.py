@@ -270,7 +270,7 @@ def aggregate_figures(measures: list[dict], results_dir: str | Path, runs: pd.Da
         if cell_frames:
             measured = pd.concat(cell_frames, ignore_index=True)
             keys = [c for c in measured.columns if c not in (*FIGURE_COLUMNS, "value")]
-            mean = measured.groupby(keys, as_index=False)["value"].mean()  # over seeds
+            mean = measured.groupby(keys, as_index=False, dropna=False)["value"].mean()  # over seeds (rows may leave a key empty)
             summary = measure.get(m["measurement"]).summarize(mean)
         cells.append({"figure": m["figure"], "cell": m["cell"], "label": m["label"], "measurement": m["measurement"],
                       "kind": measure.get(m["measurement"]).kind, "n": len(ok), "n_runs": len(m["runs"]), "summary": summary})
@@ -279,3 +279,25 @@ def aggregate_figures(measures: list[dict], results_dir: str | Path, runs: pd.Da
         "figures": pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*FIGURE_COLUMNS, "value"]),
         "figure_cells": pd.DataFrame(cells, columns=["figure", "cell", "label", "measurement", "kind", "n", "n_runs", "summary"]),
     }
+
+
+def figure_differences(data: pd.DataFrame, differences: list[dict]) -> pd.DataFrame:
+    """A figure's difference curves (its entry's `differences:`): per seed, the rows of cell `of`
+    minus those of cell `minus` at the same point (epoch, quantity, ...), the absolute difference
+    where `abs` is set. Same seed against same seed: paper 002 compares nets that saw the same
+    batches (noise-f6) and the gap between two nets over training (noise-f9b)."""
+    id_columns = ("figure", "cell", "label", "run", "value", "examples")
+    keys = [c for c in data.columns if c not in id_columns and data[c].notna().any()]  # seed, epoch, quantity, ...
+    frames = []
+    for i, difference in enumerate(differences):
+        pairs = data[data["label"] == difference["of"]].merge(data[data["label"] == difference["minus"]], on=keys, suffixes=("", "_minus"))
+        value = pairs["value"] - pairs["value_minus"]
+        frames.append(pairs[keys].assign(figure=pairs["figure"], cell=-1 - i, label=difference["label"],
+                                         run=pairs["run"] + " - " + pairs["run_minus"], value=value.abs() if difference.get("abs") else value))
+    if not frames:
+        return data.iloc[:0]
+    out = pd.concat(frames, ignore_index=True)
+    for column in keys:  # figures.csv reads an epoch back as a float (other figures' rows leave it empty)
+        if out[column].dtype.kind == "f" and out[column].notna().all() and (out[column] % 1 == 0).all():
+            out[column] = out[column].astype(int)
+    return out.reindex(columns=data.columns)

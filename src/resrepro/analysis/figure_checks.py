@@ -7,7 +7,7 @@ in another), not one number, so each entry may list `checks:`, one per part of t
       - {claim: "negative in every block", test: below, value: 0, select: {quantity: "cos(F(h), dL/dh)"}}
 
 - `select` keeps the rows whose columns have these values (a list: any of them; "max"/"min":
-  the column's largest/smallest; {at_least: x}); `cells` keeps these cells (their labels);
+  the column's largest/smallest; {at_least: x}, {at_most: x}); `cells` keeps these cells (their labels);
   `mean_over` averages these columns away first (e.g. the blocks, for a trend over epochs).
 - `test` is one of TESTS, each true or false on one seed's rows (below).
 The verdict: "supported" when the test holds for every seed measured, "contradicted" when it
@@ -146,6 +146,20 @@ def ordered(rows, cells: list[str]):
         ", ".join(f"{c} {m:.3g}" for c, m in zip(cells, means))
 
 
+@_test("ordered_at_each", ("cells", "along"), ("share",))
+def ordered_at_each(rows, cells: list[str], along: str, share: float = 1.0):
+    """At least `share` of the points along `along` (every one by default) have the first cell's
+    value above the second's: "the red distribution is to the right of the blue, for all the
+    layers with the exception of 2"."""
+    first, second = (rows[rows["label"] == c].groupby(along)["value"].mean() for c in cells)
+    both = first.index.intersection(second.index)
+    above = first[both] > second[both]
+    worst = (first[both] - second[both]).idxmin() if len(both) else None
+    evidence = f"{cells[0]} above {cells[1]} at {above.sum()} of {len(both)} {along}s" + (
+        f"; least margin at {along} {worst:g}: {first[worst]:.3g} against {second[worst]:.3g}" if worst is not None else "")
+    return bool(len(both)) and _share(above) >= share, evidence
+
+
 def select(data, check: dict):
     """The rows a check reads: its cells, its `select`, then the means over `mean_over`."""
     rows = data
@@ -157,8 +171,8 @@ def select(data, check: dict):
         values = rows[column]
         if wanted in ("max", "min"):
             rows = rows[values == getattr(values, wanted)()]
-        elif isinstance(wanted, dict):
-            rows = rows[values >= wanted["at_least"]]
+        elif isinstance(wanted, dict):  # {at_least: x} and/or {at_most: x}
+            rows = rows[(values >= wanted.get("at_least", -float("inf"))) & (values <= wanted.get("at_most", float("inf")))]
         else:
             rows = rows[values.isin(wanted if isinstance(wanted, list) else [wanted])]
     if check.get("mean_over"):

@@ -74,8 +74,10 @@ def per_block(frame: pd.DataFrame, title: str) -> bytes | None:
 
 
 def per_epoch(frame: pd.DataFrame, title: str) -> bytes | None:
-    """A measurement per epoch (columns epoch, quantity, value: a learning curve), log scale."""
-    return _lines(frame, title, "epoch", "epoch", log_y=True)
+    """A measurement per epoch (columns epoch, quantity, value: a learning curve), on a log scale
+    where no value is negative (a difference between two curves may be)."""
+    values = frame["value"] if "value" in frame else pd.Series(dtype=float)
+    return _lines(frame, title, "epoch", "epoch", log_y=bool((values >= 0).all() and (values > 0).any()))
 
 
 def per_step(frame: pd.DataFrame, title: str) -> bytes | None:
@@ -123,12 +125,17 @@ def per_epoch_block(frame: pd.DataFrame, title: str) -> bytes | None:
 
 
 def histogram(frame: pd.DataFrame, title: str) -> bytes | None:
-    """Counts per bin (columns epoch, part, bin, value): one panel per part (row) and for the first
-    and the last snapshot (column), one step line per figure cell, the mean over seeds; counts on a
-    log scale, where a few large weights stand beside thousands of small ones."""
+    """Counts per bin (columns part, bin, value, and epoch where the measurement read snapshots):
+    one panel per part (row) and for the first and the last snapshot (column), one step line per
+    figure cell, the mean over seeds; counts on a log scale, where a few large weights stand
+    beside thousands of small ones. Rows without a bin (a part's statistics) are not drawn."""
     frame = frame.dropna(axis=1, how="all")
-    if frame.empty or "value" not in frame:
+    if "bin" in frame:
+        frame = frame[frame["bin"].notna()]
+    if frame.empty or "value" not in frame or "bin" not in frame:
         return None
+    if "epoch" not in frame:  # measured once, on the trained net
+        frame = frame.assign(epoch=-1)
     parts, epochs = list(dict.fromkeys(frame["part"])), sorted({frame["epoch"].min(), frame["epoch"].max()})
     fig, axes = plt.subplots(len(parts), len(epochs), figsize=(4.2 * len(epochs) + 2, 3.0 * len(parts)), squeeze=False)
     for row, part in enumerate(parts):
@@ -139,8 +146,8 @@ def histogram(frame: pd.DataFrame, title: str) -> bytes | None:
                 mean = cell.groupby("bin")["value"].mean()
                 runs = cell["run"].nunique()
                 ax.step(mean.index, mean.values.clip(min=0.5), where="mid", color=f"C{colour}", label=f"{label} ({runs} run{'s' if runs != 1 else ''})")
-            ax.set(yscale="log", xlabel="weight value", ylabel="count" if col == 0 else "",
-                   title=f"{part}, {'initialisation' if epoch == 0 else f'epoch {epoch}'}")
+            when = "trained" if epoch == -1 else "initialisation" if epoch == 0 else f"epoch {epoch}"
+            ax.set(yscale="log", xlabel="value", ylabel="count" if col == 0 else "", title=_wrap(f"{part}, {when}", 45))
             ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
     fig.suptitle(title, y=1.02)

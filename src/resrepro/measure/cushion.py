@@ -1,0 +1,173 @@
+"""Paper 002's noise stability measurements (Sec. 4.2 and SM D) on its simplified nets.
+
+layer_cushion (Fig. 3): the per-sample layer cushion of Arora et al. 2018 (Definition 4.2). The
+cushion of layer i is the largest mu such that mu ||A_i||_F ||phi(x_{i-1})|| <= ||A_i phi(x_{i-1})||
+for every training point; per sample it is
+
+    ||A_i a|| / (||A_i||_F ||a||),   a = phi(x_{i-1}), the layer's input (a ReLU's output),
+
+A_i the layer's linear map (its convolution, without bias) and ||A_i||_F the Frobenius norm of
+that map as a matrix: each kernel tap's squared weights times the number of output positions at
+which the tap falls inside the (zero-padded) input. A residual block's map is its plain form (its
+conv plus the skip: 1 added at the ID entries), but its norm is that of its own weights, "after
+removing 1 from the ID entries, because the intent of the term is to measure change in the
+coefficients" (Sec. 4.2). A residual layer whose weights are 0 has an infinite cushion; a plain
+layer whose weights are the identity on C channels of H x W has 1 / sqrt(C H W).
+
+final_activations (SM D.4, Fig. 10): the distribution of the final activation (the last block's
+output, before pooling) and of the loss's gradient with respect to it, the quantity the text's
+dominant-flow analysis models as normal with mean 0 ("the distribution of the final activation
+of real residual networks follows Normal distribution with mean close to zero").
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import torch
+from torch.nn import functional as F
+
+from ..models.simple_net import SimpleNet, id_entries
+from . import register
+from .blocks import batches
+from .weights import require_simple_net
+
+CUSHION = "layer cushion"
+QUANTILES = {"10th percentile": 0.1, "median": 0.5, "90th percentile": 0.9}
+
+
+def tap_counts(size: tuple[int, int], stride: int, padding: int = 1, k: int = 3) -> torch.Tensor:
+    """(k, k): at how many output positions each kernel tap reads a pixel inside an input of
+    `size` (the others read the zero padding)."""
+    counts = []
+    for n in size:
+        out = (n + 2 * padding - k) // stride + 1
+        counts.append(torch.tensor([sum(0 <= stride * i + tap - padding < n for i in range(out)) for tap in range(k)], dtype=torch.float64))
+    return torch.outer(counts[0], counts[1])
+
+
+def operator_frobenius(weight: torch.Tensor, size: tuple[int, int], stride: int) -> float:
+    """||A||_F of the convolution with `weight` (out, in, k, k), padding k // 2, on inputs of `size`."""
+    squares = weight.detach().double().pow(2).sum(dim=(0, 1))  # (k, k): each tap over all channel pairs
+    return squares.mul(tap_counts(size, stride, weight.shape[-1] // 2, weight.shape[-1])).sum().sqrt().item()
+
+
+def block_weights(net: SimpleNet) -> list[torch.Tensor]:
+    """Each block's own weights as its forward pass uses them (a diagonal net's mask applied)."""
+    return [b.conv.weight if b.mask is None else b.conv.weight * b.mask for b in net.blocks]
+
+
+def cushions(net: SimpleNet, x: torch.Tensor) -> torch.Tensor:
+    """(examples, blocks): each example's cushion at each block (the module's docstring)."""
+    inputs: list[torch.Tensor] = []
+    handles = [b.register_forward_pre_hook(lambda module, args: inputs.append(args[0])) for b in net.blocks]
+    try:
+        net(x)
+    finally:
+        for h in handles:
+            h.remove()
+    columns = []
+    for block, weight, a in zip(net.blocks, block_weights(net), inputs):
+        mapped = weight + id_entries(weight) if net.variant == "add" else weight  # the layer's map: its plain form
+        out = F.conv2d(a, mapped, None, block.stride, 1)
+        norm = operator_frobenius(weight, tuple(a.shape[-2:]), block.stride)  # of its own weights
+        columns.append(out.flatten(1).double().norm(dim=1) / (norm * a.flatten(1).double().norm(dim=1)))
+    return torch.stack(columns, dim=1)
+
+
+def measure_layer_cushion(model: torch.nn.Module, data: dict, settings: dict, device: torch.device) -> pd.DataFrame:
+    """Rows (split, block, group, quantity, value): per block, quantiles of the per-example cushion
+    over the split's first `examples` (examples whose input to the block is all zeros have none)."""
+    net = require_simple_net(model).eval()
+    rows = []
+    for split in settings["splits"]:
+        with torch.no_grad():
+            per_example = torch.cat([cushions(net, x) for x, _ in batches(data, split, settings, device)]).cpu()
+        for block in range(per_example.shape[1]):
+            values = per_example[:, block]
+            values = values[~values.isnan()]
+            for group, q in QUANTILES.items():
+                rows.append({"split": split, "block": block + 1, "group": group, "quantity": CUSHION,
+                             "value": values.quantile(q).item() if len(values) else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def summarize_layer_cushion(frame: pd.DataFrame) -> str:
+    """The median cushion at the first, middle and last block, and its mean over the blocks."""
+    median = frame[frame["group"] == "median"].groupby("block")["value"].mean().sort_index()
+    if median.empty:
+        return "no cushion measured"
+    middle = median.index[len(median) // 2]
+    return (f"median cushion {median.iloc[0]:.3g} at block {median.index[0]}, {median[middle]:.3g} at block {middle}, "
+            f"{median.iloc[-1]:.3g} at block {median.index[-1]}; mean over the {len(median)} blocks {median.mean():.3g}")
+
+
+register("layer_cushion", measure=measure_layer_cushion, summarize=summarize_layer_cushion)
+
+
+FINAL, GRADIENT = "final activation / its std", "gradient of the loss at the final activation / its std"
+
+
+def final_activations(net: SimpleNet, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The last block's output for each example, and the gradient of the example's own
+    cross-entropy with respect to it (summed over the batch, so no example's gradient depends on
+    the batch size)."""
+    kept: list[torch.Tensor] = []
+
+    def keep(module, args, output):  # returns None: the output stays the block's
+        output.retain_grad()
+        kept.append(output)
+
+    handle = net.blocks[-1].register_forward_hook(keep)
+    try:
+        with torch.enable_grad():
+            F.cross_entropy(net(x), y, reduction="sum").backward()
+    finally:
+        handle.remove()
+    return kept[0].detach(), kept[0].grad.detach()
+
+
+def measure_final_activations(model: torch.nn.Module, data: dict, settings: dict, device: torch.device) -> pd.DataFrame:
+    """Rows (part, bin, value) of a histogram of each part, in units of that part's standard
+    deviation (bin: the centre of one of `bins` equal bins over [-range, range] std; values beyond
+    count in the edge bins), and rows (part, quantity, value) of its mean, std, mean / std,
+    skewness and excess kurtosis (a normal distribution: 0 and 0)."""
+    net = require_simple_net(model).eval()
+    finals, gradients = [], []
+    for x, y in batches(data, settings["split"], settings, device):
+        final, gradient = final_activations(net, x, y)
+        finals.append(final.flatten().double().cpu())
+        gradients.append(gradient.flatten().double().cpu())
+    bins, reach = settings["bins"], settings["range"]
+    width = 2 * reach / bins
+    rows = []
+    for part, values in ((FINAL, torch.cat(finals)), (GRADIENT, torch.cat(gradients))):
+        std = values.std().item()
+        scaled = values / std if std > 0 else values
+        counts = torch.histc(scaled.clamp(-reach, reach), bins=bins, min=-reach, max=reach)
+        rows += [{"part": part, "bin": -reach + (i + 0.5) * width, "value": float(c)} for i, c in enumerate(counts)]
+        rows += [{"part": part, "quantity": q, "value": v} for q, v in moments(values).items()]
+    return pd.DataFrame(rows)
+
+
+def moments(values: torch.Tensor) -> dict[str, float]:
+    """Mean, standard deviation (n - 1), their ratio, skewness and excess kurtosis (moments of the
+    values standardised by that deviation; a normal sample gives about 0 and 0)."""
+    mean, std = values.mean().item(), values.std().item()
+    if not std > 0:
+        return {"mean": mean, "std": std, "mean / std": float("nan"), "skewness": float("nan"), "excess kurtosis": float("nan")}
+    centred = (values - mean) / std
+    return {"mean": mean, "std": std, "mean / std": mean / std, "skewness": centred.pow(3).mean().item(),
+            "excess kurtosis": centred.pow(4).mean().item() - 3.0}
+
+
+def summarize_final_activations(frame: pd.DataFrame) -> str:
+    """Per part: mean / std, skewness and excess kurtosis."""
+    stats = frame[frame["quantity"].notna()] if "quantity" in frame else frame.iloc[:0]
+    parts = []
+    for part, of_part in stats.groupby("part", sort=False):
+        value = of_part.set_index("quantity")["value"]
+        parts.append(f"{part}: mean / std {value['mean / std']:.3g}, skewness {value['skewness']:.3g}, excess kurtosis {value['excess kurtosis']:.3g}")
+    return "; ".join(parts)
+
+
+register("final_activations", measure=measure_final_activations, summarize=summarize_final_activations)

@@ -1,0 +1,136 @@
+"""Paper 002's noise stability measurements (measure/cushion.py): the layer cushion of Arora et al.
+2018 and the final activations' distribution, on nets whose answer is known by hand."""
+
+import math
+
+import pandas as pd
+import pytest
+import torch
+from torch.nn import functional as F
+
+from resrepro import models
+from resrepro.measure import cushion, get
+from resrepro.models.simple_net import id_entries
+
+SETTINGS = {"examples": 50000, "splits": ["train"], "split": "train", "batch_size": 4, "bins": 10, "range": 5.0}
+
+
+def net_with_block_weights(variant: str, scale: float) -> torch.nn.Module:
+    """A depth-5 simplified net (one block a group, 8x8 input) whose blocks' weights are `scale`
+    times their ID entries and whose biases are 0; the stem and classifier as initialised."""
+    net = models.build({"arch": "simple_net", "depth": 5, "variant": variant, "classes": 10, "in_channels": 3})
+    with torch.no_grad():
+        for block in net.blocks:
+            block.conv.weight.copy_(scale * id_entries(block.conv.weight))
+            block.conv.bias.zero_()
+    return net
+
+
+def data(n: int = 6) -> dict:
+    g = torch.Generator().manual_seed(0)
+    return {"train_x": torch.randint(0, 255, (n, 3, 8, 8), generator=g, dtype=torch.uint8), "train_y": torch.arange(n) % 10,
+            "mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]}
+
+
+def test_tap_counts_of_a_padded_3x3_conv_by_hand():
+    # 3x3 input, stride 1: a corner tap reads inside at 2 x 2 output positions, the centre at 3 x 3
+    assert cushion.tap_counts((3, 3), stride=1).tolist() == [[4, 6, 4], [6, 9, 6], [4, 6, 4]]
+    # 4x4 input, stride 2 (outputs at rows 0 and 2): the top tap reads row -1 (padding) at output 0
+    assert cushion.tap_counts((4, 4), stride=2).tolist() == [[1, 2, 2], [2, 4, 4], [2, 4, 4]]
+
+
+def test_the_operator_norm_of_an_all_ones_kernel_on_3x3_is_7():
+    """sum over taps of 1 x their counts: 9 + 4 x 6 + 4 x 4 = 49."""
+    assert cushion.operator_frobenius(torch.ones(1, 1, 3, 3), (3, 3), stride=1) == pytest.approx(7.0)
+
+
+@pytest.mark.parametrize("size,stride", [((5, 4), 1), ((4, 4), 2), ((5, 5), 2)])
+def test_the_operator_norm_is_the_frobenius_norm_of_the_convolutions_matrix(size, stride):
+    weight = torch.randn(3, 2, 3, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    matrix = torch.autograd.functional.jacobian(lambda x: F.conv2d(x, weight, None, stride, 1), torch.zeros(1, 2, *size, dtype=torch.float64))
+    assert cushion.operator_frobenius(weight, size, stride) == pytest.approx(matrix.norm().item())
+
+
+def test_a_plain_identity_layer_has_cushion_one_over_the_root_of_its_size():
+    """Block 1 maps 16 channels of 8 x 8 to themselves: ||A a|| = ||a||, ||A||_F = sqrt(16 * 64) = 32.
+    Block 2 (16 -> 32, stride 2) repeats the strided input twice: on a constant input
+    ||A a||^2 = 2 * 16 * 16, ||A||_F^2 = 32 outputs x 16 positions, ||a||^2 = 16 * 64: 1/32 again."""
+    net = net_with_block_weights("plain", 1.0)
+    x = torch.randn(5, 3, 8, 8, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        got = cushion.cushions(net, x)
+    assert got.shape == (5, 3)
+    assert got[:, 0].tolist() == pytest.approx([1 / 32] * 5)
+    block2 = net.blocks[1]
+    a = torch.ones(1, 16, 8, 8)
+    out = F.conv2d(a, block2.conv.weight.detach(), None, 2, 1)
+    assert (out.norm() / (cushion.operator_frobenius(block2.conv.weight, (8, 8), 2) * a.norm())).item() == pytest.approx(1 / 32)
+
+
+def test_a_residual_layer_is_measured_by_its_change_not_by_its_identity():
+    """Residual block 1 with weights 0.1 I computes 1.1 a; its norm is that of 0.1 I: 0.1 * 32.
+    Its cushion, 1.1 / 3.2, is 11 times the plain identity layer's. A zero residual layer
+    changes nothing and has an infinite cushion."""
+    x = torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        assert cushion.cushions(net_with_block_weights("add", 0.1), x)[:, 0].tolist() == pytest.approx([1.1 / 3.2] * 4)
+        assert torch.isinf(cushion.cushions(net_with_block_weights("add", 0.0), x)[:, 0]).all()
+
+
+def test_layer_cushion_writes_quantiles_per_block_and_a_residual_net_at_init_has_the_larger():
+    """At initialisation (HMWI: tiny weights) the residual net's cushion dwarfs the plain net's (KWI)."""
+    frames = {}
+    for variant in ("plain", "add"):
+        torch.manual_seed(0)
+        net = models.build({"arch": "simple_net", "depth": 8, "variant": variant, "classes": 10, "in_channels": 3})
+        frames[variant] = cushion.measure_layer_cushion(net, data(), SETTINGS, torch.device("cpu"))
+    plain, residual = frames["plain"], frames["add"]
+    assert list(plain.columns) == ["split", "block", "group", "quantity", "value"]
+    assert len(plain) == 6 * 3 and plain["value"].notna().all()
+    assert set(plain["group"]) == set(cushion.QUANTILES)
+    median = {v: f[f["group"] == "median"].set_index("block")["value"] for v, f in frames.items()}
+    assert (median["add"] > 5 * median["plain"]).all()
+    low, high = (plain[plain["group"] == g].set_index("block")["value"] for g in ("10th percentile", "90th percentile"))
+    assert (low <= median["plain"]).all() and (median["plain"] <= high).all()
+    summary = get("layer_cushion").summarize(residual)
+    assert summary.startswith("median cushion") and "mean over the 6 blocks" in summary
+
+
+def test_the_gradient_at_the_final_activation_is_the_classifiers_pulled_back_over_the_pool():
+    """dL/dh at every position of the last block's output: (softmax(z) - onehot(y)) W / (H W), the
+    classifier's weights W pulled back through the average pool; the activation is the block's output."""
+    torch.manual_seed(0)
+    net = models.build({"arch": "simple_net", "depth": 5, "variant": "add", "classes": 10, "in_channels": 3})
+    x, y = torch.randn(3, 3, 8, 8), torch.tensor([1, 4, 7])
+    final, gradient = cushion.final_activations(net, x, y)
+    assert torch.allclose(final, net.blocks(F.relu(net.stem(x))), atol=1e-6)
+    logits = net(x)
+    expected = (logits.softmax(1) - F.one_hot(y, 10)) @ net.fc.weight / (2 * 2)  # the last group: 2 x 2 positions
+    assert torch.allclose(gradient, expected.detach()[:, :, None, None].expand_as(gradient), atol=1e-6)
+
+
+def test_final_activations_histograms_count_every_value_and_state_its_moments():
+    torch.manual_seed(0)
+    net = models.build({"arch": "simple_net", "depth": 5, "variant": "add", "classes": 10, "in_channels": 3})
+    frame = cushion.measure_final_activations(net, data(6), SETTINGS, torch.device("cpu"))
+    hist, stats = frame[frame["bin"].notna()], frame[frame["quantity"].notna()]
+    for part in (cushion.FINAL, cushion.GRADIENT):
+        assert hist.loc[hist["part"] == part, "value"].sum() == 6 * 64 * 2 * 2  # every value, edge bins included
+        moments = stats[stats["part"] == part].set_index("quantity")["value"]
+        assert moments["mean / std"] == pytest.approx(moments["mean"] / moments["std"])
+    assert sorted(hist["bin"].unique().round(6).tolist())[:2] == [-4.5, -3.5]  # 10 bins over [-5, 5] std
+    # the final activation is a ReLU's output: never below 0, so nothing in the negative bins
+    assert hist[(hist["part"] == cushion.FINAL) & (hist["bin"] < -0.5)]["value"].sum() == 0
+    summary = cushion.summarize_final_activations(frame)
+    assert "final activation / its std: mean / std" in summary and "excess kurtosis" in summary
+
+
+@pytest.mark.parametrize("values,expected", [
+    # symmetric: mean 0, std sqrt(4/3), standardised values +-0.866: skewness 0, 0.5625 - 3
+    ([-1.0, -1.0, 1.0, 1.0], {"mean": 0.0, "std": math.sqrt(4 / 3), "mean / std": 0.0, "skewness": 0.0, "excess kurtosis": -2.4375}),
+    # one large value: mean 0.75, std 1.5, standardised -0.5 (x3) and 1.5: cubes 3 / 4, fourth powers 5.25 / 4
+    ([0.0, 0.0, 0.0, 3.0], {"mean": 0.75, "std": 1.5, "mean / std": 0.5, "skewness": 0.75, "excess kurtosis": 1.3125 - 3}),
+])
+def test_moments_by_hand(values, expected):
+    assert cushion.moments(torch.tensor(values, dtype=torch.float64)) == pytest.approx(expected)
+    assert math.isnan(cushion.moments(torch.ones(3, dtype=torch.float64))["skewness"])  # no spread: no shape
