@@ -196,6 +196,9 @@ MEASUREMENTS: dict[str, MeasurementSpec] = {
         # SM D.4, Fig. 10: the distribution of the final activation and of the loss's gradient there
         MeasurementSpec("final_activations", "classification", "histogram",
                         {"examples": 50000, "split": "train", "batch_size": 500, "bins": 60, "range": 5.0}),
+        # SM D.4.2, Fig. 12: the fraction of dominant gradient flow per layer, "averaged over all
+        # training samples in a mini-batch" (the paper's batch: 128; measure/dominant_flow.py)
+        MeasurementSpec("dominant_flow", "classification", "per_block", {"examples": 128}),
     )
 }
 

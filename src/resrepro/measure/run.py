@@ -44,8 +44,10 @@ def run_measurement(name: str, run_dir: str | Path, data_path: str | Path, setti
     from .. import models  # torch: only for the measurements that read a model
     from ..devices import pick_device
 
-    if measurement.reads == "snapshots":
+    if measurement.reads in ("snapshots", "snapshot_ends"):
         kept = models.snapshots(run_dir)
+        if measurement.reads == "snapshot_ends":  # the first and the last: initialisation and after training
+            kept = kept[:1] + kept[-1:] if len(kept) > 1 else kept
         if not kept:
             raise ValueError(f"{name}: {run_dir} kept no snapshots; its recipe needs `snapshots: N` (a refinement of the "
                              "scale's classification recipe), and the run trains again to keep them")

@@ -37,7 +37,7 @@ def _wrap(text: str, width: int = 40) -> str:
 
 def _lines(frame: pd.DataFrame, title: str, x: str, xlabel: str, log_y: bool = False, log_x_falling: bool = False) -> bytes | None:
     """One panel per quantity, `x` on the x axis, one colour per figure cell (and per group of
-    examples or scale, where a `group` or `scale` column names one; solid: training data, dashed:
+    examples, scale or snapshot, where a `group`, `scale` or `epoch` column names one; solid: training data, dashed:
     held-out, where a `split` column says), the mean over seeds with their range shaded."""
     frame = frame.dropna(axis=1, how="all")  # figures.csv's columns of other measurements
     if frame.empty or "value" not in frame:
@@ -47,6 +47,8 @@ def _lines(frame: pd.DataFrame, title: str, x: str, xlabel: str, log_y: bool = F
         frame = frame.assign(label=frame["label"] + ", " + frame["group"])
     if "scale" in frame:  # so is each scaling of an unrolled block
         frame = frame.assign(label=frame["label"] + ", scale " + frame["scale"].map("{:g}".format))
+    if x != "epoch" and "epoch" in frame and frame["epoch"].nunique() > 1:  # so is each snapshot measured
+        frame = frame.assign(label=frame["label"] + ", epoch " + frame["epoch"].map("{:g}".format))
     quantities = list(dict.fromkeys(frame["quantity"]))
     fig, axes = plt.subplots(1, len(quantities), figsize=(max(6.0, 5.0 * len(quantities)), 3.6), squeeze=False)
     for ax, quantity in zip(axes[0], quantities):

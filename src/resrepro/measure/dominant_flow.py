@@ -1,0 +1,83 @@
+"""Paper 002's dominant gradient flow in real nets (SM D.4.2, Figure 12 (a)).
+
+The loss's gradient G at the final activation h_L (the last block's output, 64 channels) flows back
+to every layer l. Split by where it comes from: M^l_j is what reaches layer l's output from final
+channel j alone (G kept on channel j, zero elsewhere, then back-propagated). A sub-activation
+(channel i, one position) of layer l lies on the signal-activation paths (SAPs) of the final
+channels its ID entries lead to, D(i) = {j : j mod C_l = i} (one channel in a 64-channel layer;
+i, i + 16, i + 32, i + 48 from a 16-channel one: each widening conv's ID entries copy channel c to
+c and c + C). Its gradient flow is dominant when what reaches it along its SAPs outweighs
+everything else:
+
+    sum_{j in D(i)} |M^l_j[i, p]|  >  sum_{j not in D(i)} |M^l_j[i, p]|      (the text's inequality 5)
+
+The measurement is the fraction of layer l's sub-activations where it holds (the text's equation
+13), averaged over the examples of one batch ("We further average over all training samples in a
+mini-batch"). The last block's own output is not measured: its gradient comes only from itself.
+Plain nets have the same ID entries and SAPs, so the same fraction is defined for them.
+
+The paper measures "after the first and the last iteration of training"; the runs keep their
+weights at initialisation, one SGD step before the first iteration's, and after training: the
+measurement reads those two snapshots.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import torch
+from torch.nn import functional as F
+
+from . import register
+from .blocks import batches
+from .weights import require_simple_net
+
+FRACTION = "fraction of sub-activations with a dominant gradient flow"
+
+
+def dominant_fractions(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """(blocks - 1,): per block but the last, the share of its output's sub-activations whose
+    gradient flow is dominant (the module's docstring), averaged over the examples of x."""
+    outputs: list[torch.Tensor] = []
+
+    def keep(module, args, output):  # returns None: the output stays the block's
+        outputs.append(output)
+
+    handles = [b.register_forward_hook(keep) for b in net.blocks]
+    try:
+        with torch.enable_grad():
+            loss = F.cross_entropy(net(x), y, reduction="sum")
+            *layers, final = outputs
+            gradient = torch.autograd.grad(loss, final, retain_graph=True)[0]
+            total = [torch.zeros_like(h) for h in layers]
+            along_saps = [torch.zeros_like(h) for h in layers]
+            for j in range(final.shape[1]):
+                only_j = torch.zeros_like(gradient)
+                only_j[:, j] = gradient[:, j]
+                for h, flow, tot, sap in zip(layers, torch.autograd.grad(final, layers, only_j, retain_graph=True), total, along_saps):
+                    tot += flow.abs()
+                    sap[:, j % h.shape[1]] += flow[:, j % h.shape[1]].abs()
+    finally:
+        for h in handles:
+            h.remove()
+    return torch.stack([(sap > tot - sap).flatten(1).float().mean(dim=1).mean() for tot, sap in zip(total, along_saps)])
+
+
+def measure_dominant_flow(model: torch.nn.Module, data: dict, settings: dict, device: torch.device) -> pd.DataFrame:
+    """Rows (block, quantity, value) on the first `examples` training images (one batch)."""
+    net = require_simple_net(model).eval()
+    x, y = next(batches(data, "train", {**settings, "batch_size": settings["examples"]}, device))
+    fractions = dominant_fractions(net, x, y).detach().cpu()
+    return pd.DataFrame([{"block": i + 1, "quantity": FRACTION, "value": float(v)} for i, v in enumerate(fractions)])
+
+
+def summarize_dominant_flow(frame: pd.DataFrame) -> str:
+    """The mean fraction over the blocks at each snapshot, and its range."""
+    parts = []
+    for epoch, at in frame.groupby("epoch"):
+        by_block = at.groupby("block")["value"].mean()
+        parts.append(f"epoch {epoch:g}: mean fraction {by_block.mean():.3g} over {len(by_block)} blocks "
+                     f"(block {by_block.idxmin()} lowest, {by_block.min():.3g}; block {by_block.idxmax()} highest, {by_block.max():.3g})")
+    return "; ".join(parts)
+
+
+register("dominant_flow", measure=measure_dominant_flow, summarize=summarize_dominant_flow, reads="snapshot_ends")
