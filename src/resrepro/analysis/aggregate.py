@@ -301,3 +301,19 @@ def figure_differences(data: pd.DataFrame, differences: list[dict]) -> pd.DataFr
         if out[column].dtype.kind == "f" and out[column].notna().all() and (out[column] % 1 == 0).all():
             out[column] = out[column].astype(int)
     return out.reindex(columns=data.columns)
+
+
+def difference_summaries(differences: pd.DataFrame, entry: dict, fcells: pd.DataFrame) -> list[dict]:
+    """Each difference curve as a cell of the figure: the seeds it pairs (of the fewer runs its two
+    cells planned) and what their mean shows."""
+    from .. import measure
+
+    summarize = measure.get(fcells["measurement"].iloc[0]).summarize
+    planned = fcells.set_index("label")["n_runs"]
+    out = []
+    for d in entry["differences"]:
+        rows = differences[differences["label"] == d["label"]]
+        keys = [c for c in rows.columns if c not in ("figure", "cell", "label", "run", "seed", "value", "examples") and rows[c].notna().any()]
+        summary = summarize(rows.groupby(keys, as_index=False)["value"].mean()) if len(rows) else ""
+        out.append({"label": d["label"], "n": rows["seed"].nunique(), "n_runs": int(min(planned[d["of"]], planned[d["minus"]])), "summary": summary})
+    return out

@@ -17,7 +17,7 @@ import pandas as pd
 
 from .. import files, provenance
 from ..analysis import figure_checks
-from ..analysis.aggregate import DIGITS, UNFINISHED, figure_differences
+from ..analysis.aggregate import DIGITS, UNFINISHED, difference_summaries, figure_differences
 from ..experiments import METRICS, load_figures, load_tables
 from . import figures
 
@@ -127,26 +127,10 @@ def _figure_sections(agg_dir: Path, figure_entries, paper_id: str) -> list[dict]
         shown = [{"label": c["label"], "n": int(c["n"]), "n_runs": int(c["n_runs"]), "summary": c["summary"]} for _, c in fcells.iterrows()]
         if entry.get("differences"):  # the figure shows its cells' differences, not the cells
             fdata = figure_differences(fdata, entry["differences"])
-            shown += _difference_summaries(fdata, entry, fcells)
+            shown += difference_summaries(fdata, entry, fcells)
         image = figures.DRAWINGS[fcells["kind"].iloc[0]](fdata, figure_id)
         out.append({"id": figure_id, "entry": entry, "image": data_uri(image),
                     "verdicts": [figure_checks.judge(fdata, check) for check in entry.get("checks", [])], "cells": shown})
-    return out
-
-
-def _difference_summaries(differences: pd.DataFrame, entry: dict, fcells: pd.DataFrame) -> list[dict]:
-    """Each difference curve as a cell of the figure: the seeds it pairs (of the fewer runs its two
-    cells planned) and what their mean shows."""
-    from .. import measure
-
-    summarize = measure.get(fcells["measurement"].iloc[0]).summarize
-    planned = fcells.set_index("label")["n_runs"]
-    out = []
-    for d in entry["differences"]:
-        rows = differences[differences["label"] == d["label"]]
-        keys = [c for c in rows.columns if c not in ("figure", "cell", "label", "run", "seed", "value", "examples") and rows[c].notna().any()]
-        summary = summarize(rows.groupby(keys, as_index=False)["value"].mean()) if len(rows) else ""
-        out.append({"label": d["label"], "n": rows["seed"].nunique(), "n_runs": int(min(planned[d["of"]], planned[d["minus"]])), "summary": summary})
     return out
 
 
