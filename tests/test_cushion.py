@@ -134,3 +134,56 @@ def test_final_activations_histograms_count_every_value_and_state_its_moments():
 def test_moments_by_hand(values, expected):
     assert cushion.moments(torch.tensor(values, dtype=torch.float64)) == pytest.approx(expected)
     assert math.isnan(cushion.moments(torch.ones(3, dtype=torch.float64))["skewness"])  # no spread: no shape
+
+
+class Stack(torch.nn.Module):
+    """Blocks alone, as a net of blocks: the measurement reads `blocks` and calls the net."""
+
+    def __init__(self, *blocks):
+        super().__init__()
+        self.blocks = torch.nn.Sequential(*blocks)
+
+    def forward(self, x):
+        return self.blocks(x)
+
+
+def fully_fledged(variant: str, depth: int = 8) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return models.build({"arch": "resnet_cifar", "depth": depth, "variant": variant, "classes": 10, "in_channels": 3}).eval()
+
+
+def test_an_identity_block_has_interlayer_cushion_one():
+    """A residual block whose branch ends in a BN of weight and bias 0 computes ReLU(x): on a
+    positive input its Jacobian is the identity, so sqrt(h) ||x|| / (||I||_F ||x||) = 1 exactly
+    (Rademacher probes measure ||I||_F without error)."""
+    net = fully_fledged("add")
+    with torch.no_grad():
+        for block in net.blocks:
+            block.bn2.weight.zero_()
+            block.bn2.bias.zero_()
+    x = torch.rand(3, 16, 8, 8) + 0.1
+    got = cushion.interlayer_cushions(Stack(net.blocks[0]), x, probes=2, generator=torch.Generator().manual_seed(0))
+    assert got.shape == (3, 1) and got.flatten().tolist() == pytest.approx([1.0] * 3)
+
+
+def test_the_jacobian_norm_estimate_converges_to_the_exact_one():
+    """A plain block on 16 x 4 x 4 inputs: its exact Jacobian (256 x 256) against the estimate."""
+    block = fully_fledged("plain").blocks[0]
+    x = torch.randn(1, 16, 4, 4, generator=torch.Generator().manual_seed(1))
+    exact = torch.autograd.functional.jacobian(block, x).reshape(256, 256).norm().item()
+    estimate = cushion.jacobian_frobenius(block, x, probes=400, generator=torch.Generator().manual_seed(2)).item()
+    assert estimate == pytest.approx(exact, rel=0.03)
+    x_part = (torch.autograd.functional.jacobian(block, x).reshape(256, 256) @ x.flatten()).norm().item()
+    got = cushion.interlayer_cushions(Stack(block), x, probes=400, generator=torch.Generator().manual_seed(2)).item()
+    assert got == pytest.approx(16 * x_part / (exact * x.norm().item()), rel=0.03)  # sqrt(256) = 16
+
+
+def test_interlayer_cushion_rows_per_block_and_quantile():
+    data_ = data(8)
+    frames = {v: cushion.measure_interlayer_cushion(fully_fledged(v), data_, {**SETTINGS, "probes": 4}, torch.device("cpu")) for v in ("plain", "add")}
+    plain, residual = (f[f["group"] == "median"].set_index("block")["value"] for f in (frames["plain"], frames["add"]))
+    assert list(plain.index) == [1, 2, 3] and plain.notna().all() and residual.notna().all()
+    assert ((plain > 0) & (residual > 0)).all()
+    low, high = (frames["add"][frames["add"]["group"] == g].set_index("block")["value"] for g in ("10th percentile", "90th percentile"))
+    assert (low <= residual).all() and (residual <= high).all()
+    assert set(frames["add"]["quantity"]) == {cushion.INTERLAYER}

@@ -54,7 +54,8 @@ def test_paper_plan_runs_five_seeds_at_the_papers_depths():
     assert {run.arch for run in plan.runs.values() if run.task == "classification"} == {
         *(f"preact_resnet{d}" for d in (20, 32, 38, 44, 56, 110)), "single_rep_resnet_paper", "avgpool_resnet_paper", "wide_resnet_paper",
         *(f"shared_resnet_ubn_{d}" for d in (110, 146, 182)), *(f"shared_resnet_{s}_110" for s in ("naive", "stats", "stats_gamma")),
-        *(f"simple_net{d}" for d in (20, 32, 44)), *(f"simple_net_diagonal{d}" for d in (20, 32, 44))}  # paper 002's simplified nets
+        *(f"simple_net{d}" for d in (20, 32, 44)), *(f"simple_net_diagonal{d}" for d in (20, 32, 44)),  # paper 002's simplified nets
+        "resnet_cifar20"}  # and its fully fledged ResNet-20 with the plain counterpart
     assert {run.arch for run in plan.runs.values() if run.task == "translation"} == {"transformer_base", "transformer_big", "transformer_base_2block"}
     assert set(plan.datasets()) == {"cifar10", "cifar100", "iwslt15_en_vi", "wmt14_en_de", "wmt14_en_fr"}
     run = next(r for r in plan.runs.values() if r.arch == "preact_resnet110" and r.recipe == "default")
@@ -125,7 +126,7 @@ def test_every_mini_classification_run_keeps_snapshots_so_no_figure_trains_a_cel
     runs where the cell is the same (ResNet-110, UBN-110), and every run has one recipe folder."""
     plan = experiments.make_plan(mini)
     classification = [r for r in plan.runs.values() if r.task == "classification"]
-    assert {r.recipe for r in classification if not r.model.startswith("simple_net")} == {"default"}  # paper 002 has its own (docs/noise.md)
+    assert {r.recipe for r in classification if not r.model.startswith(("simple_net", "resnet_cifar"))} == {"default"}  # paper 002 has its own (docs/noise.md)
     assert all(json.loads(r.recipe_json)["snapshots"] == 3 for r in classification)
     over_training = {m["runs"][0] for m in plan.measures if m["figure"] == "iter-f5"}
     table_runs = {run for row in plan.rows for run in row["runs"]}

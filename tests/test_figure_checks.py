@@ -133,7 +133,7 @@ def test_every_figure_of_the_papers_but_one_checks_its_claim():
     """iter-f19 compares two figures by eye, noise-f7 two distributions (its cells' summaries give
     the ID entries' mode and the weights beyond 0.7); every other figure tests a part of its claim."""
     figures = load_figures("config/figures")
-    assert [f for f, entry in figures.items() if not entry.get("checks")] == ["iter-f19", "noise-f7", "noise-f10"]
+    assert [f for f, entry in figures.items() if not entry.get("checks") and not entry.get("not_reproduced")] == ["iter-f19", "noise-f7", "noise-f10"]
 
 
 def test_one_failing_curve_fails_the_test_wherever_it_comes():
@@ -229,3 +229,14 @@ def test_a_check_may_read_a_difference_by_its_label(tmp_path):
     entry = {**DIFFERENCE_FIGURE, "differences": [{"label": "gap", "of": "net", "minus": "plain", "abs": True}], "checks": [check]}
     (tmp_path / "f.yaml").write_text(yaml.safe_dump({"iter-fx": entry}))
     assert load_figures([tmp_path / "f.yaml"])["iter-fx"]["differences"][0]["abs"] is True
+
+
+def test_a_figure_that_is_not_reproduced_needs_its_reason_and_nothing_to_measure(tmp_path):
+    entry = {"paper": "noise", "caption": "c", "claim": "c", "not_reproduced": "its equations are lost"}
+    (tmp_path / "f.yaml").write_text(yaml.safe_dump({"noise-fx": entry}))
+    assert load_figures([tmp_path / "f.yaml"])["noise-fx"]["cells"] == []
+    for bad, message in (({**entry, "measurement": "l2_ratio"}, "unknown key 'measurement' in a figure that is not reproduced"),
+                         ({k: v for k, v in entry.items() if k != "claim"}, "missing key 'claim'")):
+        (tmp_path / "f.yaml").write_text(yaml.safe_dump({"noise-fx": bad}))
+        with pytest.raises(ConfigError, match=message):
+            load_figures([tmp_path / "f.yaml"])

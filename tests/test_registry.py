@@ -25,7 +25,9 @@ def test_each_task_has_its_default_architecture():
         # and its ResNets sharing their top blocks, one per BN strategy, sized by the paper's depth
         **{f"shared_resnet_{s}": ("classification", "size") for s in ("naive", "stats", "stats_gamma", "ubn")},
         # paper 002's simplified nets, plain or residual, and their diagonal-kernel form
-        "simple_net": ("classification", "depth"), "simple_net_diagonal": ("classification", "depth")}
+        "simple_net": ("classification", "depth"), "simple_net_diagonal": ("classification", "depth"),
+        # and its fully fledged ResNet (He et al. 2016a's CIFAR net, post-activation)
+        "resnet_cifar": ("classification", "depth")}
 
 
 def test_every_name_the_catalog_declares_is_implemented_and_nothing_else():

@@ -396,7 +396,11 @@ def test_a_figure_of_differences_draws_judges_and_sums_up_the_differences(tmp_pa
     data.to_csv(tmp_path / "figures.csv", index=False)
     pd.DataFrame([{"figure": "noise-f9b", "cell": i, "label": label, "measurement": "learning_curve", "kind": "per_epoch", "n": 2,
                    "n_runs": 3, "summary": "s"} for i, label in enumerate(base)]).to_csv(tmp_path / "figure_cells.csv", index=False)
-    (section,) = render_module._figure_sections(tmp_path, ["config/figures/noise.yaml"], "noise")
+    sections = render_module._figure_sections(tmp_path, ["config/figures/noise.yaml"], "noise")
+    # the figures this run did not measure are left out, those it cannot reproduce say why
+    assert [s["id"] for s in sections] == ["noise-f9b", "noise-f11", "noise-f13"]
+    section = sections[0]
+    assert "equations that our copy of the paper lost" in sections[1]["not_reproduced"]
     labels = [c["label"] for c in section["cells"]]
     assert labels == [*base, "plain: 44 minus 32 layers", "residual: 44 minus 32 layers", "depth 32: plain minus residual",
                       "depth 44: plain minus residual"]

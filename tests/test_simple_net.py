@@ -230,3 +230,26 @@ def test_a_float64_run_is_measured_in_float64(tmp_path):
     run_measurement("l2_ratio", tmp_path / "run", tmp_path / "digits.pt", settings, tmp_path / "l2.csv", device="cpu")
     frame = pd.read_csv(tmp_path / "l2.csv")
     assert len(frame) == len(model.blocks) and frame["value"].notna().all()
+
+
+def test_the_fully_fledged_resnet_blocks_are_he_et_als_and_plain_drops_only_the_skip():
+    """resnet_cifar (paper 002's fully fledged ResNet-20): 3 stages of (depth - 2) / 6 post-activation
+    blocks; the plain block is the residual one without its skip; the widening skip is option A
+    (strided identity, new channels zero); 0.27M parameters at depth 20 (He et al. 2016a, Table 6)."""
+    from torch.nn import functional as F
+
+    from resrepro.models.resnet_cifar import PostActBlock
+
+    spec = {"arch": "resnet_cifar", "depth": 20, "classes": 10, "in_channels": 3}
+    plain, residual = (models.build({**spec, "variant": v}) for v in ("plain", "add"))
+    assert len(residual.blocks) == 9 and sum(p.numel() for p in residual.parameters()) == pytest.approx(0.27e6, rel=0.02)
+    assert sum(p.numel() for p in plain.parameters()) == sum(p.numel() for p in residual.parameters())
+    block = PostActBlock(16, 32, 2, "add", {}).eval()
+    x = torch.randn(2, 16, 8, 8)
+    branch = block.bn2(block.conv2(F.relu(block.bn1(block.conv1(x)))))
+    skip = torch.cat([x[:, :, ::2, ::2], torch.zeros(2, 16, 4, 4)], dim=1)
+    assert torch.allclose(block(x), F.relu(branch + skip))
+    block.residual = PostActBlock(16, 32, 2, "plain", {}).residual
+    assert torch.allclose(block(x), F.relu(branch))
+    with pytest.raises(Exception, match="6n\\+2"):
+        models.build({**spec, "depth": 21, "variant": "add"})

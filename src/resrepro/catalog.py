@@ -123,6 +123,8 @@ ARCHITECTURES: dict[str, Architecture] = {
         # paper 002's simplified nets, plain or residual (models/simple_net.py); depth 3n+2; `init` from the recipe
         Architecture("simple_net", "classification", "depth", "simple_net{}", ("depth", "variant", "args", "init")),
         Architecture("simple_net_diagonal", "classification", "depth", "simple_net_diagonal{}", ("depth", "variant", "args", "init")),
+        # paper 002's fully fledged ResNet-20 and its plain counterpart: He et al. 2016a's CIFAR net (models/resnet_cifar.py)
+        Architecture("resnet_cifar", "classification", "depth", "resnet_cifar{}", ("depth", "variant", "args")),
     )
 }
 DEFAULT_FOR_TASK = {"classification": "preact_resnet", "translation": "transformer"}  # a row without `arch:`
@@ -199,6 +201,8 @@ MEASUREMENTS: dict[str, MeasurementSpec] = {
         # SM D.4.2, Fig. 12: the fraction of dominant gradient flow per layer, "averaged over all
         # training samples in a mini-batch" (the paper's batch: 128; measure/dominant_flow.py)
         MeasurementSpec("dominant_flow", "classification", "per_block", {"examples": 128}),
+        # Sec. 4.2: the interlayer cushion of each block of the fully fledged nets (measure/cushion.py)
+        MeasurementSpec("interlayer_cushion", "classification", "per_block", {"examples": 10000, "splits": ["train"], "batch_size": 500, "probes": 16}),
     )
 }
 

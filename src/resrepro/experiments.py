@@ -40,6 +40,7 @@ AT = ("init", "final")
 TABLE_KEYS = {"paper", "caption", "source", "task", "metric", "baseline", "rows", "measurement", "settings", "ratio"}
 FIGURE_KEYS = {"paper", "caption", "source", "measurement", "settings", "quantities", "claim", "cells", "checks", "differences"}
 DIFFERENCE_KEYS = {"label", "of", "minus", "abs"}
+NOT_REPRODUCED_KEYS = {"paper", "caption", "source", "claim", "not_reproduced"}
 CELL_KEYS = {"label", "dataset", "arch", "depth", "size", "variant", "args"}
 
 
@@ -184,6 +185,13 @@ def load_figures(source: str | Path | list | None) -> dict[str, dict]:
             where = f"{path}: {figure_id}"
             if figure_id in figures:
                 raise ConfigError(f"{path}: figure {figure_id!r} is defined twice")
+            if "not_reproduced" in figure:  # a figure this pipeline cannot draw: the report says why
+                if missing := {"paper", "caption", "claim", "not_reproduced"} - set(figure):
+                    raise ConfigError(f"{where}: missing key {sorted(missing)[0]!r}")
+                if unknown := set(figure) - NOT_REPRODUCED_KEYS:
+                    raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r} in a figure that is not reproduced; allowed: {sorted(NOT_REPRODUCED_KEYS)}")
+                figures[figure_id] = {**figure, "task": None, "settings": {}, "cells": []}
+                continue
             if missing := {"paper", "caption", "measurement", "claim", "cells"} - set(figure):
                 raise ConfigError(f"{where}: missing key {sorted(missing)[0]!r}")
             if unknown := set(figure) - FIGURE_KEYS:
@@ -334,7 +342,7 @@ def make_plan(config: dict) -> Plan:
         papers |= {f["paper"] for f in all_figures.values()}
     figures = {f: e for f, e in all_figures.items() if e["paper"] in papers} if chosen == "all" else {f: all_figures[f] for f in chosen}
     plan = Plan(config["scale"], {t: all_tables[t] for t in selected}, figures)
-    for task in sorted({t["task"] for t in [*plan.tables.values(), *plan.figures.values()]}):
+    for task in sorted({t["task"] for t in [*plan.tables.values(), *plan.figures.values()] if t["task"]}):
         recipes.check_refinements(task, config[task])
     for table_id, table in plan.tables.items():
         for i, row in enumerate(table["rows"]):

@@ -54,7 +54,8 @@ IMPLEMENTED_IN = {"l2_ratio": "blocks", "block_drop": "blocks", "grad_cosine": "
                   "skip_weight": "blocks", "borderline": "borderline", "learning_curve": "curves", "error_at_loss": "curves", "sas_gates": "gates",
                   "over_training": "over_training", "skip_scale": "skip_scale", "stage_norms": "stage_norms",
                   "unroll": "unroll", "unroll_blocks": "unroll", "weight_stats": "weights", "weight_histogram": "weights",
-                  "layer_cushion": "cushion", "final_activations": "cushion", "dominant_flow": "dominant_flow"}
+                  "layer_cushion": "cushion", "final_activations": "cushion", "dominant_flow": "dominant_flow",
+                  "interlayer_cushion": "cushion"}
 
 
 def get(name: str) -> Measurement:

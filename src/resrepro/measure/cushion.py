@@ -92,7 +92,8 @@ def measure_layer_cushion(model: torch.nn.Module, data: dict, settings: dict, de
 
 
 def summarize_layer_cushion(frame: pd.DataFrame) -> str:
-    """The median cushion at the first, middle and last block, and its mean over the blocks."""
+    """The median cushion at the first, middle and last block, and its mean over the blocks (a
+    layer cushion or an interlayer one)."""
     median = frame[frame["group"] == "median"].groupby("block")["value"].mean().sort_index()
     if median.empty:
         return "no cushion measured"
@@ -171,3 +172,60 @@ def summarize_final_activations(frame: pd.DataFrame) -> str:
 
 
 register("final_activations", measure=measure_final_activations, summarize=summarize_final_activations)
+
+
+# Sec. 4.2: "the per-sample interlayer cushion of plain and residual blocks in commonly used
+# networks" (Arora et al. 2018, Definition 4.3): for the map M from a block's input x to its output,
+# with Jacobian J at x and h the size of x,
+#     sqrt(h) ||J x|| / (||J||_F ||x||).
+# ||J||_F is estimated from Rademacher probes v (E ||J v||^2 = ||J||_F^2, exact when J^T J is
+# diagonal, e.g. the identity), J v and J x by forward-mode differentiation, one block at a time.
+INTERLAYER = "interlayer cushion"
+
+
+def jacobian_frobenius(block: torch.nn.Module, x: torch.Tensor, probes: int, generator: torch.Generator) -> torch.Tensor:
+    """(examples,): each example's ||J||_F for the block's Jacobian at x, from `probes` Rademacher probes."""
+    squares = torch.zeros(len(x), dtype=torch.float64, device=x.device)
+    for _ in range(probes):
+        v = (torch.randint(0, 2, x.shape, generator=generator) * 2 - 1).to(x)
+        squares += torch.func.jvp(block, (x,), (v,))[1].flatten(1).double().pow(2).sum(dim=1)
+    return (squares / probes).sqrt()
+
+
+def interlayer_cushions(net: torch.nn.Module, x: torch.Tensor, probes: int, generator: torch.Generator) -> torch.Tensor:
+    """(examples, blocks): each example's interlayer cushion of each block."""
+    inputs: list[torch.Tensor] = []
+    handles = [b.register_forward_pre_hook(lambda module, args: inputs.append(args[0].detach())) for b in net.blocks]
+    try:
+        net(x)
+    finally:
+        for h in handles:
+            h.remove()
+    columns = []
+    for block, a in zip(net.blocks, inputs):
+        along_x = torch.func.jvp(block, (a,), (a,))[1].flatten(1).double().norm(dim=1)
+        size = a[0].numel()
+        columns.append(size ** 0.5 * along_x / (jacobian_frobenius(block, a, probes, generator) * a.flatten(1).double().norm(dim=1)))
+    return torch.stack(columns, dim=1)
+
+
+def measure_interlayer_cushion(model: torch.nn.Module, data: dict, settings: dict, device: torch.device) -> pd.DataFrame:
+    """Rows (split, block, group, quantity, value): per block, quantiles of the per-example
+    interlayer cushion over the split's first `examples`; probes drawn from a fixed seed."""
+    if not hasattr(model, "blocks"):
+        raise ValueError(f"interlayer_cushion: measures nets of blocks (resnet_cifar, simple_net), not {type(model).__name__}")
+    model.eval()
+    generator = torch.Generator().manual_seed(0)
+    rows = []
+    for split in settings["splits"]:
+        with torch.no_grad():
+            per_example = torch.cat([interlayer_cushions(model, x, settings["probes"], generator) for x, _ in batches(data, split, settings, device)]).cpu()
+        for block in range(per_example.shape[1]):
+            values = per_example[:, block][~per_example[:, block].isnan()]
+            for group, q in QUANTILES.items():
+                rows.append({"split": split, "block": block + 1, "group": group, "quantity": INTERLAYER,
+                             "value": values.quantile(q).item() if len(values) else float("nan")})
+    return pd.DataFrame(rows)
+
+
+register("interlayer_cushion", measure=measure_interlayer_cushion, summarize=summarize_layer_cushion)

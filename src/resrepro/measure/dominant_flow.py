@@ -4,9 +4,10 @@ The loss's gradient G at the final activation h_L (the last block's output, 64 c
 to every layer l. Split by where it comes from: M^l_j is what reaches layer l's output from final
 channel j alone (G kept on channel j, zero elsewhere, then back-propagated). A sub-activation
 (channel i, one position) of layer l lies on the signal-activation paths (SAPs) of the final
-channels its ID entries lead to, D(i) = {j : j mod C_l = i} (one channel in a 64-channel layer;
-i, i + 16, i + 32, i + 48 from a 16-channel one: each widening conv's ID entries copy channel c to
-c and c + C). Its gradient flow is dominant when what reaches it along its SAPs outweighs
+channels its ID entries lead to: in the simplified nets D(i) = {j : j mod C_l = i} (one channel in
+a 64-channel layer; i, i + 16, i + 32, i + 48 from a 16-channel one: each widening conv's ID entries
+copy channel c to c and c + C); in the fully fledged ResNet, whose widening skip pads new channels
+with zeros, D(i) = {i}. Its gradient flow is dominant when what reaches it along its SAPs outweighs
 everything else:
 
     sum_{j in D(i)} |M^l_j[i, p]|  >  sum_{j not in D(i)} |M^l_j[i, p]|      (the text's inequality 5)
@@ -29,9 +30,23 @@ from torch.nn import functional as F
 
 from . import register
 from .blocks import batches
-from .weights import require_simple_net
 
 FRACTION = "fraction of sub-activations with a dominant gradient flow"
+
+
+def sap_channel(net: torch.nn.Module, final_channel: int, channels: int) -> int | None:
+    """The channel of a layer of `channels` on final channel j's signal-activation path: j mod C
+    where widening blocks repeat their channels (the simplified nets), j itself where they pad new
+    ones with zeros (the fully fledged ResNet, option A; no channel of a narrower layer for j >= C)."""
+    if net.skip_repeats_channels:
+        return final_channel % channels
+    return final_channel if final_channel < channels else None
+
+
+def require_blocks(model: torch.nn.Module) -> torch.nn.Module:
+    if not hasattr(model, "skip_repeats_channels"):
+        raise ValueError(f"dominant_flow: measures paper 002's nets (simple_net, resnet_cifar), not {type(model).__name__}")
+    return model
 
 
 def dominant_fractions(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -55,7 +70,9 @@ def dominant_fractions(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -
                 only_j[:, j] = gradient[:, j]
                 for h, flow, tot, sap in zip(layers, torch.autograd.grad(final, layers, only_j, retain_graph=True), total, along_saps):
                     tot += flow.abs()
-                    sap[:, j % h.shape[1]] += flow[:, j % h.shape[1]].abs()
+                    i = sap_channel(net, j, h.shape[1])
+                    if i is not None:
+                        sap[:, i] += flow[:, i].abs()
     finally:
         for h in handles:
             h.remove()
@@ -64,7 +81,7 @@ def dominant_fractions(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -
 
 def measure_dominant_flow(model: torch.nn.Module, data: dict, settings: dict, device: torch.device) -> pd.DataFrame:
     """Rows (block, quantity, value) on the first `examples` training images (one batch)."""
-    net = require_simple_net(model).eval()
+    net = require_blocks(model).eval()
     x, y = next(batches(data, "train", {**settings, "batch_size": settings["examples"]}, device))
     fractions = dominant_fractions(net, x, y).detach().cpu()
     return pd.DataFrame([{"block": i + 1, "quantity": FRACTION, "value": float(v)} for i, v in enumerate(fractions)])

@@ -93,6 +93,8 @@ class SimpleBlock(nn.Module):
 class SimpleNet(nn.Module):
     """stem conv3x3-ReLU, three groups of n SimpleBlocks, global average pool, linear."""
 
+    skip_repeats_channels = True  # channel c leads to channels c and c + C of a widening block (measure/dominant_flow.py)
+
     def __init__(self, depth: int, num_classes: int, variant: str = "plain", in_channels: int = 3, diagonal: bool = False):
         super().__init__()
         if variant not in ("plain", "add"):

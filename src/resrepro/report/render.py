@@ -113,16 +113,22 @@ def gpu_costs(path: Path) -> dict | None:
 def _figure_sections(agg_dir: Path, figure_entries, paper_id: str) -> list[dict]:
     """The paper's figures: its entry (caption, claim, settings), what each cell's runs show, and
     the drawing of the measurement's kind from figures.csv."""
-    if not figure_entries or not (agg_dir / "figure_cells.csv").exists():
+    if not figure_entries:
         return []
     entries = load_figures(figure_entries)
-    cells = pd.read_csv(agg_dir / "figure_cells.csv", keep_default_na=False)
-    data = pd.read_csv(agg_dir / "figures.csv")
+    measured = (agg_dir / "figure_cells.csv").exists()
+    cells = pd.read_csv(agg_dir / "figure_cells.csv", keep_default_na=False) if measured else pd.DataFrame(columns=["figure"])
+    data = pd.read_csv(agg_dir / "figures.csv") if measured else pd.DataFrame(columns=["figure"])
     out = []
-    for figure_id in dict.fromkeys(cells["figure"]):
-        if entries[figure_id]["paper"] != paper_id:
+    for figure_id, entry in entries.items():
+        if entry["paper"] != paper_id:
             continue
-        fcells, entry = cells[cells["figure"] == figure_id], entries[figure_id]
+        if entry.get("not_reproduced"):  # never silently missing: its section says why
+            out.append({"id": figure_id, "entry": entry, "not_reproduced": entry["not_reproduced"]})
+            continue
+        if figure_id not in set(cells["figure"]):  # not selected in this run
+            continue
+        fcells = cells[cells["figure"] == figure_id]
         fdata = data[data["figure"] == figure_id]
         shown = [{"label": c["label"], "n": int(c["n"]), "n_runs": int(c["n_runs"]), "summary": c["summary"]} for _, c in fcells.iterrows()]
         if entry.get("differences"):  # the figure shows its cells' differences, not the cells
