@@ -205,3 +205,11 @@ def test_aggregate_counts_diverged_seeds_out_of_the_mean_and_the_test(tmp_path):
     assert ln["p_value"] == pytest.approx(hand["p"], rel=1e-9) and ln["mean"] == pytest.approx(94.8)
     bn = rows.loc["SAS with BN"]
     assert (bn["n"], bn["n_diverged"], bn["verdict"]) == (0, 3, "no result")
+
+
+def test_paired_resolvable_by_hand():
+    """Differences 1, 2, 3: sd 1, n 3, df 2; (t 0.975 + t 0.8) x sd / sqrt(n) = (4.302653 + 1.060660) / sqrt(3)."""
+    assert stats.paired_resolvable([1.0, 2.0, 3.0]) == pytest.approx(5.363313 / 3 ** 0.5, rel=1e-6)
+    assert stats.paired_resolvable([2.0, 4.0, 6.0]) == pytest.approx(2 * 5.363313 / 3 ** 0.5, rel=1e-6)  # twice the spread
+    assert stats.paired_resolvable([5.0, 5.0]) == 0.0  # no spread: any difference is resolved
+    assert stats.paired_resolvable([1.0]) is None and stats.paired_resolvable([]) is None

@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from . import stats
+
 ID_COLUMNS = ("figure", "cell", "label", "run", "seed", "value", "examples")  # not a grouping of the data
 
 
@@ -31,6 +33,7 @@ class FigureVerdict:
     seeds_holding: int
     seeds: int
     evidence: str
+    resolvable: float | None = None  # an `ordered` check of two cells: the smallest difference these seeds resolve
 
 
 @dataclass(frozen=True)
@@ -196,7 +199,19 @@ def judge(data, check: dict) -> FigureVerdict:
     mean = rows[rows["seed"].isin(seeds)].groupby(keys, as_index=False, sort=False, dropna=False)["value"].mean()
     evidence = test.function(mean, **args)[1] if seeds else "no seed measured every cell"
     verdict = "no result" if not seeds else "supported" if holding == len(seeds) else "contradicted" if holding == 0 else "inconclusive"
-    return FigureVerdict(check["claim"], verdict, holding, len(seeds), evidence)
+    return FigureVerdict(check["claim"], verdict, holding, len(seeds), evidence, resolvable_difference(rows, check, seeds))
+
+
+def resolvable_difference(rows, check: dict, seeds: list) -> float | None:
+    """For a comparison of two cells (`ordered`), the smallest difference of their means that the
+    measured seeds resolve (analysis/stats.paired_resolvable on each seed's difference): what a
+    verdict from these seeds can and cannot tell apart. None for other tests and under two seeds."""
+    if check["test"] != "ordered" or len(check.get("cells") or []) != 2:
+        return None
+    first, second = check["cells"]
+    differences = [float(r.loc[r["label"] == first, "value"].mean() - r.loc[r["label"] == second, "value"].mean())
+                   for s, r in rows[rows["seed"].isin(seeds)].groupby("seed")]
+    return stats.paired_resolvable(differences)
 
 
 def check_keys(check: dict) -> tuple[set[str], set[str]]:

@@ -80,3 +80,15 @@ def difference_of_means(row, baseline) -> float | None:
     if not row or not baseline:
         return None
     return float(np.mean(row) - np.mean(baseline))
+
+
+def paired_resolvable(differences: list[float]) -> float | None:
+    """The smallest mean of paired differences (one per seed: a figure's two cells, seed against
+    seed) that a two-sided paired t-test at ALPHA would detect with POWER, at the observed spread;
+    None under two seeds, where there is no spread to judge by."""
+    if len(differences) < 2:
+        return None
+    d = np.asarray(differences, float)
+    df = len(d) - 1
+    return float((stats.t.ppf(1 - ALPHA / 2, df) + stats.t.ppf(POWER, df)) * d.std(ddof=1) / math.sqrt(len(d)))
+

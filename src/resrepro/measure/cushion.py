@@ -48,7 +48,8 @@ def tap_counts(size: tuple[int, int], stride: int, padding: int = 1, k: int = 3)
 def operator_frobenius(weight: torch.Tensor, size: tuple[int, int], stride: int) -> float:
     """||A||_F of the convolution with `weight` (out, in, k, k), padding k // 2, on inputs of `size`."""
     squares = weight.detach().double().pow(2).sum(dim=(0, 1))  # (k, k): each tap over all channel pairs
-    return squares.mul(tap_counts(size, stride, weight.shape[-1] // 2, weight.shape[-1])).sum().sqrt().item()
+    counts = tap_counts(size, stride, weight.shape[-1] // 2, weight.shape[-1]).to(squares.device)  # on a GPU: beside the weights
+    return squares.mul(counts).sum().sqrt().item()
 
 
 def block_weights(net: SimpleNet) -> list[torch.Tensor]:
