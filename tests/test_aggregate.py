@@ -383,7 +383,8 @@ def test_figure_differences_pair_seed_with_seed_at_each_point():
 
     def curve(label, seed, values):
         return [{"figure": "f", "cell": 0, "label": label, "run": f"{label}/seed{seed}", "seed": seed, "epoch": e + 1,
-                 "quantity": "training loss", "value": v, "block": float("nan")} for e, v in enumerate(values)]
+                 "quantity": "training loss", "value": v, "block": float("nan"), "examples": 100 if label == "a" else 50}
+                for e, v in enumerate(values)]
 
     data = pd.DataFrame(curve("a", 0, [3.0, 5.0, 7.0]) + curve("b", 0, [1.0, 2.0]) + curve("a", 1, [4.0]) + curve("b", 1, [6.0])
                         + curve("b", 2, [1.0]))
@@ -391,8 +392,9 @@ def test_figure_differences_pair_seed_with_seed_at_each_point():
     assert list(got.columns) == list(data.columns)
     first = got[got["label"] == "a - b"].sort_values(["seed", "epoch"])
     assert first[["seed", "epoch", "value"]].values.tolist() == [[0, 1, 2.0], [0, 2, 3.0], [1, 1, -2.0]]
-    assert set(first["run"]) == {"a/seed0 - b/seed0", "a/seed1 - b/seed1"} and set(first["cell"]) == {-1}
-    assert sorted(got[got["label"] == "|b - a|"]["value"]) == [2.0, 2.0, 3.0]
+    assert set(first["run"]) == {"a/seed0 - b/seed0", "a/seed1 - b/seed1"} and set(first["cell"]) == {-1} and set(first["figure"]) == {"f"}
+    assert sorted(got[got["label"] == "|b - a|"]["value"]) == [2.0, 2.0, 3.0] and set(got[got["label"] == "|b - a|"]["cell"]) == {-2}
     assert figure_differences(data, []).empty
     as_read = data.assign(epoch=data["epoch"].astype(float))  # figures.csv: other figures leave the column empty
-    assert figure_differences(as_read, [{"label": "a - b", "of": "a", "minus": "b"}])["epoch"].tolist() == [1, 2, 1]
+    epochs = figure_differences(as_read, [{"label": "a - b", "of": "a", "minus": "b"}])["epoch"]
+    assert epochs.tolist() == [1, 2, 1] and epochs.dtype.kind == "i"  # "epoch 1", not "epoch 1.0", in the summaries

@@ -1,6 +1,7 @@
 """Paper 002's noise stability measurements (measure/cushion.py): the layer cushion of Arora et al.
 2018 and the final activations' distribution, on nets whose answer is known by hand."""
 
+import copy
 import math
 
 import pandas as pd
@@ -12,7 +13,7 @@ from resrepro import models
 from resrepro.measure import cushion, get
 from resrepro.models.simple_net import id_entries
 
-SETTINGS = {"examples": 50000, "splits": ["train"], "split": "train", "batch_size": 4, "bins": 10, "range": 5.0}
+SETTINGS = {"examples": 50000, "splits": ["train"], "split": "train", "batch_size": 4, "bins": 20, "range": 5.0}
 
 
 def net_with_block_weights(variant: str, scale: float) -> torch.nn.Module:
@@ -85,7 +86,7 @@ def test_layer_cushion_writes_quantiles_per_block_and_a_residual_net_at_init_has
         net = models.build({"arch": "simple_net", "depth": 8, "variant": variant, "classes": 10, "in_channels": 3})
         frames[variant] = cushion.measure_layer_cushion(net, data(), SETTINGS, torch.device("cpu"))
     plain, residual = frames["plain"], frames["add"]
-    assert list(plain.columns) == ["split", "block", "group", "quantity", "value"]
+    assert list(plain.columns) == ["split", "block", "group", "quantity", "value"] and sorted(set(plain["block"])) == [1, 2, 3, 4, 5, 6]
     assert len(plain) == 6 * 3 and plain["value"].notna().all()
     assert set(plain["group"]) == set(cushion.QUANTILES)
     median = {v: f[f["group"] == "median"].set_index("block")["value"] for v, f in frames.items()}
@@ -118,7 +119,14 @@ def test_final_activations_histograms_count_every_value_and_state_its_moments():
         assert hist.loc[hist["part"] == part, "value"].sum() == 6 * 64 * 2 * 2  # every value, edge bins included
         moments = stats[stats["part"] == part].set_index("quantity")["value"]
         assert moments["mean / std"] == pytest.approx(moments["mean"] / moments["std"])
-    assert sorted(hist["bin"].unique().round(6).tolist())[:2] == [-4.5, -3.5]  # 10 bins over [-5, 5] std
+    for part in (cushion.FINAL, cushion.GRADIENT):  # 20 bins of 0.5 std over [-5, 5], centred
+        assert hist.loc[hist["part"] == part, "bin"].round(6).tolist() == [-4.75 + 0.5 * i for i in range(20)]
+    # the counts are those of each value over its part's std, the values beyond 5 std in the edge bins
+    x, y = next(cushion.batches(data(6), "train", {**SETTINGS, "batch_size": 6}, torch.device("cpu")))
+    final, gradient = cushion.final_activations(net, x, y)
+    for part, values in ((cushion.FINAL, final.flatten().double()), (cushion.GRADIENT, gradient.flatten().double())):
+        expected = torch.histc((values / values.std()).clamp(-5, 5), bins=20, min=-5, max=5)
+        assert hist.loc[hist["part"] == part, "value"].tolist() == expected.tolist()
     # the final activation is a ReLU's output: never below 0, so nothing in the negative bins
     assert hist[(hist["part"] == cushion.FINAL) & (hist["bin"] < -0.5)]["value"].sum() == 0
     summary = cushion.summarize_final_activations(frame)
@@ -133,7 +141,8 @@ def test_final_activations_histograms_count_every_value_and_state_its_moments():
 ])
 def test_moments_by_hand(values, expected):
     assert cushion.moments(torch.tensor(values, dtype=torch.float64)) == pytest.approx(expected)
-    assert math.isnan(cushion.moments(torch.ones(3, dtype=torch.float64))["skewness"])  # no spread: no shape
+    flat = cushion.moments(torch.ones(3, dtype=torch.float64))  # no spread: no shape
+    assert (flat["mean"], flat["std"]) == (1.0, 0.0) and all(math.isnan(flat[k]) for k in ("mean / std", "skewness", "excess kurtosis"))
 
 
 class Stack(torch.nn.Module):
@@ -170,12 +179,13 @@ def test_the_jacobian_norm_estimate_converges_to_the_exact_one():
     """A plain block on 16 x 4 x 4 inputs: its exact Jacobian (256 x 256) against the estimate."""
     block = fully_fledged("plain").blocks[0]
     x = torch.randn(1, 16, 4, 4, generator=torch.Generator().manual_seed(1))
-    exact = torch.autograd.functional.jacobian(block, x).reshape(256, 256).norm().item()
-    estimate = cushion.jacobian_frobenius(block, x, probes=400, generator=torch.Generator().manual_seed(2)).item()
-    assert estimate == pytest.approx(exact, rel=0.03)
-    x_part = (torch.autograd.functional.jacobian(block, x).reshape(256, 256) @ x.flatten()).norm().item()
-    got = cushion.interlayer_cushions(Stack(block), x, probes=400, generator=torch.Generator().manual_seed(2)).item()
-    assert got == pytest.approx(16 * x_part / (exact * x.norm().item()), rel=0.03)  # sqrt(256) = 16
+    jacobian = torch.autograd.functional.jacobian(block, x, vectorize=True).reshape(256, 256)
+    exact = jacobian.norm().item()
+    estimate = cushion.jacobian_frobenius(block, x, probes=100, generator=torch.Generator().manual_seed(2)).item()
+    assert estimate == pytest.approx(exact, rel=0.05)
+    x_part = (jacobian @ x.flatten()).norm().item()
+    got = cushion.interlayer_cushions(Stack(block), x, probes=100, generator=torch.Generator().manual_seed(2)).item()
+    assert got == pytest.approx(16 * x_part / (exact * x.norm().item()), rel=0.05)  # sqrt(256) = 16
 
 
 def test_interlayer_cushion_rows_per_block_and_quantile():
@@ -187,3 +197,48 @@ def test_interlayer_cushion_rows_per_block_and_quantile():
     low, high = (frames["add"][frames["add"]["group"] == g].set_index("block")["value"] for g in ("10th percentile", "90th percentile"))
     assert (low <= residual).all() and (residual <= high).all()
     assert set(frames["add"]["quantity"]) == {cushion.INTERLAYER}
+
+
+def test_a_blocks_cushion_is_its_convolution_matrixs_by_hand():
+    """Random weights, every tap in use: ||A a|| / (||A||_F ||a||) with A the explicit matrix of
+    block 1's convolution (16 x 8 x 8 -> 16 x 8 x 8, padding 1), a the block's input; the residual
+    block's numerator uses A + I (its plain form), its denominator A alone."""
+    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(5))
+    for variant in ("plain", "add"):
+        torch.manual_seed(3)
+        net = models.build({"arch": "simple_net", "depth": 5, "variant": variant, "classes": 10, "in_channels": 3})
+        with torch.no_grad():
+            a = F.relu(net.stem(x))
+            weight = net.blocks[0].conv.weight
+            matrix = torch.autograd.functional.jacobian(lambda v: F.conv2d(v, weight, None, 1, 1), a[:1], vectorize=True).reshape(1024, 1024)
+            mapped = matrix + torch.eye(1024) if variant == "add" else matrix
+            expected = [((mapped @ a[n].flatten()).norm() / (matrix.norm() * a[n].norm())).item() for n in range(2)]
+            assert cushion.cushions(net, x)[:, 0].tolist() == pytest.approx(expected, rel=1e-5)
+
+
+def test_a_diagonal_nets_cushion_reads_the_weights_its_forward_pass_uses():
+    """simple_net_diagonal masks its kernels in the forward pass: weights off the diagonal (here put
+    there after init) are not the layer's and must not count in ||A||_F."""
+    torch.manual_seed(0)
+    diagonal = models.build({"arch": "simple_net_diagonal", "depth": 5, "variant": "add", "classes": 10, "in_channels": 3})
+    with torch.no_grad():
+        for block in diagonal.blocks:
+            block.conv.weight.normal_(0, 0.1)
+    masked = copy.deepcopy(diagonal)
+    with torch.no_grad():
+        for block in masked.blocks:
+            block.conv.weight.mul_(block.mask)
+    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.allclose(cushion.cushions(diagonal, x), cushion.cushions(masked, x))
+        masked.blocks[0].mask = None  # the same weights, read without the mask: a different norm
+        unmasked = copy.deepcopy(diagonal)
+        unmasked.blocks[0].mask = None
+        assert not torch.allclose(cushion.cushions(unmasked, x)[:, 0], cushion.cushions(diagonal, x)[:, 0])
+
+
+def test_the_cushion_summary_by_hand():
+    frame = pd.DataFrame([{"block": b, "group": g, "value": v} for b, values in ((1, (0.1, 0.2)), (2, (0.3, 0.4)), (3, (0.5, 0.9)), (4, (0.7, 0.8)))
+                          for g, v in zip(("median", "90th percentile"), values)])
+    assert cushion.summarize_layer_cushion(frame) == "median cushion 0.1 at block 1, 0.5 at block 3, 0.7 at block 4; mean over the 4 blocks 0.4"
+    assert cushion.summarize_layer_cushion(frame[frame["group"] != "median"]) == "no cushion measured"

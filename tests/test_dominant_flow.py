@@ -75,3 +75,8 @@ def test_a_per_block_figure_of_two_snapshots_draws_a_line_for_each(monkeypatch):
                          for e in (0, 20) for b in (1, 2, 3)])
     figures.per_block(rows, "f")
     assert {line.get_label() for line in drawn["fig"].axes[0].get_lines()} == {"ResNet-20, epoch 0 (1 run)", "ResNet-20, epoch 20 (1 run)"}
+
+
+def test_a_net_without_signal_activation_paths_is_refused_by_name():
+    with pytest.raises(ValueError, match="measures paper 002's nets .*, not Linear"):
+        dominant_flow.measure_dominant_flow(torch.nn.Linear(2, 2), {}, {"examples": 1}, torch.device("cpu"))

@@ -407,6 +407,11 @@ def test_a_figure_of_differences_draws_judges_and_sums_up_the_differences(tmp_pa
                       "depth 44: plain minus residual"]
     gap = section["cells"][6]
     assert (gap["n"], gap["n_runs"]) == (2, 3)
+    # a cell with nothing measured leaves its differences empty: no pairs, nothing to sum up
+    data[data["label"] != "ResNet-44"].to_csv(tmp_path / "figures.csv", index=False)
+    unpaired = render_module._figure_sections(tmp_path, ["config/figures/noise.yaml"], "noise")[0]["cells"][7]
+    assert (unpaired["label"], unpaired["n"], unpaired["summary"]) == ("depth 44: plain minus residual", 0, "")
+    data.to_csv(tmp_path / "figures.csv", index=False)
     assert gap["summary"].startswith("training loss 0.1 at epoch 1, 0.4 at epoch 2")
     assert [v.verdict for v in section["verdicts"]] == ["supported"] * 3
     assert section["verdicts"][0].evidence == "plain: 44 minus 32 layers 0.3 > residual: 44 minus 32 layers 0.1"

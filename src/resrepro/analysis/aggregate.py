@@ -286,13 +286,13 @@ def figure_differences(data: pd.DataFrame, differences: list[dict]) -> pd.DataFr
     minus those of cell `minus` at the same point (epoch, quantity, ...), the absolute difference
     where `abs` is set. Same seed against same seed: paper 002 compares nets that saw the same
     batches (noise-f6) and the gap between two nets over training (noise-f9b)."""
-    id_columns = ("figure", "cell", "label", "run", "value", "examples")
-    keys = [c for c in data.columns if c not in id_columns and data[c].notna().any()]  # seed, epoch, quantity, ...
+    id_columns = ("cell", "label", "run", "value", "examples")  # a cell's own; examples may differ between cells
+    keys = [c for c in data.columns if c not in id_columns and data[c].notna().any()]  # figure, seed, epoch, quantity, ...
     frames = []
     for i, difference in enumerate(differences):
         pairs = data[data["label"] == difference["of"]].merge(data[data["label"] == difference["minus"]], on=keys, suffixes=("", "_minus"))
         value = pairs["value"] - pairs["value_minus"]
-        frames.append(pairs[keys].assign(figure=pairs["figure"], cell=-1 - i, label=difference["label"],
+        frames.append(pairs[keys].assign(cell=-1 - i, label=difference["label"],
                                          run=pairs["run"] + " - " + pairs["run_minus"], value=value.abs() if difference.get("abs") else value))
     if not frames:
         return data.iloc[:0]
