@@ -196,7 +196,9 @@ def test_interlayer_cushion_rows_per_block_and_quantile():
     assert ((plain > 0) & (residual > 0)).all()
     low, high = (frames["add"][frames["add"]["group"] == g].set_index("block")["value"] for g in ("10th percentile", "90th percentile"))
     assert (low <= residual).all() and (residual <= high).all()
-    assert set(frames["add"]["quantity"]) == {cushion.INTERLAYER}
+    assert set(frames["add"]["quantity"]) == {cushion.INTERLAYER} and list(frames["add"].columns) == ["split", "block", "group", "quantity", "value"]
+    again = cushion.measure_interlayer_cushion(fully_fledged("add"), data_, {**SETTINGS, "probes": 4}, torch.device("cpu"))
+    pd.testing.assert_frame_equal(again, frames["add"])  # its probes come from a fixed seed: a rerun measures the same
 
 
 def test_a_blocks_cushion_is_its_convolution_matrixs_by_hand():

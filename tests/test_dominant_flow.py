@@ -59,6 +59,7 @@ def test_a_residual_net_at_init_has_more_dominant_flow_than_a_plain_one_at_every
         torch.manual_seed(1)
         net = models.build({"arch": "simple_net", "depth": 8, "variant": variant, "classes": 10, "in_channels": 3})
         frames[variant] = dominant_flow.measure_dominant_flow(net, data, {"examples": 16}, torch.device("cpu"))
+    assert list(frames["add"].columns) == ["block", "quantity", "value"] and set(frames["add"]["quantity"]) == {dominant_flow.FRACTION}
     plain, residual = (frames[v].set_index("block")["value"] for v in ("plain", "add"))
     assert list(plain.index) == [1, 2, 3, 4, 5]
     assert (residual > plain).all() and ((plain >= 0) & (residual <= 1)).all()

@@ -244,8 +244,9 @@ def test_a_figure_that_is_not_reproduced_needs_its_reason_and_nothing_to_measure
 
 def test_an_ordered_check_of_two_cells_states_the_difference_its_seeds_resolve():
     """Per seed, a - b: 1, 2 and 3 (sd 1, n 3): (t(0.975, 2) + t(0.8, 2)) / sqrt(3) = (4.3027 + 1.0607) / 1.7321."""
-    seeds = pd.concat([rows({"a": [1.0 + d, 1.0 + d], "b": [1.0, 1.0]}, s) for s, d in enumerate([1.0, 2.0, 3.0])])
+    seeds = pd.concat([rows({"a": [b + d, b + d], "b": [b, b]}, s) for s, (b, d) in enumerate([(1.0, 1.0), (3.0, 2.0), (2.0, 3.0)])])
     v = judge(seeds, {"claim": "a above b", "test": "ordered", "cells": ["a", "b"]})
     assert v.verdict == "supported" and v.resolvable == pytest.approx((4.302653 + 1.060660) / 3 ** 0.5, rel=1e-5)
     assert judge(seeds[seeds["seed"] == 0], {"claim": "c", "test": "ordered", "cells": ["a", "b"]}).resolvable is None  # one seed
     assert judge(seeds, {"claim": "c", "test": "below", "value": 9}).resolvable is None  # not a comparison of two cells
+    assert judge(seeds, {"claim": "c", "test": "below", "value": 9, "cells": ["a", "b"]}).resolvable is None  # nor is this
