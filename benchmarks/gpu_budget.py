@@ -49,7 +49,8 @@ def training_step(spec: dict, device, classes: int = 10):
     """One training step of the run `spec` names, on random data, as training runs it: the model
     built through the registry, the recipe's speed switches resolved for `device`, the recipe's
     optimizer. Classification: a CIFAR-shaped batch of `batch_size`; translation: `max_tokens`
-    tokens in sentences of 25 + 25, vocabulary 32,768. The step ends with a host sync (as the
+    tokens in sentences of 25 + 25, vocabulary 32,768; captioning: `batch_size` captions of 12
+    words (vocabulary 9,571) over 49 grid regions of 2,050 values (data/coco.py). The step ends with a host sync (as the
     training loops' loss.item() does), so wall-clock timing is honest on a GPU."""
     import torch
     from torch.nn import functional as F
@@ -68,6 +69,16 @@ def training_step(spec: dict, device, classes: int = 10):
 
         def loss_of():
             return F.cross_entropy(net(x).float(), y)
+    elif spec["task"] == "captioning":
+        speed = speed_of(spec, device)
+        vocab, words, regions, dim = 9_571, 12, 49, 2_050
+        model = models.build(models.model_spec(spec, vocab_size=vocab, feature_dim=dim)).to(device)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, **speed.optimizer_options())
+        feats = torch.randn(spec["batch_size"], regions, dim, device=device)
+        words_in = torch.randint(4, vocab, (spec["batch_size"], words + 1), device=device)
+
+        def loss_of():
+            return label_smoothed_loss(net(feats, words_in), words_in, 0, spec["label_smoothing"])
     else:
         speed = speed_of(spec, device)
         vocab, length = 32_768, 25

@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import time
+
+from resrepro.devices import GPUS_HELD_BY_LAUNCH
 
 
 def worker(opts: argparse.Namespace) -> None:
@@ -50,7 +53,10 @@ def side_by_side(k: int, opts: argparse.Namespace) -> list[list[float]]:
     """Step times of each of `k` worker processes started together."""
     argv = [sys.executable, __file__, "--worker", "--device", opts.device, "--depth", str(opts.depth), "--variant", opts.variant,
             "--batch", str(opts.batch), "--seconds", str(opts.seconds), "--warmup", str(opts.warmup), "--threads", str(opts.threads)]
-    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for _ in range(k)]
+    # As `seeds_in_parallel: K` runs them: K processes under the one GPU their job holds, not K jobs
+    # each waiting for a GPU of its own from the pool.
+    env = {**os.environ, GPUS_HELD_BY_LAUNCH: "1"}
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env) for _ in range(k)]
     outputs = [p.communicate()[0] for p in procs]
     if any(p.returncode for p in procs):
         raise SystemExit(f"a worker failed (K={k})")

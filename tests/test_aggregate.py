@@ -398,3 +398,31 @@ def test_figure_differences_pair_seed_with_seed_at_each_point():
     as_read = data.assign(epoch=data["epoch"].astype(float))  # figures.csv: other figures leave the column empty
     epochs = figure_differences(as_read, [{"label": "a - b", "of": "a", "minus": "b"}])["epoch"]
     assert epochs.tolist() == [1, 2, 1] and epochs.dtype.kind == "i"  # "epoch 1", not "epoch 1.0", in the summaries
+
+
+def test_captioning_rows_read_each_metric_and_say_why_spice_is_missing(tmp_path):
+    """sas-t5 at 2 seeds: each row's value is its own metric of its cell's runs; without SPICE's
+    jars its rows show "unavailable" per seed, no verdict, and the reason with the way to fix it."""
+    from fake_runs import plan_for, write_captioning_run
+
+    from resrepro.analysis.aggregate import read_run
+    from resrepro.experiments import CAPTION_METRICS
+
+    plan = plan_for(["sas-t5"], seeds=2)
+    note = "SPICE unavailable: jars not in lib. To supply them, run get_stanford_models()"
+    for path, run in plan.runs.items():
+        gain = 10.0 if run.variant == "sas" else 0.0
+        scores = {m: 20.0 + k + gain + run.seed for k, m in enumerate(CAPTION_METRICS)} | {"spice": None}
+        write_captioning_run(tmp_path, path, scores, note)
+    first = next(iter(plan.runs))
+    assert read_run(tmp_path, first)["cider"] == 26.0 + plan.runs[first].seed and read_run(tmp_path, first)["features"] == "patch_grid"
+    rows = aggregate(plan.rows, tmp_path, "config/tables", "final")["rows"].set_index("label")
+    base, prop = rows.loc["Baseline, CIDEr"], rows.loc["+ Proposal, CIDEr"]
+    assert base["metric"] == "cider" and base["mean"] == 26.5 and prop["mean"] == 36.5  # cider is the 7th metric: 20 + 6
+    assert json.loads(prop["values"]) == [36.0, 37.0] and prop["verdict"] == "supported"
+    assert rows.loc["+ Proposal, BLEU-1", "mean"] == 30.5 and rows.loc["Baseline, ROUGE-L", "mean"] == 25.5
+    spice = rows.loc["+ Proposal, SPICE"]
+    assert spice["n"] == 0 and json.loads(spice["values"]) == ["unavailable", "unavailable"]
+    assert spice["verdict"] == "no result" and spice["reason"] == note and note in spice["note"]
+    assert rows.loc["Baseline, SPICE", "note"] == note and json.loads(rows.loc["Baseline, SPICE", "values"]) == ["unavailable"] * 2
+    assert rows.loc["Baseline, CIDEr", "note"] != note  # the other metrics say nothing about SPICE

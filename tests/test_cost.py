@@ -128,3 +128,35 @@ def test_the_committed_estimate_covers_every_run_of_the_costed_scales():
         for r in cost.tabled_runs(plan).values():
             assert times["step_ms"][cost.step_key(r)] == pytest.approx(cost.estimate_step_ms(r, anchors), abs=0.01)
         assert isinstance(cost.table_costs(plan, config, times), pd.DataFrame)
+
+
+def test_the_measured_step_times_cover_every_run_of_the_costed_scales_and_are_what_the_configs_read():
+    """config/costs/h100.yaml (benchmarks/gpu_budget.py --device cuda on an H100): a step time for
+    every run of paper.yaml's and gpu-day.yaml's tables; a new step needs a new measurement."""
+    import yaml
+
+    from resrepro.experiments import make_plan
+
+    times = cost.load_step_times("config/costs/h100.yaml")
+    assert times["basis"] == "measured" and times["device"] == "NVIDIA H100 80GB HBM3"
+    for scale in ("config/paper.yaml", "config/gpu-day.yaml", "config/mini.yaml"):
+        config = yaml.safe_load(open(scale))
+        assert config["gpu_costs"]["step_times"] == "config/costs/h100.yaml"
+        if scale.endswith("mini.yaml"):
+            continue
+        missing = [k for k in map(cost.step_key, cost.tabled_runs(make_plan(config)).values()) if k not in times["step_ms"]]
+        assert missing == []
+
+
+def test_a_captioning_step_is_a_batch_of_captions():
+    """Its key names the captions per batch; the estimate scales the anchor above its batch only."""
+    recipe = {"batch_size": 50, "max_updates": 3000, "update_freq": 1}
+    caption = Run("captioning", "mscoco", "captioner_paper", "transformer_captioner", "paper", "sas", "{}", 0,
+                  recipe_json=json.dumps(recipe, sort_keys=True))
+    assert cost.step_key(caption) == "captioning/captioner_paper/sas/captions50" and cost.steps_of(caption) == 3000
+    anchors = {"captioning": {"captions": 50, "baseline_ms": {"paper": 30.0}, "ratio": {"xskip_ln": 1.0, "sas": 2.0, "other": 1.2}}}
+    assert cost.estimate_step_ms(caption, anchors) == pytest.approx(60.0)
+    larger = Run(**{**caption.__dict__, "recipe_json": json.dumps({**recipe, "batch_size": 100})})
+    assert cost.estimate_step_ms(larger, anchors) == pytest.approx(120.0)
+    smaller = Run(**{**caption.__dict__, "variant": "rskip_ln", "recipe_json": json.dumps({**recipe, "batch_size": 10})})
+    assert cost.estimate_step_ms(smaller, anchors) == pytest.approx(36.0)  # launch-bound below the anchor: its time, x other

@@ -36,7 +36,7 @@ def test_mini_plan_shares_cells_between_equivalent_rows(mini):
     assert rows[("rskip-t1", "1rSkip+LN")] == rows[("rskip-t1", "1xSkip+LN")]
     # the CIFAR-10 add baseline is one cell for every table that uses it
     assert rows[("sas-t7", "x + F (Baseline)")] == rows[("rskip-t1", "1xSkip")]
-    seeds = {"classification": mini["seeds"], "translation": mini["translation"]["seeds"]}
+    seeds = {"classification": mini["seeds"], "translation": mini["translation"]["seeds"], "captioning": mini["captioning"]["seeds"]}
     tasks = {table_id: table["task"] for table_id, table in plan.tables.items()}
     own = mini["table_seeds"]  # a table that sets its own count (noise-t2: float64 on the CPU)
     assert all(len(runs) == own.get(table, seeds[tasks[table]]) for (table, _), runs in rows.items())
@@ -57,7 +57,8 @@ def test_paper_plan_runs_five_seeds_at_the_papers_depths():
         *(f"simple_net{d}" for d in (20, 32, 44)), *(f"simple_net_diagonal{d}" for d in (20, 32, 44)),  # paper 002's simplified nets
         "resnet_cifar20"}  # and its fully fledged ResNet-20 with the plain counterpart
     assert {run.arch for run in plan.runs.values() if run.task == "translation"} == {"transformer_base", "transformer_big", "transformer_base_2block"}
-    assert set(plan.datasets()) == {"cifar10", "cifar100", "iwslt15_en_vi", "wmt14_en_de", "wmt14_en_fr"}
+    assert {run.arch for run in plan.runs.values() if run.task == "captioning"} == {"captioner_paper"}
+    assert set(plan.datasets()) == {"cifar10", "cifar100", "iwslt15_en_vi", "wmt14_en_de", "wmt14_en_fr", "mscoco"}
     run = next(r for r in plan.runs.values() if r.arch == "preact_resnet110" and r.recipe == "default")
     spec = experiments.train_spec(paper, run)
     assert (spec["epochs"], spec["lr_milestones"], spec["weight_decay"], spec["warmup_iterations"]) == (164, [81, 122], 2e-4, 400)
@@ -327,3 +328,21 @@ def test_a_train_error_from_0_to_100_is_accepted(tmp_path, train_error):
              "rows": [{**GOOD_ROW, "paper_train_error": train_error}]}
     (tmp_path / "t.yaml").write_text(yaml.safe_dump({"ok-t1": table}))
     assert experiments.load_tables(tmp_path)["ok-t1"]["rows"][0]["paper_train_error"] == train_error
+
+
+@pytest.mark.parametrize("references, message", [
+    ([{"label": "GLIED", "source": "s"}], "expected {label, source, paper: {metric: value}}"),
+    ([{"label": "GLIED", "source": "s", "paper": {"bleu": 1.0}}], "'bleu' is not a metric of this table's rows: ['test_error']"),
+    ([{"label": "GLIED", "source": "s", "paper": {"test_error": "-"}}], "paper.test_error: expected a number or null; got '-'"),
+])
+def test_reference_rows_name_the_tables_metrics_and_numbers(tmp_path, references, message):
+    """A row the paper prints from other work (sas-t5's GLIED): checked where it is written."""
+    table = {"paper": "rskip", "caption": "c", "source": "s", "task": "classification", "metric": "test_error", "rows": [GOOD_ROW],
+             "references": references}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump({"bad-t1": table}))
+    with pytest.raises(ConfigError) as err:
+        experiments.load_tables(tmp_path)
+    assert message in str(err.value) and "bad-t1.references[0]" in str(err.value)
+    table["references"] = [{"label": "GLIED", "source": "s", "paper": {"test_error": None}}]
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump({"ok-t1": table}))
+    assert experiments.load_tables(tmp_path)["ok-t1"]["references"][0]["paper"] == {"test_error": None}

@@ -114,6 +114,23 @@ GOLDEN = [
     ("sas-t3", "EN-DE Big + Proposal", 28.7, f"{SAS}, Table 3, Big + Proposal x EN-DE"),
     ("sas-t3", "EN-FR Big", 41.0, f"{SAS}, Table 3, Big Baseline x EN-FR"),
     ("sas-t3", "EN-FR Big + Proposal", 41.3, f"{SAS}, Table 3, Big + Proposal x EN-FR"),
+    # --- paper 000, Table 5: MSCOCO Karpathy test, Transformer Baseline / + Proposal, one row per metric
+    ("sas-t5", "Baseline, BLEU-1", 80.2, f"{SAS}, Table 5, Baseline x BLEU-1"),
+    ("sas-t5", "+ Proposal, BLEU-1", 81.2, f"{SAS}, Table 5, + Proposal x BLEU-1"),
+    ("sas-t5", "Baseline, BLEU-2", 64.9, f"{SAS}, Table 5, Baseline x BLEU-2"),
+    ("sas-t5", "+ Proposal, BLEU-2", 65.4, f"{SAS}, Table 5, + Proposal x BLEU-2"),
+    ("sas-t5", "Baseline, BLEU-3", 50.7, f"{SAS}, Table 5, Baseline x BLEU-3"),
+    ("sas-t5", "+ Proposal, BLEU-3", 51.2, f"{SAS}, Table 5, + Proposal x BLEU-3"),
+    ("sas-t5", "Baseline, BLEU-4", 39.0, f"{SAS}, Table 5, Baseline x BLEU-4"),
+    ("sas-t5", "+ Proposal, BLEU-4", 39.3, f"{SAS}, Table 5, + Proposal x BLEU-4"),
+    ("sas-t5", "Baseline, METEOR", 28.4, f"{SAS}, Table 5, Baseline x METEOR"),
+    ("sas-t5", "+ Proposal, METEOR", 28.7, f"{SAS}, Table 5, + Proposal x METEOR"),
+    ("sas-t5", "Baseline, ROUGE-L", 58.6, f"{SAS}, Table 5, Baseline x ROUGE-L"),
+    ("sas-t5", "+ Proposal, ROUGE-L", 59.0, f"{SAS}, Table 5, + Proposal x ROUGE-L"),
+    ("sas-t5", "Baseline, CIDEr", 126.3, f"{SAS}, Table 5, Baseline x CIDEr"),
+    ("sas-t5", "+ Proposal, CIDEr", 129.8, f"{SAS}, Table 5, + Proposal x CIDEr"),
+    ("sas-t5", "Baseline, SPICE", 21.7, f"{SAS}, Table 5, Baseline x SPICE"),
+    ("sas-t5", "+ Proposal, SPICE", 22.6, f"{SAS}, Table 5, + Proposal x SPICE"),
     # --- paper 003, Table 1: test error % (train / test printed; the test half here)
     ("iter-t1", "ResNet-32, CIFAR-10", 7.14, f"{ITER}, Table 1, ResNet-32 x CIFAR10 (test half)"),
     ("iter-t1", "ResNet-38, CIFAR-10", 6.99, f"{ITER}, Table 1, ResNet-38 x CIFAR10 (test half)"),
@@ -293,3 +310,22 @@ def test_config_tables_hold_exactly_the_papers_train_errors():
     errors = [(t, row["label"], row["paper_train_error"]) for t, table in load_tables("config/tables").items()
               for row in table["rows"] if "paper_train_error" in row]
     assert errors == [(t, label, v) for t, label, v, _ in GOLDEN_TRAIN_ERRORS]
+
+
+# Paper 000 Table 5's other rows: GLIED (its "-" for BLEU-2 and BLEU-3 as None) and the
+# improvements it prints, which the Baseline and + Proposal values above must reproduce.
+GOLDEN_REFERENCES = [("sas-t5", "GLIED (Liu et al., 2019c)", {"bleu1": 80.4, "bleu2": None, "bleu3": None, "bleu4": 39.6, "meteor": 28.9,
+                                                              "rouge_l": 58.8, "cider": 129.3, "spice": 22.6})]
+SAS_T5_IMPROVEMENTS = {"BLEU-1": 1.0, "BLEU-2": 0.5, "BLEU-3": 0.5, "BLEU-4": 0.3, "METEOR": 0.3, "ROUGE-L": 0.4, "CIDEr": 3.5, "SPICE": 0.9}
+
+
+def test_config_tables_hold_exactly_the_papers_reference_rows():
+    tables = load_tables("config/tables")
+    held = [(t, ref["label"], ref["paper"]) for t, table in tables.items() for ref in table.get("references", [])]
+    assert held == GOLDEN_REFERENCES
+
+
+def test_sas_t5_values_give_the_improvements_the_paper_prints():
+    golden = {label: value for table, label, value, _ in GOLDEN if table == "sas-t5"}
+    for metric, gain in SAS_T5_IMPROVEMENTS.items():
+        assert golden[f"+ Proposal, {metric}"] - golden[f"Baseline, {metric}"] == pytest.approx(gain, abs=1e-9), metric

@@ -16,7 +16,7 @@ from resrepro.residual import ConfigError
 
 
 def test_each_task_has_its_default_architecture():
-    assert registry.DEFAULT_FOR_TASK == {"classification": "preact_resnet", "translation": "transformer"}
+    assert registry.DEFAULT_FOR_TASK == {"classification": "preact_resnet", "translation": "transformer", "captioning": "transformer_captioner"}
     assert {a.name: (a.task, a.size_key) for a in models.ARCHITECTURES.values()} == {
         "preact_resnet": ("classification", "depth"), "transformer": ("translation", "size"),
         # paper 003's nets, sized by name (paper, mini)
@@ -27,7 +27,9 @@ def test_each_task_has_its_default_architecture():
         # paper 002's simplified nets, plain or residual, and their diagonal-kernel form
         "simple_net": ("classification", "depth"), "simple_net_diagonal": ("classification", "depth"),
         # and its fully fledged ResNet (He et al. 2016a's CIFAR net, post-activation)
-        "resnet_cifar": ("classification", "depth")}
+        "resnet_cifar": ("classification", "depth"),
+        # paper 000 Table 5's Transformer captioner, sized paper or mini
+        "transformer_captioner": ("captioning", "size")}
 
 
 def test_every_name_the_catalog_declares_is_implemented_and_nothing_else():

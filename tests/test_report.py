@@ -428,3 +428,19 @@ def test_a_learning_curve_is_drawn_on_a_log_scale_only_when_no_value_is_negative
     figures.per_epoch(rows.assign(value=[1.0, 0.0, -0.5]), "f")
     figures.per_epoch(rows.assign(value=0.0), "f")
     assert [fig.axes[0].get_yscale() for fig in drawn] == ["log", "linear", "linear"]
+
+
+def test_reference_rows_follow_the_last_row_of_each_metric_they_give():
+    """sas-t5's GLIED: its values as the paper prints them ("-": –), no run, after each metric's rows."""
+    from resrepro.report.render import with_references
+
+    table = {"references": [{"label": "GLIED", "source": "SAS, Table 5", "paper": {"bleu1": 80.4, "bleu2": None, "cider": 129.3}}]}
+    views = [{"label": f"{model}, {m}", "metric": m, "paper": "1.00", "reproduced": "x", "n": 1, "verdict": ""}
+             for m in ("bleu1", "bleu2", "cider") for model in ("Baseline", "+ Proposal")]
+    out = with_references(views, table)
+    assert [v["label"] for v in out] == ["Baseline, bleu1", "+ Proposal, bleu1", "GLIED", "Baseline, bleu2", "+ Proposal, bleu2", "GLIED",
+                                         "Baseline, cider", "+ Proposal, cider", "GLIED"]
+    glied = [v for v in out if v["label"] == "GLIED"]
+    assert [v["paper"] for v in glied] == ["80.40", "–", "129.30"] and {v["verdict"] for v in glied} == {"reference"}
+    assert {v["reproduced"] for v in glied} == {"not run (reference)"} and glied[0]["n"] == 0 and glied[0]["note"] == "SAS, Table 5"
+    assert with_references(views, {}) == views

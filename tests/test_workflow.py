@@ -21,6 +21,7 @@ from report_html import row_by_label, table_rows
 
 from resrepro import experiments
 from resrepro.evaluate.bleu import read_lines, sacre_bleu, tokenized_bleu
+from resrepro.evaluate.captioning import spice_status
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[1]
@@ -66,10 +67,20 @@ def test_report_holds_every_table_with_paper_and_reproduced_values(workdir):
     tables = experiments.load_tables(workdir / "config" / "tables")
     rows = pd.read_csv(workdir / "results" / "tiny" / "aggregate" / "rows.csv")
     assert len(rows) == sum(len(t["rows"]) for t in tables.values())
+    spice, _ = spice_status()
     for table_id, table in tables.items():
         cells = table_rows(html, table_id)
+        # other work the paper prints (sas-t5's GLIED): its values, no run, after the rows of each metric
+        references = [(c["row"], c["metric"], c["paper"]) for c in cells if c["verdict"] == "reference"]
+        assert references == [(ref["label"], metric.replace("_", " "), "–" if v is None else f"{v:.2f}")
+                              for ref in table.get("references", []) for metric, v in ref["paper"].items()]
+        cells = [c for c in cells if c["verdict"] != "reference"]
         assert [c["row"] for c in cells] == [r["label"] for r in table["rows"]]
         for cell, row, (_, agg) in zip(cells, table["rows"], rows[rows["table"] == table_id].iterrows()):
+            if experiments.row_metric(table, row) == "spice" and not spice:  # no CoreNLP jars here: said so, with the way to get them
+                assert cell["reproduced"] == "no result" and cell["per seed"] == "unavailable", cell
+                assert cell["note"].startswith("SPICE unavailable: ") and "get_stanford_models" in cell["note"]
+                continue
             # paper 002's losses to 4 decimals (0.0723), its measured quantities to 4 significant digits (2.012e-06)
             shown = "{:.4g}" if "quantity" in row else "{:.4f}" if experiments.row_metric(table, row) == "train_loss" else "{:.2f}"
             assert cell["paper"] == ("–" if row["paper"] is None else shown.format(row["paper"]))  # lost in our copy of the paper
@@ -298,6 +309,7 @@ def test_paper_scale_dry_run_lists_every_job(workdir):
     plan = experiments.make_plan(cfg | {"tables_dir": str(workdir / "config" / "tables")})
     jobs = planned_jobs(workdir, "--configfile", "config/paper.yaml")
     n_mt = sum(run.task == "translation" for run in plan.runs.values())
+    n_cap = sum(run.task == "captioning" for run in plan.runs.values())
     n_measured = len({(name, run) for run, name, _, _ in experiments.measured(plan)})  # one job per run and measurement
     tabled = {run for row in plan.rows for run in row["runs"]}
     only_figures = {run for m in plan.measures for run in m["runs"]} - tabled
@@ -315,10 +327,12 @@ def test_paper_scale_dry_run_lists_every_job(workdir):
     # paper 001: 6 cells on EN-VI base, 2 two-block, 2 on each other dataset x size; SAS: 2 on
     # each dataset x size. Each paper's protocol differs (refine:), so no cell is shared; 5 seeds.
     assert n_mt == (6 + 2 + 2 * 5 + 2 * 6) * 5
+    assert n_cap == 2 * 5  # SAS Table 5: the captioner's baseline and + Proposal, 5 seeds (one cell per model, 8 metrics each)
     assert cfg["seeds_per_job"] == 1 and len(plan.jobs) == len(plan.runs)  # each seed its own job, on its own GPU
-    assert jobs == {"download_cifar": 2, "prepare_cifar": 2, "train_classifier": len(plan.runs) - n_mt,
+    assert jobs == {"download_cifar": 2, "prepare_cifar": 2, "train_classifier": len(plan.runs) - n_mt - n_cap,
                     "fetch_translation": 3, "prepare_translation": 3, "train_translator": n_mt,
-                    "evaluate_translation": n_mt, "measure": n_measured, "aggregate": 1, "gpu_hours": 1, "report": 1, "all": 1}
+                    "evaluate_translation": n_mt, "fetch_coco": 1, "prepare_coco": 1, "train_captioner": n_cap,
+                    "evaluate_captioning": n_cap, "measure": n_measured, "aggregate": 1, "gpu_hours": 1, "report": 1, "all": 1}
 
 
 def test_the_gpu_day_scale_runs_every_table_on_one_gpu_per_job(workdir):
@@ -337,7 +351,7 @@ def test_the_gpu_day_scale_runs_every_table_on_one_gpu_per_job(workdir):
     wmt = [json.loads(run.recipe_json) for run in plan.runs.values() if run.dataset.startswith("wmt")]
     assert wmt and {(r["max_tokens"] * r["update_freq"]) for r in wmt} == {25_000, 16_384}
     jobs = planned_jobs(workdir, "--configfile", "config/gpu-day.yaml")
-    assert jobs["train_classifier"] + jobs["train_translator"] == len(plan.runs) and jobs["gpu_hours"] == 1
+    assert jobs["train_classifier"] + jobs["train_translator"] + jobs["train_captioner"] == len(plan.runs) and jobs["gpu_hours"] == 1
 
 
 def test_lint_is_clean(workdir):

@@ -101,7 +101,7 @@ def variant_id(name: str, args: dict | None = None) -> str:
 @dataclass(frozen=True)
 class Architecture:
     name: str
-    task: str  # classification or translation: which tables may name it
+    task: str  # classification, translation or captioning: which tables may name it
     size_key: str  # the table row's key that picks the size: depth, size
     run_name: str  # the run's arch folder from the scale's size, e.g. "preact_resnet{}" -> preact_resnet110
     run_keys: tuple[str, ...]  # what a model spec copies from the run's training spec (optional if absent)
@@ -125,9 +125,11 @@ ARCHITECTURES: dict[str, Architecture] = {
         Architecture("simple_net_diagonal", "classification", "depth", "simple_net_diagonal{}", ("depth", "variant", "args", "init")),
         # paper 002's fully fledged ResNet-20 and its plain counterpart: He et al. 2016a's CIFAR net (models/resnet_cifar.py)
         Architecture("resnet_cifar", "classification", "depth", "resnet_cifar{}", ("depth", "variant", "args")),
+        # paper 000 Table 5: the Transformer captioner over image features (models/captioner.py); sizes: paper, mini
+        Architecture("transformer_captioner", "captioning", "size", "captioner_{}", ("size", "variant", "args", "pad_id", "dropout")),
     )
 }
-DEFAULT_FOR_TASK = {"classification": "preact_resnet", "translation": "transformer"}  # a row without `arch:`
+DEFAULT_FOR_TASK = {"classification": "preact_resnet", "translation": "transformer", "captioning": "transformer_captioner"}  # a row without `arch:`
 
 
 def architecture(name: str, task: str | None = None) -> Architecture:

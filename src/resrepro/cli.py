@@ -154,6 +154,68 @@ def cmd_evaluate_translation(a) -> None:
     return evaluate_seed
 
 
+def cmd_fetch_coco(a) -> None:
+    from . import files
+    from .data.coco import fetch_coco
+
+    paths = fetch_coco(Path(a.done).parent, mirror=a.mirror or None)
+    files.write_json(a.done, {"dataset": "mscoco", "files": [p.name for p in paths]})
+
+
+def cmd_prepare_captioning(a) -> None:
+    if a.dataset == "scenes":
+        from .data.captions import prepare_scenes
+
+        meta = prepare_scenes(a.out_dir, seed=0)
+    else:
+        from .data.coco import prepare_coco
+
+        meta = prepare_coco(a.raw_dir, a.out_dir, features=a.features, bottom_up=a.bottom_up, backbone=json.loads(a.backbone) or None,
+                            device=a.device)
+    print(f"{a.out_dir}: {meta['splits']} images, {meta['words_kept']} words seen at least {meta['min_count']} times "
+          f"(of {meta['words_in_train']}), {meta['features']['kind']} features {meta['features']['regions']} x {meta['features']['dim']}",
+          file=sys.stderr)
+
+
+def cmd_train_captioning(a) -> None:
+    import torch
+
+    from .train.captioning import train
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    spec = json.loads(a.spec)
+
+    def train_seed(seed: int, run_dir: Path) -> dict:
+        metrics = train({**spec, "seed": seed}, a.data, run_dir, device=a.device, progress=not a.no_progress)
+        status = "diverged" if metrics["diverged"] else f"dev loss {metrics['final']['dev_loss']:.3f}"
+        print(f"{run_dir}: {status} after {metrics['updates']} updates", file=sys.stderr)
+        return {"diverged": metrics["diverged"], "final": metrics["final"]}
+
+    return train_seed
+
+
+def cmd_evaluate_captioning(a) -> None:
+    import torch
+
+    from .evaluate.captioning import Scorers, evaluate_prepared
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    spec = json.loads(a.spec)
+    scorers = Scorers()  # once per job: METEOR's Java process serves every seed
+
+    def evaluate_seed(seed: int, run_dir: Path) -> dict:
+        averaged = run_dir / "averaged.pt"
+        average_newest(run_dir / "checkpoints", spec["average_last"], averaged)
+        result = evaluate_prepared(spec, a.data, averaged, run_dir, scorers, device=a.device)
+        spice = "SPICE unavailable" if result["spice"] is None else f"SPICE {result['spice']:.1f}"
+        print(f"{run_dir}: CIDEr {result['cider']:.1f}, BLEU-4 {result['bleu4']:.1f}, {spice}", file=sys.stderr)
+        return {"cider": result["cider"], "bleu4": result["bleu4"], "spice": result["spice"]}
+
+    return evaluate_seed
+
+
 def cmd_launch(a) -> None:
     from .launch import launch
 
@@ -349,6 +411,39 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--device", default="auto")
     s.add_argument("--threads", type=int, default=0)
     s.set_defaults(run=each_seed(cmd_evaluate_translation))
+
+    s = sub.add_parser("fetch-coco", help="download MSCOCO 2014's images and Karpathy's splits (checksummed)")
+    s.add_argument("--done", required=True, help="marker file written when every file is there")
+    s.add_argument("--mirror", default="", help="a mirror base URL instead of the official ones")
+    s.set_defaults(run=cmd_fetch_coco)
+
+    s = sub.add_parser("prepare-captioning", help="vocabulary, captions and image features of a captioning dataset")
+    s.add_argument("dataset", choices=["scenes", "mscoco"])
+    s.add_argument("--raw-dir", help="where fetch-coco put the files (mscoco)")
+    s.add_argument("--out-dir", required=True)
+    s.add_argument("--features", choices=["grid", "bottom_up"], default="grid", help="mscoco: a backbone's grid, or bottom-up boxes")
+    s.add_argument("--bottom-up", nargs="*", default=[], help="Anderson et al.'s TSV files (features bottom_up)")
+    s.add_argument("--backbone", default="{}", help='JSON: {"name": "resnet101", "weights": "IMAGENET1K_V2", "size": 224} (features grid)')
+    s.add_argument("--device", default="auto")
+    s.set_defaults(run=cmd_prepare_captioning)
+
+    s = sub.add_parser("train-captioning", help="train (or resume) a captioning cell's runs, one per seed")
+    s.add_argument("--spec", required=True, help="the cell's spec as JSON, without the seed")
+    add_job_arguments(s)
+    s.add_argument("--data", required=True, help="prepared dataset folder")
+    s.add_argument("--device", default="auto")
+    s.add_argument("--threads", type=int, default=0)
+    s.add_argument("--no-progress", action="store_true")
+    add_parallel_argument(s)
+    s.set_defaults(run=each_seed(cmd_train_captioning))
+
+    s = sub.add_parser("evaluate-captioning", help="per seed: average the last checkpoints, caption the test images, COCO metrics")
+    s.add_argument("--spec", required=True, help="the evaluation spec as JSON (experiments.eval_spec)")
+    add_job_arguments(s)
+    s.add_argument("--data", required=True)
+    s.add_argument("--device", default="auto")
+    s.add_argument("--threads", type=int, default=0)
+    s.set_defaults(run=each_seed(cmd_evaluate_captioning))
 
     s = sub.add_parser("launch", help="run a command on N GPUs: itself for one, torchrun ranks for several")
     s.add_argument("--gpus", type=int, default=0, help="GPUs the job holds (its Snakemake gpu resource)")

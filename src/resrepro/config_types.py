@@ -78,7 +78,7 @@ def validate_refinements(config: dict, schema: dict | str | Path) -> None:
 
     if not isinstance(schema, dict):
         schema = yaml.safe_load(Path(schema).read_text())
-    for task in ("classification", "translation"):
+    for task in ("classification", "translation", "captioning"):
         validator = jsonschema.Draft202012Validator({**schema["properties"][task], "$defs": schema.get("$defs", {})})
         for i, refinement in enumerate(config[task].get("refine", [])):
             for error in validator.iter_errors({**config[task], **refinement["set"]}):

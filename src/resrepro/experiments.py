@@ -18,9 +18,11 @@ import yaml
 from . import catalog, recipes
 from .catalog import ConfigError
 
-TASKS = ("classification", "translation")
-# metric -> higher is better; train_loss: the last (or best) epoch's mean cross-entropy over its batches
-METRICS = {"test_error": False, "test_accuracy": True, "bleu": True, "train_loss": False}
+TASKS = ("classification", "translation", "captioning")
+# metric -> higher is better; train_loss: the last (or best) epoch's mean cross-entropy over its
+# batches; the COCO toolkit's metrics x 100 (evaluate/captioning.py)
+CAPTION_METRICS = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l", "cider", "spice")
+METRICS = {"test_error": False, "test_accuracy": True, "bleu": True, "train_loss": False, **{m: True for m in CAPTION_METRICS}}
 # paper_parameters: the model size the paper prints beside the row (papers 001 Table 7, 003
 # Table 1), a count; paper_train_error: the training error (%) it prints beside a test error
 # arch: an architecture of the table's task (catalog.ARCHITECTURES), else the task's default;
@@ -36,8 +38,10 @@ ROW_KEYS = {"label", "formula", "dataset", "arch", "depth", "size", "variant", "
 CLAIMS = ("direction", "same")
 AT = ("init", "final")
 # measurement and settings: what computes the rows that name a `quantity` (a registered
-# measurement: measure/); ratio: the report shows each row's ratio to its baseline beside the paper's
-TABLE_KEYS = {"paper", "caption", "source", "task", "metric", "baseline", "rows", "measurement", "settings", "ratio"}
+# measurement: measure/); ratio: the report shows each row's ratio to its baseline beside the paper's;
+# references: rows the paper prints from other work, shown with their values and no run
+# ([{label, source, paper: {metric: value or null}}], e.g. paper 000 Table 5's GLIED)
+TABLE_KEYS = {"paper", "caption", "source", "task", "metric", "baseline", "rows", "measurement", "settings", "ratio", "references"}
 FIGURE_KEYS = {"paper", "caption", "source", "measurement", "settings", "quantities", "claim", "cells", "checks", "differences"}
 DIFFERENCE_KEYS = {"label", "of", "minus", "abs"}
 NOT_REPRODUCED_KEYS = {"paper", "caption", "source", "claim", "not_reproduced"}
@@ -79,6 +83,7 @@ def _check_table(table_id: str, table: dict, path: Path) -> dict:
         raise ConfigError(f"{where}: metric={table['metric']!r} unknown; allowed: {', '.join(METRICS)}")
     if "measurement" in table:
         table = {**table, "settings": _check_table_measurement(table, where)}
+    _check_references(table, where)
     labels = [row.get("label") for row in table["rows"]]
     for i, row in enumerate(table["rows"]):
         rwhere = f"{where}.rows[{i}]"
@@ -101,6 +106,21 @@ def _check_table(table_id: str, table: dict, path: Path) -> dict:
             raise ConfigError(f"{rwhere}: its metric is {row_metric(table, row)}, its baseline {baseline!r}'s is "
                               f"{row_metric(table, table['rows'][labels.index(baseline)])}: a verdict compares one metric")
     return table
+
+
+def _check_references(table: dict, where: str) -> None:
+    """Each reference row: a label, its source, and the paper's value (or null: "-" in the paper)
+    for metrics that the table's rows report."""
+    row_metrics = {row_metric(table, row) for row in table["rows"]}
+    for i, ref in enumerate(table.get("references", [])):
+        rwhere = f"{where}.references[{i}]"
+        if not isinstance(ref, dict) or set(ref) != {"label", "source", "paper"} or not isinstance(ref["paper"], dict):
+            raise ConfigError(f"{rwhere}: expected {{label, source, paper: {{metric: value}}}}; got {ref!r}")
+        for metric, value in ref["paper"].items():
+            if metric not in row_metrics:
+                raise ConfigError(f"{rwhere}.paper: {metric!r} is not a metric of this table's rows: {sorted(row_metrics)}")
+            if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)):
+                raise ConfigError(f"{rwhere}.paper.{metric}: expected a number or null; got {value!r}")
 
 
 def _check_table_measurement(table: dict, where: str) -> dict:
@@ -460,10 +480,10 @@ def check_recipe(task: str, recipe: dict, where: str) -> None:
         updates, every, last = recipe["max_updates"], recipe["checkpoint_every"], recipe["average_last"]
         written = -(-updates // every)  # every `every` updates, and at the last update
         if last > recipe["keep_checkpoints"]:
-            raise ConfigError(f"{where}: translation.average_last ({last}) exceeds keep_checkpoints "
+            raise ConfigError(f"{where}: {task}.average_last ({last}) exceeds keep_checkpoints "
                               f"({recipe['keep_checkpoints']}): training keeps only the newest {recipe['keep_checkpoints']}")
         if last > written:
-            raise ConfigError(f"{where}: translation.average_last ({last}) exceeds the {written} checkpoints that "
+            raise ConfigError(f"{where}: {task}.average_last ({last}) exceeds the {written} checkpoints that "
                               f"max_updates {updates} at checkpoint_every {every} writes")
 
 
@@ -482,8 +502,8 @@ def train_spec(config: dict, run: Run) -> dict:
         "seed": run.seed,
         **recipes.training_part(run.task, json.loads(run.recipe_json)),
     }
-    if run.task == "translation":
-        # The GPU count is part of the recipe: each rank takes max_tokens, so it sets the batch.
+    if run.task in ("translation", "captioning"):
+        # The GPU count is part of the recipe: each rank takes a batch, so it sets the batch.
         spec.update(_model_ids(run), world_size=max(1, gpus_for(config, run)))
     return spec
 
@@ -498,7 +518,7 @@ def job_train_spec(config: dict, runs: list[Run]) -> dict:
 
 
 def eval_spec(run: Run) -> dict:
-    """What evaluating a trained translation run needs: the model's identity and the evaluation
+    """What evaluating a trained translation or captioning run needs: the model's identity and the evaluation
     settings (recipes.EVAL_KEYS). The evaluation rules' params: changing it reruns only them."""
     return {**_model_ids(run), **recipes.evaluation_part(run.task, json.loads(run.recipe_json))}
 

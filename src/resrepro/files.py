@@ -42,3 +42,14 @@ def save_torch(path: str | Path, obj) -> None:
     import torch  # here, so that the jobs that write no tensors never import it
 
     atomic_write(path, lambda tmp: torch.save(obj, tmp))
+
+
+def save_numpy(path: str | Path, array) -> None:
+    """An .npy file (through a file object: np.save would append .npy to the temp file's name)."""
+    import numpy as np
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            np.save(f, array)
+
+    atomic_write(path, write)

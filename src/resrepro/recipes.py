@@ -1,6 +1,6 @@
 """Recipes: how each run is trained and how it is evaluated, resolved from a scale's config.
 
-A task's block in a scale profile (``classification:``, ``translation:``) holds the recipe every
+A task's block in a scale profile (``classification:``, ``translation:``, ``captioning:``) holds the recipe every
 run of that task starts from. Its ``refine:`` list holds the papers' own protocols, each applied
 over that recipe, in order, to the runs it matches::
 
@@ -25,13 +25,15 @@ from __future__ import annotations
 from .catalog import ConfigError
 
 # A task block's keys that say how this scale maps the papers, not how a run trains.
-SCALE_KEYS = frozenset({"datasets", "depths", "sizes", "seeds", "gpus", "refine"})
-EVAL_KEYS = {"classification": frozenset(), "translation": frozenset({"average_last", "beam", "alpha", "max_len_a", "max_len_b"})}
+SCALE_KEYS = frozenset({"datasets", "depths", "sizes", "seeds", "gpus", "refine", "features"})  # features: how the data is made
+EVAL_KEYS = {"classification": frozenset(), "translation": frozenset({"average_last", "beam", "alpha", "max_len_a", "max_len_b"}),
+             "captioning": frozenset({"average_last", "beam", "alpha", "max_len_b"})}
 # Keys a recipe may leave out: the default applies (dropout: the Transformer preset's; lr_decay: 0.1;
 # deterministic: off, torch's fastest kernels; snapshots: none; the speed switches: speed.DEFAULTS).
 SPEED_KEYS = frozenset({"amp", "channels_last", "compile", "fused_optimizer"})  # speed.DEFAULTS's keys (speed imports torch)
 # init: paper 002's simplified nets only (models/simple_net.py); dtype: float32 unless float64 (its SM B).
-OPTIONAL_KEYS = {"classification": frozenset({"deterministic", "lr_decay", "snapshots", "init", "dtype"}) | SPEED_KEYS, "translation": frozenset({"dropout", "deterministic"}) | SPEED_KEYS}
+OPTIONAL_KEYS = {"classification": frozenset({"deterministic", "lr_decay", "snapshots", "init", "dtype"}) | SPEED_KEYS,
+                 "translation": frozenset({"dropout", "deterministic"}) | SPEED_KEYS, "captioning": frozenset({"dropout", "deterministic"}) | SPEED_KEYS}
 MATCH_KEYS = ("paper", "table", "kind", "dataset", "arch", "depth", "size", "variant")
 DEFAULT = "default"
 

@@ -16,7 +16,7 @@ wildcard_constraints:
     recipe="[a-z0-9_+-]+",
     seed="[0-9]+",
     seeds="[0-9]+(-[0-9]+)?",
-    task="classification|translation",
+    task="classification|translation|captioning",
     measurement="[a-z0-9_]+",
 
 
@@ -45,9 +45,13 @@ def translation_spec(wildcards):
     return run_spec("translation", wildcards)
 
 
-def translation_eval_spec(wildcards):
+def captioning_spec(wildcards):
+    return run_spec("captioning", wildcards)
+
+
+def eval_spec(task):
     """The job's evaluation spec (model identity, beam, alpha, length limits, average_last)."""
-    return json.dumps(experiments.eval_spec(job_runs("translation", wildcards)[0]), sort_keys=True)
+    return lambda wildcards: json.dumps(experiments.eval_spec(job_runs(task, wildcards)[0]), sort_keys=True)
 
 
 def job_seeds(task):
@@ -98,13 +102,13 @@ def prepared_data(wildcards):
 
 
 def all_run_results(wildcards):
-    """What the aggregate waits for: every training job, and each translation job's evaluation
-    (it reads each run's seed<N>/ folder). With `partial: true` only the jobs that finished, so a
-    report shows what finished and lists the rest."""
+    """What the aggregate waits for: every training job, and each translation and captioning job's
+    evaluation (it reads each run's seed<N>/ folder). With `partial: true` only the jobs that
+    finished, so a report shows what finished and lists the rest."""
     out = []
     for job, runs in PLAN.jobs.items():
         out.append(f"results/{wildcards.scale}/{job}/trained.json")
-        if PLAN.runs[runs[0]].task == "translation":
+        if PLAN.runs[runs[0]].task in ("translation", "captioning"):
             out.append(f"results/{wildcards.scale}/{job}/evaluated.json")
     if config["partial"]:
         out = [f for f in out if os.path.exists(f)]
@@ -169,6 +173,17 @@ def table_files():
 def translation_mirror(wildcards):
     """A mirror base URL from config (download_urls: {iwslt15_en_vi: URL}) or "" for the official one."""
     return config.get("download_urls", {}).get(wildcards.dataset, "")
+
+
+def coco_features():
+    """How the MSCOCO features are made (captioning.features): the kind, and its backbone or TSV files."""
+    return config["captioning"].get("features", {"kind": "grid"})
+
+
+def bottom_up_files(wildcards):
+    """Anderson et al.'s TSV files when the features are bottom-up: inputs, so that a missing one stops the run here."""
+    features = coco_features()
+    return features.get("tsv", []) if features["kind"] == "bottom_up" else []
 
 
 def download_url(wildcards):

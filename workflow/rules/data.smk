@@ -109,3 +109,63 @@ rule synthesize_translation:
         "../../envs/resrepro.yaml"
     shell:
         "resrepro prepare-translation synthetic --out-dir $(dirname {output}) 2> {log}"
+
+
+rule synthesize_scenes:
+    output:
+        "results/data/scenes/prepared.json",
+    log:
+        "logs/data/prepare_scenes.log",
+    benchmark:
+        "logs/data/prepare_scenes.benchmark.tsv"
+    conda:
+        "../../envs/resrepro.yaml"
+    shell:
+        "resrepro prepare-captioning scenes --out-dir $(dirname {output}) 2> {log}"
+
+
+localrules:
+    fetch_coco,
+
+
+rule fetch_coco:
+    output:
+        "resources/mscoco/fetched.json",
+    params:
+        mirror=lambda wildcards: config.get("download_urls", {}).get("mscoco", ""),
+    log:
+        "logs/data/fetch_mscoco.log",
+    benchmark:
+        "logs/data/fetch_mscoco.benchmark.tsv"
+    retries: 2
+    conda:
+        "../../envs/resrepro.yaml"
+    shell:
+        "resrepro fetch-coco --done {output} --mirror {params.mirror:q} 2> {log}"
+
+
+# Karpathy's splits, the vocabulary, and one feature file per split: a backbone's grid on a GPU
+# (captioning.features), or the user's bottom-up TSV files.
+rule prepare_coco:
+    input:
+        fetched="resources/mscoco/fetched.json",
+        bottom_up=bottom_up_files,
+    output:
+        "results/data/mscoco/prepared.json",
+    params:
+        kind=lambda wildcards: coco_features()["kind"],
+        backbone=lambda wildcards: json.dumps(coco_features().get("backbone", {}), sort_keys=True),
+    log:
+        "logs/data/prepare_mscoco.log",
+    benchmark:
+        "logs/data/prepare_mscoco.benchmark.tsv"
+    resources:
+        gpu=single_gpu(),
+        mem_mb=needs("prepare_coco", "mem_mb"),
+        runtime=needs("prepare_coco", "runtime"),
+    conda:
+        "../../envs/resrepro.yaml"
+    shell:
+        "resrepro launch --gpus {resources.gpu} -- prepare-captioning mscoco --raw-dir $(dirname {input.fetched})"
+        " --out-dir $(dirname {output}) --features {params.kind} --backbone {params.backbone:q}"
+        " --bottom-up {input.bottom_up} 2> {log}"

@@ -11,7 +11,7 @@ rule evaluate_translation:
     output:
         "results/{scale}/translation/{dataset}/{arch}/{recipe}/{variant}/seeds{seeds}/evaluated.json",
     params:
-        spec=translation_eval_spec,
+        spec=eval_spec("translation"),
         seeds=job_seeds("translation"),
         cell=cell_dir,
     log:
@@ -27,4 +27,34 @@ rule evaluate_translation:
         "../../envs/resrepro.yaml"
     shell:
         "resrepro launch --gpus {resources.gpu} -- evaluate-translation --spec {params.spec:q} --seeds {params.seeds}"
+        " --data $(dirname {input.data}) --cell-dir {params.cell} --done {output} --threads {threads} 2> {log}"
+
+
+# Captioning: per seed, average its last N checkpoints, caption the test images with beam search,
+# and score them with the COCO toolkit (seed<N>/captions.tsv, seed<N>/eval.json).
+
+
+rule evaluate_captioning:
+    input:
+        trained="results/{scale}/captioning/{dataset}/{arch}/{recipe}/{variant}/seeds{seeds}/trained.json",
+        data="results/data/{dataset}/prepared.json",
+    output:
+        "results/{scale}/captioning/{dataset}/{arch}/{recipe}/{variant}/seeds{seeds}/evaluated.json",
+    params:
+        spec=eval_spec("captioning"),
+        seeds=job_seeds("captioning"),
+        cell=cell_dir,
+    log:
+        "results/{scale}/captioning/{dataset}/{arch}/{recipe}/{variant}/seeds{seeds}/evaluate.log",
+    benchmark:
+        "results/{scale}/captioning/{dataset}/{arch}/{recipe}/{variant}/seeds{seeds}/evaluate.benchmark.tsv"
+    threads: 1
+    resources:
+        gpu=single_gpu(),
+        mem_mb=needs("evaluate_captioning", "mem_mb"),
+        runtime=runtime_of_seeds("evaluate_captioning", "captioning"),
+    conda:
+        "../../envs/resrepro.yaml"
+    shell:
+        "resrepro launch --gpus {resources.gpu} -- evaluate-captioning --spec {params.spec:q} --seeds {params.seeds}"
         " --data $(dirname {input.data}) --cell-dir {params.cell} --done {output} --threads {threads} 2> {log}"

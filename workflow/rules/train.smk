@@ -62,3 +62,31 @@ rule train_translator:
         "resrepro launch --gpus {resources.gpu} -- train-translation --spec {params.spec:q} --seeds {params.seeds}"
         " --data $(dirname {input}) --cell-dir {params.cell} --done {output} --threads {threads}"
         " --parallel {resources.seeds_at_once} 2> {log}"
+
+
+rule train_captioner:
+    input:
+        "results/data/{dataset}/prepared.json",
+    output:
+        "results/{scale}/captioning/{dataset}/{arch}/{recipe}/{variant}/seeds{seeds}/trained.json",
+    params:
+        spec=captioning_spec,
+        seeds=job_seeds("captioning"),
+        cell=cell_dir,
+    log:
+        "results/{scale}/captioning/{dataset}/{arch}/{recipe}/{variant}/seeds{seeds}/train.log",
+    benchmark:
+        "results/{scale}/captioning/{dataset}/{arch}/{recipe}/{variant}/seeds{seeds}/train.benchmark.tsv"
+    threads: 1
+    resources:
+        gpu=single_gpu(),
+        mem_mb=needs("train_captioner", "mem_mb"),
+        runtime=runtime_of_training("train_captioner", "captioning"),
+        seeds_at_once=seeds_at_once("captioning"),
+    priority: 1
+    conda:
+        "../../envs/resrepro.yaml"
+    shell:
+        "resrepro launch --gpus {resources.gpu} -- train-captioning --spec {params.spec:q} --seeds {params.seeds}"
+        " --data $(dirname {input}) --cell-dir {params.cell} --done {output} --threads {threads}"
+        " --parallel {resources.seeds_at_once} 2> {log}"

@@ -21,13 +21,13 @@ from pathlib import Path
 import pandas as pd
 
 from ..data.subword import VOCAB_SIZES
-from ..experiments import METRICS, higher_is_better, load_tables, row_metric
+from ..experiments import CAPTION_METRICS, METRICS, higher_is_better, load_tables, row_metric
 from . import stats
 
 UNFINISHED = ("failed", "incomplete", "missing")
 DIGITS = {"train_loss": 4}  # decimals a metric is shown with: a loss of 0.0723 is not 0.07
 RUN_COLUMNS = ["run", "task", "dataset", "arch", "recipe", "variant_id", "seed", "status", "error", "final_test_error", "best_test_error", "best_epoch", "final_train_error", "final_train_loss", "best_train_loss",
-               "bleu", "sacrebleu", "sacrebleu_signature", "epochs_completed", "diverged_step", "parameters", "wall_time_s",
+               "bleu", "sacrebleu", "sacrebleu_signature", *CAPTION_METRICS, "spice_note", "features", "epochs_completed", "diverged_step", "parameters", "wall_time_s",
                "device", "git_commit"]
 
 
@@ -49,17 +49,28 @@ def read_run(results_dir: Path, run: str) -> dict:
     )
     if m["diverged"]:
         out["diverged_step"] = m["diverged_at"]["step"]
-    elif task == "translation":  # the score of the averaged checkpoints, from the evaluate rule
+    elif task in ("translation", "captioning"):  # the score of the averaged checkpoints, from the evaluate rule
         eval_path = results_dir / run / "eval.json"
         if not eval_path.exists():
             return {**out, "status": "missing", "error": "trained, not evaluated (see evaluate.log)"}
         ev = json.loads(eval_path.read_text())
-        out.update(bleu=ev["bleu_tokenized"]["bleu"], sacrebleu=ev["sacrebleu"]["bleu"], sacrebleu_signature=ev["sacrebleu"]["signature"])
+        if task == "translation":
+            out.update(bleu=ev["bleu_tokenized"]["bleu"], sacrebleu=ev["sacrebleu"]["bleu"], sacrebleu_signature=ev["sacrebleu"]["signature"])
+        else:  # SPICE is None where it could not run; spice_note says why
+            out.update({m: ev[m] for m in CAPTION_METRICS}, spice_note=ev["spice_note"], features=ev["features"])
     else:
         out.update(final_test_error=m["final"]["test_error"], best_test_error=m["best"]["test_error"], best_epoch=m["best"]["epoch"],
                    final_train_error=m["final"]["train_error"], final_train_loss=m["final"]["train_loss"],
                    best_train_loss=m["best"].get("train_loss"))  # runs trained before it was recorded: empty
     return out
+
+
+def unscored_reason(runs: pd.DataFrame, run_ids: list[str], metric: str) -> str:
+    """Why finished runs have no value of the metric: SPICE's note (its jars missing, or it failed)."""
+    if metric != "spice":
+        return ""
+    notes = [n for n in runs.loc[run_ids, "spice_note"] if isinstance(n, str) and n]
+    return notes[0] if notes else ""
 
 
 def unfinished_status(run_dir: Path) -> dict:
@@ -79,8 +90,8 @@ def seed_values(runs: pd.DataFrame, run_ids: list[str], metric: str, epoch_basis
         r = runs.loc[run_id]
         if r["status"] != "ok":
             out.append(None)
-        elif metric == "bleu":
-            out.append(float(r["bleu"]))
+        elif metric in ("bleu", *CAPTION_METRICS):
+            out.append(None if pd.isna(r[metric]) else float(r[metric]))
         elif metric == "train_loss":
             out.append(float(r[f"{epoch_basis}_train_loss"]))
         else:
@@ -175,10 +186,13 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
         higher = higher_is_better(table, spec)
         each = row_seed_values(results_dir, runs, plan_row["runs"], spec, metric, table.get("measurement"), epoch_basis)
         values, shown = shown_values(runs, plan_row["runs"], each, metric)
+        unscored = "" if values else unscored_reason(runs, plan_row["runs"], metric)
+        if unscored:  # finished runs without this metric (SPICE without its jars): say so in each seed's place
+            shown = ["unavailable" if v == "not measured" else v for v in shown]
         first = runs.loc[plan_row["runs"][0]]  # every row has >= 1 run: seeds >= 1 (config schema)
         line = {
             "table": plan_row["table"], "row": plan_row["row"], "label": plan_row["label"], "formula": spec.get("formula", ""),
-            "note": spec.get("note", ""),
+            "note": " ".join(filter(None, [spec.get("note", ""), unscored])),
             "paper_dataset": spec["dataset"], "paper_arch": spec.get("depth", spec.get("size")),
             "dataset": first["dataset"], "arch": first["arch"], "recipe": first["recipe"], "variant_id": first["variant_id"],
             "metric": metric, "higher_is_better": higher, "epoch_basis": epoch_basis, "paper": spec["paper"],
@@ -208,7 +222,7 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
                 v = stats.compare(values, base_values, spec["paper"], base_spec["paper"], higher)
             line.update(verdict=v.verdict, p_value=v.p_value, difference=v.difference, resolvable=v.resolvable, reason=v.reason)
             if not values or not base_values:  # nothing to compare: say so rather than "inconclusive"
-                line.update(verdict="no result", reason="no finished seed in this row or its baseline")
+                line.update(verdict="no result", reason=unscored or "no finished seed in this row or its baseline")
             if table["task"] == "translation":
                 line["bootstrap_p"] = json.dumps(bootstrap_p_values(results_dir, runs, plan_row["runs"], baseline["runs"]))
         ok = [r for r in plan_row["runs"] if runs.loc[r, "status"] == "ok"]

@@ -2,7 +2,8 @@
 
 A step-times file (config/costs/*.yaml, written by benchmarks/gpu_budget.py) holds one training
 step's milliseconds per key `task/arch/variant/batch` (`step_key`): a classification step is one
-batch of `batch_size` images; a translation step is one batch of `max_tokens` tokens on one GPU.
+batch of `batch_size` images; a translation step is one batch of `max_tokens` tokens on one GPU;
+a captioning step is one batch of `batch_size` captions.
 The file names its device and its basis: `measured` (on that device, by gpu_budget.py) or
 `estimate` (with the measurements it extrapolates from).
 
@@ -33,7 +34,8 @@ BASES = ("measured", "estimate")
 
 def step_key(run: Run) -> str:
     recipe = json.loads(run.recipe_json)
-    batch = f"batch{recipe['batch_size']}" if run.task == "classification" else f"tokens{recipe['max_tokens']}"
+    batch = {"classification": f"batch{recipe.get('batch_size')}", "captioning": f"captions{recipe.get('batch_size')}"}.get(
+        run.task, f"tokens{recipe.get('max_tokens')}")
     precision = "/float64" if recipe.get("dtype") == "float64" else ""  # paper 002's equivalent training
     return f"{run.task}/{run.arch}/{run.variant_id}/{batch}{precision}"
 
@@ -107,7 +109,8 @@ def estimate_step_ms(run: Run, anchors: dict) -> float:
     classification, the baseline's ms at two or more depths at `batch_size`, linear in depth between
     and beyond them; translation, the baseline's ms per size at `tokens` tokens, scaled up in
     proportion above that batch (below it a GPU step is bound by kernel launches, not tokens);
-    both times the variant's ratio to the baseline (`ratio`, by variant name, else `other`), and a
+    captioning, the baseline's ms per size at `captions` captions, scaled up in proportion above it;
+    all times the variant's ratio to the baseline (`ratio`, by variant name, else `other`), and a
     float64 run's times the anchors' `float64_ratio`."""
     task = anchors[run.task]
     recipe = json.loads(run.recipe_json)
@@ -116,6 +119,8 @@ def estimate_step_ms(run: Run, anchors: dict) -> float:
         (d0, ms0), (d1, ms1) = depths[0], depths[-1]  # one anchor: the same step time at every depth
         slope = (ms1 - ms0) / (d1 - d0) if d1 != d0 else 0.0
         base = (ms0 + slope * (int(run.size) - d0)) * recipe["batch_size"] / task["batch_size"]
+    elif run.task == "captioning":
+        base = task["baseline_ms"][str(run.size)] * max(1.0, recipe["batch_size"] / task["captions"])
     else:
         base = task["baseline_ms"][str(run.size)] * max(1.0, recipe["max_tokens"] / task["tokens"])
     precision = anchors.get("float64_ratio", 1.0) if recipe.get("dtype") == "float64" else 1.0

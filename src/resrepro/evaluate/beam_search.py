@@ -25,7 +25,9 @@ the sentence stops (with `early_stop=False` it runs to its maximum length; the b
 is the same either way). Stopped sentences leave the batch, so no work is spent on them.
 
 Maximum length (generated tokens incl. EOS) per sentence: int(max_len_a * src_len + max_len_b),
-src_len counting non-pad tokens, at least 1 and at most the model's `max_positions`.
+src_len the model's `source_lengths` (a sentence's non-pad tokens; an image's regions), at least 1
+and at most the model's `max_positions`. The source is whatever the model's `encode` takes: token
+ids (N, S) for the translation Transformer, features (N, regions, dim) for the captioner.
 
 PAD and BOS are never generated (their log-probabilities are set to -inf after the softmax,
 without renormalising, as fairseq does for PAD), so returned hypotheses contain neither; EOS is
@@ -49,9 +51,8 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def max_lengths(src: torch.Tensor, pad_id: int, max_len_a: float, max_len_b: int, max_positions: int) -> list[int]:
-    """Per sentence: int(max_len_a * (non-pad source tokens) + max_len_b), clipped to [1, max_positions]."""
-    src_len = (src != pad_id).sum(1).tolist()
+def max_lengths(src_len: list[int], max_len_a: float, max_len_b: int, max_positions: int) -> list[int]:
+    """Per source: int(max_len_a * its length + max_len_b), clipped to [1, max_positions]."""
     return [min(max(int(max_len_a * n + max_len_b), 1), max_positions) for n in src_len]
 
 
@@ -98,14 +99,12 @@ def beam_search_nbest(
     stops early)."""
     if beam < 1:
         raise ValueError("beam must be >= 1")
-    if src.dim() != 2:
-        raise ValueError("src must be (N, S)")
     banned = _banned(model, bos, eos)
     cfg = model.cfg
     device = _device(model)
     src = src.to(device)
     n, k = src.shape[0], beam
-    limits = max_lengths(src, cfg.pad_id, max_len_a, max_len_b, cfg.max_positions)
+    limits = max_lengths(model.source_lengths(src), max_len_a, max_len_b, cfg.max_positions)
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(n)]
     steps_run, tokens_generated = 0, 0
     was_training = model.training
@@ -227,7 +226,7 @@ def greedy(model, src: torch.Tensor, bos: int, eos: int, max_len_a: float = 1.0,
     cfg = model.cfg
     device = _device(model)
     src = src.to(device)
-    limits = max_lengths(src, cfg.pad_id, max_len_a, max_len_b, cfg.max_positions)
+    limits = max_lengths(model.source_lengths(src), max_len_a, max_len_b, cfg.max_positions)
     out: list[list[int]] = [[] for _ in range(src.shape[0])]
     was_training = model.training
     model.eval()

@@ -167,6 +167,12 @@ class Transformer(nn.Module):
     def src_mask(self, src: torch.Tensor) -> torch.Tensor:
         return (src != self.cfg.pad_id)[:, None, None, :]  # (N, 1, 1, S): True = attend
 
+    def source_lengths(self, src: torch.Tensor) -> list[int]:
+        """Each source's length (its non-pad tokens): beam search's length limits scale with it."""
+        if src.dim() != 2:
+            raise ValueError("src must be (N, S)")
+        return (src != self.cfg.pad_id).sum(1).tolist()
+
     def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mask = self.src_mask(src)
         x = self._embed(src)

@@ -24,6 +24,7 @@ def to_png(fig) -> bytes:
 CURVES = {
     "classification": ("epoch", [("train_loss", "train loss (augmented batches)"), ("test_error", "test error (%)")]),
     "translation": ("step", [("train_loss", "train loss (label-smoothed)"), ("dev_loss", "dev loss (label-smoothed)")]),
+    "captioning": ("step", [("train_loss", "train loss (label-smoothed)"), ("dev_loss", "val loss (label-smoothed)")]),
 }
 
 

@@ -66,8 +66,11 @@ def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: 
             trows = rows[rows["table"] == table_id]
             figure = None if "measurement" in table else figures.learning_curves(  # a measured table's runs: another table's curves
                 trows, curves, {lbl: runs_by_row[(table_id, lbl)] for lbl in trows["label"]}, table_id, table["task"])
-            sections.append({"id": table_id, "table": table, "rows": [_row_view(r) for _, r in trows.iterrows()], "figure": data_uri(figure),
-                             "cost": costs["tables"].get(table_id) if costs else None})
+            views = with_references([_row_view(r) for _, r in trows.iterrows()], table)
+            table_runs = runs[runs["run"].isin({r for lbl in trows["label"] for r in runs_by_row[(table_id, lbl)]})]
+            sections.append({"id": table_id, "table": table, "rows": views, "figure": data_uri(figure),
+                             "cost": costs["tables"].get(table_id) if costs else None,
+                             "features": sorted(table_runs["features"].dropna().unique()) if "features" in table_runs else []})
         papers.append({"id": paper_id, "title": title, "sections": sections, "figures": _figure_sections(agg_dir, figure_entries, paper_id)})
 
     status = runs["status"].value_counts().to_dict()
@@ -157,6 +160,20 @@ def fmt_metric(value, metric: str) -> str:
     if metric in METRICS or value is None or (isinstance(value, float) and math.isnan(value)):
         return fmt(value, DIGITS.get(metric, 2))
     return f"{value:.4g}"
+
+
+def with_references(views: list[dict], table: dict) -> list[dict]:
+    """The table's rows with its reference rows (other work the paper prints, no run) placed after
+    the last row of each metric they give, each value as the paper prints it ("–" for its "-")."""
+    out = list(views)
+    for ref in table.get("references", []):
+        for metric, value in ref["paper"].items():
+            shown = metric.replace("_", " ")
+            at = max((i for i, v in enumerate(out) if v["metric"] == shown), default=len(out) - 1) + 1
+            out.insert(at, {**{k: "" for k in views[0]}, "label": ref["label"], "metric": shown, "paper": fmt_metric(value, metric),
+                            "reproduced": "not run (reference)", "n": 0, "n_runs": 0, "n_diverged": 0, "n_unfinished": 0,
+                            "verdict": "reference", "reason": ref["source"], "note": ref["source"]})
+    return out
 
 
 def _row_view(r: pd.Series) -> dict:

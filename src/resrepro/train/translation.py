@@ -1,5 +1,9 @@
 """Train one Transformer translation run: the papers' tensor2tensor recipe, resumable.
 
+The loop (`train_sequences`) also trains the captioner (train/captioning.py): it reads its data
+through an object with `lengths`, `batches` and `collate` (TokenPairs here), so the schedule,
+checkpoints, resume, divergence and DDP are one code path for both tracks.
+
 Token-based batches (sentences of similar length grouped until `max_tokens` source-or-target
 tokens, the papers' "batch size 4096" for IWSLT), gradient accumulation over `update_freq`
 batches to emulate the 8-GPU WMT batch on fewer GPUs, Adam (0.9, 0.98, 1e-9) with the inverse
@@ -65,25 +69,49 @@ def token_batches(lengths: list[tuple[int, int]], max_tokens: int, generator: to
 def collate(pairs, idx: list[int], pad: int, bos: int, eos: int):
     """-> src (N, S) with EOS, tgt_in (N, T) = BOS + target, tgt_out (N, T) = target + EOS.
     `pairs[i]` is (source ids, target ids): lists or numpy arrays (memory-mapped at WMT size)."""
-    chosen = [(torch.as_tensor(np.asarray(pairs[i][0], dtype=np.int64)), torch.as_tensor(np.asarray(pairs[i][1], dtype=np.int64))) for i in idx]
-    n, s_len, t_len = len(idx), max(len(s) for s, _ in chosen) + 1, max(len(t) for _, t in chosen) + 1
-    src = torch.full((n, s_len), pad, dtype=torch.long)
+    sources = [torch.as_tensor(np.asarray(pairs[i][0], dtype=np.int64)) for i in idx]
+    src = torch.full((len(idx), max(len(s) for s in sources) + 1), pad, dtype=torch.long)
+    for k, s in enumerate(sources):
+        src[k, : len(s)], src[k, len(s)] = s, eos
+    return (src, *shifted_targets([pairs[i][1] for i in idx], pad, bos, eos))
+
+
+def shifted_targets(targets, pad: int, bos: int, eos: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Teacher forcing's pair, padded: tgt_in (N, T) = BOS + target, tgt_out (N, T) = target + EOS."""
+    chosen = [torch.as_tensor(np.asarray(t, dtype=np.int64)) for t in targets]
+    n, t_len = len(chosen), max(len(t) for t in chosen) + 1
     tin = torch.full((n, t_len), pad, dtype=torch.long)
     tout = torch.full((n, t_len), pad, dtype=torch.long)
-    for k, (s, t) in enumerate(chosen):
-        src[k, : len(s)], src[k, len(s)] = s, eos
+    for k, t in enumerate(chosen):
         tin[k, 0], tin[k, 1 : len(t) + 1] = bos, t
         tout[k, : len(t)], tout[k, len(t)] = t, eos
-    return src, tin, tout
+    return tin, tout
+
+
+class TokenPairs:
+    """A split of sentence pairs as the training loop reads it: `lengths` (source, target tokens
+    with EOS) of each example, `batches(generator)` an epoch's batches of example indices, and
+    `collate(idx)` -> (src, tgt_in, tgt_out). The captioning track gives the loop its own
+    (train/captioning.CaptionedImages): the loop is the same for both."""
+
+    def __init__(self, pairs, spec: dict):
+        self.pairs, self.spec = pairs, spec
+        self.lengths = [(len(s) + 1, len(t) + 1) for s, t in pairs]
+
+    def batches(self, generator: torch.Generator) -> list[list[int]]:
+        return token_batches(self.lengths, self.spec["max_tokens"], generator)
+
+    def collate(self, idx: list[int]):
+        return collate(self.pairs, idx, self.spec["pad_id"], self.spec["bos_id"], self.spec["eos_id"])
 
 
 @torch.no_grad()
-def dev_loss(model, pairs, spec, device, speed: Speed) -> float:
+def dev_loss(model, data, spec, device, speed: Speed) -> float:
+    """Mean label-smoothed loss per target token over the dev split (its batches from seed 0)."""
     model.eval()
     total, tokens = 0.0, 0
-    batches = token_batches([(len(s) + 1, len(t) + 1) for s, t in pairs], spec["max_tokens"], torch.Generator().manual_seed(0))
-    for idx in batches:
-        src, tin, tout = (t.to(device) for t in collate(pairs, idx, spec["pad_id"], spec["bos_id"], spec["eos_id"]))
+    for idx in data.batches(torch.Generator().manual_seed(0)):
+        src, tin, tout = (t.to(device) for t in data.collate(idx))
         n = int((tout != spec["pad_id"]).sum())
         with speed.autocast(device):
             logits = model(src, tin)
@@ -95,6 +123,12 @@ def dev_loss(model, pairs, spec, device, speed: Speed) -> float:
 
 def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Path, device: str = "auto", progress: bool = True) -> dict:
     """Run (or resume) one translation run; writes out_dir/{train_log.csv, metrics.json, checkpoints/}."""
+    return train_sequences(spec, TokenPairs(train_pairs, spec), TokenPairs(dev_pairs, spec), {"vocab_size": vocab_size}, out_dir, device, progress)
+
+
+def train_sequences(spec: dict, train_data, dev_data, model_inputs: dict, out_dir: str | Path, device: str = "auto", progress: bool = True) -> dict:
+    """The loop of a translation or captioning run (module docstring): `train_data` and `dev_data`
+    as TokenPairs, `model_inputs` what the model spec takes from the data (vocab_size, ...)."""
     out_dir = Path(out_dir)
     ckpt_dir = out_dir / "checkpoints"
     world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
@@ -110,7 +144,7 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
 
     torch.manual_seed(spec["seed"])
     gen = torch.Generator().manual_seed(spec["seed"])
-    model_spec = models.model_spec(spec, vocab_size=vocab_size)
+    model_spec = models.model_spec(spec, **model_inputs)
     model = models.build(model_spec).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9, **speed.optimizer_options())
     state = resume(ckpt_dir / "last.pt", spec, model, opt, device, rank) or LoopState(generator=gen.get_state())
@@ -118,12 +152,12 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
     ddp_model = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False) if world > 1 else model
     forward = speed.compiled(ddp_model)
 
-    lengths = [(len(s) + 1, len(t) + 1) for s, t in train_pairs]
+    lengths = train_data.lengths
     bar = tqdm(total=spec["max_updates"], initial=state.step, desc=str(out_dir), disable=not progress or rank > 0, mininterval=2, file=sys.stderr)
     started, loss_sum, loss_tokens, seen_tokens = time.perf_counter(), 0.0, 0, 0
     while state.step < spec["max_updates"] and state.diverged is None:
         gen.set_state(state.generator)
-        batches = token_batches(lengths, spec["max_tokens"], gen)
+        batches = train_data.batches(gen)
         batches = batches[rank : len(batches) - len(batches) % world : world]  # as many on every rank: DDP's collectives pair up
         groups = [batches[i : i + spec["update_freq"]] for i in range(0, len(batches), spec["update_freq"])]
         while state.position < len(groups) and state.step < spec["max_updates"]:
@@ -136,7 +170,7 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
             # on one GPU: DDP averages the ranks' gradients, so each rank's sum is scaled by world/tokens.
             (update_tokens,) = sum_over_ranks([sum(sum(lengths[i][1] for i in idx) for idx in update)], device, world)
             for k, idx in enumerate(update):
-                batch = collate(train_pairs, idx, spec["pad_id"], spec["bos_id"], spec["eos_id"])
+                batch = train_data.collate(idx)
                 if device.type == "cuda":  # pinned host memory: the copy overlaps with compute
                     batch = tuple(t.pin_memory() for t in batch)
                 src, tin, tout = (t.to(device, non_blocking=True) for t in batch)
@@ -155,7 +189,7 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
                         break
                     (loss * n * world / update_tokens).backward()
                 loss_sum, loss_tokens = loss_sum + loss.item() * n, loss_tokens + n
-                seen_tokens += int((src != spec["pad_id"]).sum()) + n
+                seen_tokens += sum(lengths[i][0] for i in idx) + n
             if state.diverged is not None:
                 break
             opt.step()
@@ -165,7 +199,7 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
                 elapsed = time.perf_counter() - started
                 loss_sum, loss_tokens, seen_tokens = sum_over_ranks([loss_sum, loss_tokens, seen_tokens], device, world)
                 row = {"step": state.step, "epoch": state.epoch, "lr": lr, "train_loss": loss_sum / max(loss_tokens, 1),
-                       "dev_loss": dev_loss(model, dev_pairs, spec, device, speed), "tokens_per_s": seen_tokens / elapsed, "seconds": elapsed}
+                       "dev_loss": dev_loss(model, dev_data, spec, device, speed), "tokens_per_s": seen_tokens / elapsed, "seconds": elapsed}
                 state.log.append(row)
                 bar.set_postfix(train_loss=f"{row['train_loss']:.3f}", dev_loss=f"{row['dev_loss']:.3f}")
                 started, loss_sum, loss_tokens, seen_tokens = time.perf_counter(), 0.0, 0, 0

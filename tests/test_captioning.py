@@ -1,0 +1,184 @@
+"""The captioner, its training in the shared loop, beam search over images, and scoring with the
+COCO toolkit: the pipeline's scores equal pycocoevalcap's scorers called directly."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from resrepro import models, residual
+from resrepro.data import captions
+from resrepro.evaluate import captioning as evaluate
+from resrepro.evaluate.beam_search import beam_search
+from resrepro.models.captioner import Captioner
+from resrepro.train import captioning as train_captioning
+
+JAVA = shutil.which("java") is not None
+
+
+def captioner(variant="xskip_ln", args=None, vocab=20, dim=10) -> Captioner:
+    torch.manual_seed(0)
+    return models.build({"arch": "transformer_captioner", "size": "mini", "variant": variant, "args": args or {"lam": 1.0},
+                         "pad_id": 0, "vocab_size": vocab, "feature_dim": dim})
+
+
+def test_every_sublayer_combines_through_the_registry():
+    for variant, args in (("xskip_ln", {"lam": 1.0}), ("sas", {"bias_a": 0.0, "bias_b": 0.0})):
+        model = captioner(variant, args)
+        kinds = [m for m in model.modules() if isinstance(m, residual.REGISTRY[variant])]
+        assert len(kinds) == 2 * 2 + 2 * 3  # 2 encoder layers x 2 sublayers, 2 decoder layers x 3
+
+
+def test_padding_regions_change_nothing_and_shapes():
+    model = captioner().eval()
+    feats = torch.rand(3, 5, 10) + 0.1
+    words = torch.randint(4, 20, (3, 7))
+    logits = model(feats, words)
+    assert logits.shape == (3, 7, 20) and torch.isfinite(logits).all()
+    padded = torch.cat([feats, torch.zeros(3, 2, 10)], dim=1)  # two padding regions: rows of zeros
+    assert torch.allclose(model(padded, words), logits, atol=1e-5)
+    assert model.source_lengths(padded) == [5, 5, 5]
+    changed = feats.clone()
+    changed[:, 2] += 1.0  # a real region does change the words' scores
+    assert not torch.allclose(model(changed, words), logits, atol=1e-3)
+    with pytest.raises(ValueError, match="regions"):
+        model.encode(torch.rand(3, 10))
+
+
+def test_beam_search_over_images_respects_the_word_limit():
+    model = captioner()
+    hyps = beam_search(model, torch.rand(4, 5, 10) + 0.1, bos=1, eos=2, beam=3, alpha=0.0, max_len_a=0.0, max_len_b=6)
+    assert len(hyps) == 4 and all(len(h) <= 6 and 0 not in h and 1 not in h for h in hyps)
+
+
+@pytest.fixture(scope="module")
+def scenes_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("scenes")
+    captions.prepare_scenes(out, seed=1, images={"train": 200, "val": 10, "test": 12}, min_count=2)
+    return out
+
+
+def spec(**over):
+    return {"task": "captioning", "model": "transformer_captioner", "size": "mini", "variant": "xskip_ln", "args": {"lam": 1.0},
+            "seed": 0, "pad_id": 0, "bos_id": 1, "eos_id": 2, "batch_size": 50, "max_updates": 30, "warmup": 10, "lr_scale": 2.0,
+            "label_smoothing": 0.1, "update_freq": 1, "checkpoint_every": 10, "keep_checkpoints": 3, **over}
+
+
+def test_batches_cover_every_caption_once_and_collate_pairs_images_with_their_captions(scenes_dir):
+    split = captions.load_split(scenes_dir, "train")
+    data = train_captioning.CaptionedImages(split, captions.load_vocabulary(scenes_dir), spec(batch_size=64))
+    batches = data.batches(torch.Generator().manual_seed(0))
+    assert sorted(i for b in batches for i in b) == list(range(1000)) and [len(b) for b in batches[:-1]] == [64] * 15
+    feats, tin, tout = data.collate([7, 12])  # caption 7 is image 1's third, caption 12 image 2's third
+    assert torch.equal(feats[0], torch.from_numpy(np.asarray(split.features[1], dtype=np.float32)))
+    assert torch.equal(feats[1], torch.from_numpy(np.asarray(split.features[2], dtype=np.float32)))
+    ids = data.pairs[7][1]
+    assert tin[0, 0] == 1 and tin[0, 1 : len(ids) + 1].tolist() == ids.tolist() and tout[0, len(ids)] == 2
+    assert data.lengths[7] == (16, len(ids) + 1)
+
+
+def test_training_learns_and_resumes_bit_identically(scenes_dir, tmp_path, monkeypatch):
+    import pandas as pd
+
+    whole = train_captioning.train(spec(), scenes_dir, tmp_path / "whole", device="cpu", progress=False)
+    assert not whole["diverged"] and whole["updates"] == 30 and whole["parameters"] > 0
+    log = pd.read_csv(tmp_path / "whole" / "train_log.csv")
+    assert list(log["step"]) == [10, 20, 30] and log["train_loss"].iloc[-1] < log["train_loss"].iloc[0]  # it learns
+    resumed = train_killed_then_resumed(spec(), scenes_dir, tmp_path / "resumed", "cpu", monkeypatch)
+    assert resumed["final"]["train_loss"] == whole["final"]["train_loss"]
+    assert resumed["final"]["dev_loss"] == whole["final"]["dev_loss"]
+
+
+def train_killed_then_resumed(run_spec, data_dir, out_dir, device, monkeypatch) -> dict:
+    """Train until the second checkpoint is written, stop there as a kill would, then train again:
+    the second call must resume from that checkpoint (same spec), not start afresh."""
+    from resrepro.train import translation
+
+    saved, calls = translation._save, []
+
+    def killed_after_second_checkpoint(*args, **kwargs):
+        saved(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # stands for SIGKILL right after the checkpoint
+
+    monkeypatch.setattr(translation, "_save", killed_after_second_checkpoint)
+    with pytest.raises(KeyboardInterrupt):
+        train_captioning.train(run_spec, data_dir, out_dir, device=device, progress=False)
+    monkeypatch.setattr(translation, "_save", saved)
+    log_before = (out_dir / "train_log.csv").read_text().splitlines()
+    assert [line.split(",")[0] for line in log_before[1:]] == ["10", "20"]
+    resumed = train_captioning.train(run_spec, data_dir, out_dir, device=device, progress=False)
+    assert (out_dir / "train_log.csv").read_text().splitlines()[:3] == log_before  # resumed: the first rows kept
+    return resumed
+
+
+@pytest.mark.skipif(not JAVA, reason="pycocoevalcap's PTB tokenizer and METEOR need Java")
+def test_scores_equal_pycocoevalcap_called_directly():
+    from pycocoevalcap.bleu.bleu import Bleu
+    from pycocoevalcap.cider.cider import Cider
+    from pycocoevalcap.meteor.meteor import Meteor
+    from pycocoevalcap.rouge.rouge import Rouge
+    from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
+    refs = {"1": ["A red ball on the left.", "a red circle, left"], "2": ["two blue boxes", "a pair of blue squares"],
+            "3": ["a small green triangle", "green wedge"]}
+    hyps = {"1": "a red ball on the left", "2": "two blue squares", "3": "a green circle"}
+    ours = evaluate.Scorers(spice=False).score(refs, hyps)
+    tok = PTBTokenizer()
+    gts = tok.tokenize({k: [{"caption": c} for c in v] for k, v in refs.items()})
+    res = tok.tokenize({k: [{"caption": h}] for k, h in hyps.items()})
+    bleu, _ = Bleu(4).compute_score(gts, res)
+    direct = {**{f"bleu{n + 1}": 100 * b for n, b in enumerate(bleu)}, "meteor": 100 * Meteor().compute_score(gts, res)[0],
+              "rouge_l": 100 * Rouge().compute_score(gts, res)[0], "cider": 100 * Cider().compute_score(gts, res)[0]}
+    for metric, value in direct.items():
+        assert ours[metric] == pytest.approx(value, abs=1e-9), metric
+    assert ours["bleu1"] > ours["bleu4"] > 0 and ours["spice"] is None
+    with pytest.raises(ValueError, match="same images"):
+        evaluate.Scorers(spice=False).score(refs, {"1": "x"})
+
+
+def test_spice_without_its_jars_says_why_and_how_to_supply_them(tmp_path, monkeypatch):
+    import pycocoevalcap
+
+    fake = tmp_path / "pycocoevalcap"
+    (fake / "spice" / "lib").mkdir(parents=True)
+    monkeypatch.setattr(pycocoevalcap, "__path__", [str(fake)])
+    available, note = evaluate.spice_status()
+    assert not available and note.startswith("SPICE unavailable: stanford-corenlp-3.6.0.jar, stanford-corenlp-3.6.0-models.jar not in")
+    assert "get_stanford_models()" in note
+    for jar in evaluate.SPICE_JARS:
+        (fake / "spice" / "lib" / jar).write_bytes(b"")
+    assert evaluate.spice_status() == (True, "")
+
+
+def test_a_failing_spice_keeps_the_other_metrics(monkeypatch):
+    import pycocoevalcap.spice.spice as spice_module
+
+    class Broken:
+        def compute_score(self, gts, res):
+            raise RuntimeError("java.lang.NoClassDefFoundError")
+
+    monkeypatch.setattr(spice_module, "Spice", Broken)
+    score, note = evaluate.Scorers._spice({}, {})
+    assert score is None and note == "SPICE failed: RuntimeError: java.lang.NoClassDefFoundError"
+
+
+@pytest.mark.skipif(not JAVA, reason="pycocoevalcap needs Java")
+def test_evaluate_a_trained_run_end_to_end(scenes_dir, tmp_path):
+    from resrepro.train.average import average_checkpoints, checkpoints_to_average
+
+    run = tmp_path / "run"
+    train_captioning.train(spec(), scenes_dir, run, device="cpu", progress=False)
+    average_checkpoints(checkpoints_to_average(run / "checkpoints", 2), run / "averaged.pt")
+    eval_spec = {"model": "transformer_captioner", "size": "mini", "variant": "xskip_ln", "args": {"lam": 1.0}, "pad_id": 0, "bos_id": 1,
+                 "eos_id": 2, "beam": 2, "alpha": 0.0, "max_len_b": 8}
+    result = evaluate.evaluate_prepared(eval_spec, scenes_dir, run / "averaged.pt", run, evaluate.Scorers(spice=False), device="cpu")
+    assert result["images"] == 12 and set(evaluate.METRICS) <= set(result) and result["features"] == "patch_grid"
+    lines = (run / "captions.tsv").read_text().splitlines()
+    assert len(lines) == 12 and lines[0].startswith("test00000\t")
+    assert json.loads((run / "eval.json").read_text())["cider"] == result["cider"]
+    with pytest.raises(RuntimeError, match="variant"):
+        evaluate.evaluate_prepared({**eval_spec, "variant": "sas"}, scenes_dir, run / "averaged.pt", run, evaluate.Scorers(spice=False))
