@@ -41,7 +41,8 @@ def distinct_steps(configs_and_plans) -> dict[str, tuple[dict, experiments.Run]]
     steps = {}
     for config, plan in configs_and_plans:
         for run in cost.tabled_runs(plan).values():
-            steps.setdefault(cost.step_key(run), (config, run))
+            for key, _ in cost.stages_of(run):
+                steps.setdefault(key, (config, run))
     return steps
 
 
@@ -103,13 +104,20 @@ def training_step(spec: dict, device, classes: int = 10):
     return step
 
 
-def measure_step_ms(config: dict, run: experiments.Run, device_name: str, warmup: int, steps: int) -> float:
+def measure_step_ms(config: dict, run: experiments.Run, device_name: str, warmup: int, steps: int, key: str | None = None) -> float:
+    """The median ms of the run's training step, or of its self-critical update where `key` is
+    the run's scst_key (benchmarks/scst_step_time.py's update)."""
     from resrepro.devices import pick_device, use_deterministic_algorithms
 
     spec = experiments.train_spec(config, run)
     if spec.get("deterministic"):
         use_deterministic_algorithms()
-    step = training_step(spec, pick_device(device_name), classes=100 if run.dataset == "cifar100" else 10)
+    if key is not None and key == cost.scst_key(run):
+        from scst_step_time import self_critical_step
+
+        step = self_critical_step(spec, pick_device(device_name), spec["scst"]["batch_images"], spec["scst"]["max_len"])
+    else:
+        step = training_step(spec, pick_device(device_name), classes=100 if run.dataset == "cifar100" else 10)
     for _ in range(warmup):
         step()
     times = []
@@ -150,13 +158,13 @@ def main(argv=None) -> None:
     today = datetime.date.today().isoformat()
     if opts.estimate:
         anchors = yaml.safe_load(Path(opts.estimate).read_text())
-        step_ms = {key: round(cost.estimate_step_ms(run, anchors), 2) for key, (_, run) in steps.items()}
+        step_ms = {key: round(cost.estimate_step_ms(run, anchors, key), 2) for key, (_, run) in steps.items()}
         times = {"device": anchors["device"], "basis": "estimate",
                  "source": f"estimated {today} by benchmarks/gpu_budget.py from {opts.estimate}: {anchors['source'].strip()}", "step_ms": step_ms}
     else:
         step_ms = {}
         for i, (key, (config, run)) in enumerate(steps.items(), 1):
-            step_ms[key] = round(measure_step_ms(config, run, opts.device, opts.warmup, opts.steps), 2)
+            step_ms[key] = round(measure_step_ms(config, run, opts.device, opts.warmup, opts.steps, key), 2)
             print(f"[{i}/{len(steps)}] {key}: {step_ms[key]:.1f} ms", file=sys.stderr)
         import torch
 

@@ -62,4 +62,7 @@ def write_captioning_run(results, run: str, scores: dict, spice_note: str = "") 
     SPICE None with its note where it could not run)."""
     files.write_json(results / run / "metrics.json", {"diverged": False, "updates": 20, "wall_time_s": 2.0, "parameters": 10,
                                                       "provenance": {"device": "cpu", "git_commit": "abc"}})
-    files.write_json(results / run / "eval.json", {**scores, "spice_note": spice_note, "features": "patch_grid", "images": 5})
+    samples = [{"image": f"test{i}", "thumbnail": f"data:image/png;base64,{i}", "reference": f"a shape {i}", "caption": f"{run} saw {i}"}
+               for i in range(2)]
+    files.write_json(results / run / "eval.json", {**scores, "spice_note": spice_note, "features": "patch_grid", "images": 5,
+                                                   "samples": samples})

@@ -426,3 +426,21 @@ def test_captioning_rows_read_each_metric_and_say_why_spice_is_missing(tmp_path)
     assert spice["verdict"] == "no result" and spice["reason"] == note and note in spice["note"]
     assert rows.loc["Baseline, SPICE", "note"] == note and json.loads(rows.loc["Baseline, SPICE", "values"]) == ["unavailable"] * 2
     assert rows.loc["Baseline, CIDEr", "note"] != note  # the other metrics say nothing about SPICE
+
+
+def test_caption_samples_give_each_models_first_seed_per_test_image(tmp_path):
+    from fake_runs import plan_for, write_captioning_run
+
+    from resrepro.experiments import CAPTION_METRICS
+
+    plan = plan_for(["sas-t5"], seeds=2)
+    for path in plan.runs:
+        write_captioning_run(tmp_path, path, {m: 1.0 for m in CAPTION_METRICS})
+    samples = aggregate(plan.rows, tmp_path, "config/tables", "final")["caption_samples"]
+    first = {row["label"].split(", ")[0]: row["runs"][0] for row in plan.rows}
+    assert list(samples["model"]) == ["Baseline", "Baseline", "+ Proposal", "+ Proposal"]  # one model per run, not per metric row
+    assert list(samples["run"]) == [first["Baseline"]] * 2 + [first["+ Proposal"]] * 2
+    assert samples.iloc[1].to_dict() == {"table": "sas-t5", "model": "Baseline", "run": first["Baseline"], "image": "test1",
+                                         "thumbnail": "data:image/png;base64,1", "reference": "a shape 1",
+                                         "caption": f"{first['Baseline']} saw 1"}
+    assert aggregate(plan_for(["rskip-t1"], seeds=1).rows, tmp_path, "config/tables", "final")["caption_samples"].empty

@@ -180,5 +180,9 @@ def test_evaluate_a_trained_run_end_to_end(scenes_dir, tmp_path):
     lines = (run / "captions.tsv").read_text().splitlines()
     assert len(lines) == 12 and lines[0].startswith("test00000\t")
     assert json.loads((run / "eval.json").read_text())["cider"] == result["cider"]
+    thumbs, test = captions.load_thumbnails(scenes_dir, "test"), captions.load_split(scenes_dir, "test")
+    assert [s["image"] for s in result["samples"]] == list(thumbs) == test.image_ids[:6]  # the gallery's images
+    assert result["samples"][2] == {"image": "test00002", "thumbnail": thumbs["test00002"], "reference": " ".join(test.captions[2][0]),
+                                    "caption": lines[2].split("\t")[1]}
     with pytest.raises(RuntimeError, match="variant"):
         evaluate.evaluate_prepared({**eval_spec, "variant": "sas"}, scenes_dir, run / "averaged.pt", run, evaluate.Scorers(spice=False))

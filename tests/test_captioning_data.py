@@ -75,6 +75,19 @@ def test_prepared_scenes_round_trip(tmp_path):
     assert test.captions[0] == [captions.tokenize(c) for c in caps[0]]
     pairs = captions.training_pairs(test, vocab)
     assert len(pairs) == 30 and pairs[5][0] == 1  # five captions an image, in image order
+    thumbs = captions.load_thumbnails(tmp_path, "test")
+    assert list(thumbs) == [f"test{i:05d}" for i in range(6)] and captions.load_thumbnails(tmp_path, "train") == {}
+    picture = picture_of(thumbs["test00002"])
+    assert picture.format == "PNG" and picture.size == (96, 96)
+    assert np.array_equal(np.asarray(picture)[::3, ::3], pixels[2])  # the scene itself, each pixel drawn 3 x 3
+
+
+def picture_of(uri: str):
+    from PIL import Image
+
+    kind, data = uri.split(",", 1)
+    assert kind in ("data:image/png;base64", "data:image/jpeg;base64")
+    return Image.open(io.BytesIO(base64.b64decode(data)))
 
 
 # ---------------------------------------------------------------------------------- MSCOCO
@@ -129,6 +142,9 @@ def test_prepare_coco_with_a_backbone_grid_leaves_out_what_cannot_be_read(coco_r
     assert meta["splits"] == {"train": 2, "val": 1, "test": 2}
     assert meta["left_out"] == ["train2014/COCO_train2014_000000167126.jpg"]
     assert meta["features"]["regions"] == 4 and meta["features"]["dim"] == 512 + 2
+    thumbs = captions.load_thumbnails(out, "test")  # the readable test images, at most 160 pixels a side
+    assert list(thumbs) == captions.load_split(out, "test").image_ids
+    assert all(picture_of(u).format == "JPEG" and max(picture_of(u).size) <= 160 for u in thumbs.values())
     train = captions.load_split(out, "train")
     assert train.image_ids == ["9", "30"] and train.features.shape == (2, 4, 514)
     assert np.allclose(train.features[0, :, -2:], [[0.25, 0.25], [0.25, 0.75], [0.75, 0.25], [0.75, 0.75]])

@@ -126,7 +126,8 @@ def test_the_committed_estimate_covers_every_run_of_the_costed_scales():
         config = yaml.safe_load(open(scale))
         plan = make_plan(config)
         for r in cost.tabled_runs(plan).values():
-            assert times["step_ms"][cost.step_key(r)] == pytest.approx(cost.estimate_step_ms(r, anchors), abs=0.01)
+            for key, _ in cost.stages_of(r):
+                assert times["step_ms"][key] == pytest.approx(cost.estimate_step_ms(r, anchors, key), abs=0.01)
         assert isinstance(cost.table_costs(plan, config, times), pd.DataFrame)
 
 
@@ -144,7 +145,9 @@ def test_the_measured_step_times_cover_every_run_of_the_costed_scales_and_are_wh
         assert config["gpu_costs"]["step_times"] == "config/costs/h100.yaml"
         if scale.endswith("mini.yaml"):
             continue
-        missing = [k for k in map(cost.step_key, cost.tabled_runs(make_plan(config)).values()) if k not in times["step_ms"]]
+        keys = [k for r in cost.tabled_runs(make_plan(config)).values() for k, _ in cost.stages_of(r)]
+        assert any("/scst50" in k for k in keys)  # the captioning runs' self-critical stage is costed too
+        missing = [k for k in keys if k not in times["step_ms"]]
         assert missing == []
 
 
@@ -160,3 +163,48 @@ def test_a_captioning_step_is_a_batch_of_captions():
     assert cost.estimate_step_ms(larger, anchors) == pytest.approx(120.0)
     smaller = Run(**{**caption.__dict__, "variant": "rskip_ln", "recipe_json": json.dumps({**recipe, "batch_size": 10})})
     assert cost.estimate_step_ms(smaller, anchors) == pytest.approx(36.0)  # launch-bound below the anchor: its time, x other
+
+
+def test_a_self_critical_stage_adds_its_updates_at_its_own_step_time():
+    recipe = {"batch_size": 50, "max_updates": 3000, "update_freq": 1, "scst": {"updates": 200, "batch_images": 40, "lr": 5e-5,
+                                                                                "checkpoint_every": 100, "max_len": 20}}
+    caption = Run("captioning", "mscoco", "captioner_paper", "transformer_captioner", "paper", "sas", "{}", 0,
+                  recipe_json=json.dumps(recipe, sort_keys=True))
+    assert cost.scst_key(caption) == "captioning/captioner_paper/sas/scst40"
+    assert cost.stages_of(caption) == [("captioning/captioner_paper/sas/captions50", 3000), ("captioning/captioner_paper/sas/scst40", 200)]
+    step_ms = {"captioning/captioner_paper/sas/captions50": 60.0, "captioning/captioner_paper/sas/scst40": 900.0}
+    assert cost.run_gpu_hours(caption, step_ms, gpus=1) == pytest.approx((3000 * 0.060 + 200 * 0.900) / 3600)
+    with pytest.raises(ConfigError, match="scst40"):
+        cost.run_gpu_hours(caption, {"captioning/captioner_paper/sas/captions50": 60.0}, gpus=1)
+    anchors = {"captioning": {"captions": 50, "baseline_ms": {"paper": 30.0}, "ratio": {"sas": 2.0, "other": 1.2},
+                              "scst": {"images": 20, "baseline_ms": {"paper": 500.0}, "ratio": {"sas": 1.5, "other": 1.1}}}}
+    assert cost.estimate_step_ms(caption, anchors, "captioning/captioner_paper/sas/scst40") == pytest.approx(500.0 * 2 * 1.5)
+    assert cost.estimate_step_ms(caption, anchors) == pytest.approx(60.0)  # the cross-entropy step
+    plain = Run(**{**caption.__dict__, "recipe_json": json.dumps({k: v for k, v in recipe.items() if k != "scst"})})
+    assert cost.scst_key(plain) is None and len(cost.stages_of(plain)) == 1
+
+
+def test_the_budget_times_a_self_critical_stage_with_the_training_loops_update(monkeypatch):
+    """benchmarks/gpu_budget.py measures a run's scst key with scst_step_time's update (the real
+    scst_update), its other key with the training step."""
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    from resrepro.experiments import make_plan
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import gpu_budget
+    import scst_step_time
+
+    config = yaml.safe_load(open("tests/configs/tiny.yaml"))
+    run = next(r for r in cost.tabled_runs(make_plan(config)).values() if r.task == "captioning")
+    made = []
+    real = scst_step_time.self_critical_step
+    monkeypatch.setattr(scst_step_time, "self_critical_step", lambda *a: made.append(a[2:]) or real(*a))
+    assert gpu_budget.measure_step_ms(config, run, "cpu", warmup=0, steps=1, key=cost.scst_key(run)) > 0
+    assert made == [(20, 12)]  # the recipe's batch_images and max_len
+    assert gpu_budget.measure_step_ms(config, run, "cpu", warmup=0, steps=1, key=cost.step_key(run)) > 0 and len(made) == 1
+    assert {k for k in gpu_budget.distinct_steps([(config, make_plan(config))]) if k.startswith("captioning/")} == {
+        k for r in cost.tabled_runs(make_plan(config)).values() if r.task == "captioning" for k, _ in cost.stages_of(r)}

@@ -163,6 +163,37 @@ def test_a_captioner_trains_resumes_and_captions_on_the_gpu(tmp_path, monkeypatc
     assert sum(a == b for a, b in zip(on_cpu, on_gpu)) >= 0.9 * len(on_cpu)
 
 
+def test_self_critical_training_runs_and_resumes_bit_identically_on_the_gpu(tmp_path, monkeypatch):
+    """The self-critical stage on the GPU: sampling draws from a CPU generator, the rest is
+    deterministic, so a kill and resume ends with the uninterrupted run's weights."""
+    from resrepro.data import captions
+    from resrepro.train import captioning
+    from test_scst import scst_spec
+
+    data = tmp_path / "scenes"
+    captions.prepare_scenes(data, seed=1, images={"train": 200, "val": 10, "test": 12}, min_count=2)
+    run_spec = {**scst_spec(), "deterministic": True}
+    whole = captioning.train(run_spec, data, tmp_path / "whole", device="auto", progress=False)
+    assert whole["scst"]["updates"] == 20 and whole["diverged"] is False
+    assert whole["provenance"]["device"] == torch.cuda.get_device_name()
+    saved = captioning.save
+
+    def killed_after_first_scst_checkpoint(path, *args, **kwargs):
+        saved(path, *args, **kwargs)
+        if path.name == "scst.pt":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(captioning, "save", killed_after_first_scst_checkpoint)
+    with pytest.raises(KeyboardInterrupt):
+        captioning.train(run_spec, data, tmp_path / "resumed", device="auto", progress=False)
+    monkeypatch.setattr(captioning, "save", saved)
+    resumed = captioning.train(run_spec, data, tmp_path / "resumed", device="auto", progress=False)
+    assert resumed["scst"]["final"] | {"seconds": 0} == whole["scst"]["final"] | {"seconds": 0}
+    a = torch.load(tmp_path / "whole" / "checkpoints" / "step50.pt", weights_only=True)["model"]
+    b = torch.load(tmp_path / "resumed" / "checkpoints" / "step50.pt", weights_only=True)["model"]
+    assert [k for k in a if not torch.equal(a[k], b[k])] == []
+
+
 @pytest.mark.parametrize("layout", residual.LAYOUTS)
 @pytest.mark.parametrize("name", ["sas", "highway"])
 def test_gates_are_float32_under_cuda_autocast(layout, name):

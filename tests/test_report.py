@@ -430,6 +430,23 @@ def test_a_learning_curve_is_drawn_on_a_log_scale_only_when_no_value_is_negative
     assert [fig.axes[0].get_yscale() for fig in drawn] == ["log", "linear", "linear"]
 
 
+def test_the_caption_gallery_puts_each_models_caption_under_its_image():
+    from resrepro.report.render import caption_gallery
+
+    samples = pd.DataFrame([
+        {"table": "sas-t5", "model": "Baseline", "image": "7", "thumbnail": "data:a", "reference": "r7", "caption": "b7"},
+        {"table": "sas-t5", "model": "Baseline", "image": "3", "thumbnail": "data:b", "reference": "r3", "caption": "b3"},
+        {"table": "sas-t5", "model": "+ Proposal", "image": "7", "thumbnail": "data:a", "reference": "r7", "caption": "p7"},
+        {"table": "sas-t5", "model": "+ Proposal", "image": "3", "thumbnail": "data:b", "reference": "r3", "caption": "p3"},
+        {"table": "other", "model": "X", "image": "7", "thumbnail": "data:c", "reference": "r", "caption": "x"},
+    ])
+    assert caption_gallery(samples, "sas-t5") == [
+        {"image": "7", "thumbnail": "data:a", "reference": "r7", "captions": [("Baseline", "b7"), ("+ Proposal", "p7")]},
+        {"image": "3", "thumbnail": "data:b", "reference": "r3", "captions": [("Baseline", "b3"), ("+ Proposal", "p3")]},
+    ]
+    assert caption_gallery(samples, "sas-t3") == []
+
+
 def test_reference_rows_follow_the_last_row_of_each_metric_they_give():
     """sas-t5's GLIED: its values as the paper prints them ("-": –), no run, after each metric's rows."""
     from resrepro.report.render import with_references

@@ -90,6 +90,17 @@ def test_report_holds_every_table_with_paper_and_reproduced_values(workdir):
                 assert cell["sacreBLEU"] == f"{agg['sacrebleu']:.2f}" and cell["parameters at paper size (vocabulary)"].endswith("M (32,768)")
     for paper in ("sas", "rskip", "noise", "iter"):
         assert f'id="paper-{paper}"' in html
+    # sas-t5: its training (cross-entropy, then the tiny config's self-critical updates) and a
+    # gallery of test images, each with both models' captions, as captions.tsv holds them
+    caption_section = html[html.index('<section id="sas-t5">') :]
+    caption_section = html_text.unescape(caption_section[: caption_section.index("</section>")])
+    scst = tiny_config(workdir)["captioning"]["scst"]["updates"]
+    assert f"training: cross-entropy, then {scst} self-critical updates on CIDEr-D" in caption_section
+    samples = pd.read_csv(workdir / "results" / "tiny" / "aggregate" / "caption_samples.csv", keep_default_na=False)
+    assert len(samples) == 2 * 6 and caption_section.count('<figure class="caption-sample"><img src="data:image/png;base64,') == 6
+    for sample in samples.itertuples():
+        captions_tsv = (workdir / "results" / "tiny" / sample.run / "captions.tsv").read_text().splitlines()
+        assert f"{sample.image}\t{sample.caption}" in captions_tsv and f"<b>{sample.model}:</b> {sample.caption}" in caption_section
     noise = table_rows(html, "noise-t1")
     assert noise[0]["metric"] == "train loss" and noise[-1]["metric"] == "test error"  # each row names its metric
     shows = {  # what each measurement's summary says, per cell

@@ -33,7 +33,7 @@ EVAL_KEYS = {"classification": frozenset(), "translation": frozenset({"average_l
 SPEED_KEYS = frozenset({"amp", "channels_last", "compile", "fused_optimizer"})  # speed.DEFAULTS's keys (speed imports torch)
 # init: paper 002's simplified nets only (models/simple_net.py); dtype: float32 unless float64 (its SM B).
 OPTIONAL_KEYS = {"classification": frozenset({"deterministic", "lr_decay", "snapshots", "init", "dtype"}) | SPEED_KEYS,
-                 "translation": frozenset({"dropout", "deterministic"}) | SPEED_KEYS, "captioning": frozenset({"dropout", "deterministic"}) | SPEED_KEYS}
+                 "translation": frozenset({"dropout", "deterministic"}) | SPEED_KEYS, "captioning": frozenset({"dropout", "deterministic", "scst"}) | SPEED_KEYS}
 MATCH_KEYS = ("paper", "table", "kind", "dataset", "arch", "depth", "size", "variant")
 DEFAULT = "default"
 

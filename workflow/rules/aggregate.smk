@@ -14,6 +14,7 @@ rule aggregate:
         plan="results/{scale}/aggregate/plan.json",
         figures="results/{scale}/aggregate/figures.csv",
         figure_cells="results/{scale}/aggregate/figure_cells.csv",
+        caption_samples="results/{scale}/aggregate/caption_samples.csv",
     params:
         plan=aggregate_plan(),
         measures=measures_plan(),

@@ -14,6 +14,7 @@ rule report:
         plan="results/{scale}/aggregate/plan.json",
         figures_data="results/{scale}/aggregate/figures.csv",
         figure_cells="results/{scale}/aggregate/figure_cells.csv",
+        caption_samples="results/{scale}/aggregate/caption_samples.csv",
         gpu_hours="results/{scale}/aggregate/gpu_hours.csv",
         tables=table_files(),
         figures=figure_files(),

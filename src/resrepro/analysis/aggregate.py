@@ -27,7 +27,7 @@ from . import stats
 UNFINISHED = ("failed", "incomplete", "missing")
 DIGITS = {"train_loss": 4}  # decimals a metric is shown with: a loss of 0.0723 is not 0.07
 RUN_COLUMNS = ["run", "task", "dataset", "arch", "recipe", "variant_id", "seed", "status", "error", "final_test_error", "best_test_error", "best_epoch", "final_train_error", "final_train_loss", "best_train_loss",
-               "bleu", "sacrebleu", "sacrebleu_signature", *CAPTION_METRICS, "spice_note", "features", "epochs_completed", "diverged_step", "parameters", "wall_time_s",
+               "bleu", "sacrebleu", "sacrebleu_signature", *CAPTION_METRICS, "spice_note", "features", "scst_updates", "epochs_completed", "diverged_step", "parameters", "wall_time_s",
                "device", "git_commit"]
 
 
@@ -57,7 +57,8 @@ def read_run(results_dir: Path, run: str) -> dict:
         if task == "translation":
             out.update(bleu=ev["bleu_tokenized"]["bleu"], sacrebleu=ev["sacrebleu"]["bleu"], sacrebleu_signature=ev["sacrebleu"]["signature"])
         else:  # SPICE is None where it could not run; spice_note says why
-            out.update({m: ev[m] for m in CAPTION_METRICS}, spice_note=ev["spice_note"], features=ev["features"])
+            out.update({m: ev[m] for m in CAPTION_METRICS}, spice_note=ev["spice_note"], features=ev["features"],
+                       scst_updates=m["scst"]["updates"] if m.get("scst") else None)
     else:
         out.update(final_test_error=m["final"]["test_error"], best_test_error=m["best"]["test_error"], best_epoch=m["best"]["epoch"],
                    final_train_error=m["final"]["train_error"], final_train_loss=m["final"]["train_loss"],
@@ -248,7 +249,26 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
         "runs": runs.reset_index(drop=True),
         "rows": pd.DataFrame(out_rows),
         "curves": pd.concat(curves, ignore_index=True) if curves else pd.DataFrame(columns=["run", "epoch"]),
+        "caption_samples": caption_samples(plan_rows, tables, results_dir),
     }
+
+
+SAMPLE_COLUMNS = ["table", "model", "run", "image", "thumbnail", "reference", "caption"]
+
+
+def caption_samples(plan_rows: list[dict], tables: dict, results_dir: Path) -> pd.DataFrame:
+    """Per captioning table and model (a row label before its ", metric"), the captions its first
+    seed gave the test images with thumbnails (eval.json's samples), for the report's gallery."""
+    out, seen = [], set()
+    for row in plan_rows:
+        run = row["runs"][0]
+        if tables[row["table"]]["task"] != "captioning" or (row["table"], run) in seen:
+            continue
+        seen.add((row["table"], run))
+        path = results_dir / run / "eval.json"
+        samples = json.loads(path.read_text()).get("samples", []) if path.exists() else []
+        out += [{"table": row["table"], "model": row["label"].split(", ")[0], "run": run, **s} for s in samples]
+    return pd.DataFrame(out, columns=SAMPLE_COLUMNS)
 
 
 FIGURE_COLUMNS = ["figure", "cell", "label", "run", "seed"]

@@ -3,13 +3,15 @@
 A step-times file (config/costs/*.yaml, written by benchmarks/gpu_budget.py) holds one training
 step's milliseconds per key `task/arch/variant/batch` (`step_key`): a classification step is one
 batch of `batch_size` images; a translation step is one batch of `max_tokens` tokens on one GPU;
-a captioning step is one batch of `batch_size` captions.
+a captioning step is one batch of `batch_size` captions, and a self-critical update (`scst` in
+the recipe) one batch of `batch_images` images, each captioned greedily and by sampling
+(`scst_key`).
 The file names its device and its basis: `measured` (on that device, by gpu_budget.py) or
 `estimate` (with the measurements it extrapolates from).
 
 A run's GPU-hours are its steps times the step time times the GPUs it holds: classification
 `epochs x ceil(train images / batch_size)` steps on one GPU; translation `max_updates x
-update_freq` batches on each of its GPUs. Training only: evaluation (beam search), checkpoint
+update_freq` batches on each of its GPUs; captioning the same, plus its self-critical updates. Training only: evaluation (beam search), checkpoint
 writes and data preparation are left out. A table's cost is that of its runs (a run that two
 tables share counts in both); a scale's total counts each run of its tables once.
 """
@@ -50,6 +52,21 @@ def steps_of(run: Run) -> int:
     return recipe["max_updates"] * recipe["update_freq"]
 
 
+def scst_key(run: Run) -> str | None:
+    """The step key of a captioning run's self-critical updates; None without them."""
+    scst = json.loads(run.recipe_json).get("scst")
+    return f"{run.task}/{run.arch}/{run.variant_id}/scst{scst['batch_images']}" if scst else None
+
+
+def stages_of(run: Run) -> list[tuple[str, int]]:
+    """(step key, steps) of each stage of a run's training: the run's steps; then, for a
+    captioning run with `scst`, its self-critical updates."""
+    stages = [(step_key(run), steps_of(run))]
+    if key := scst_key(run):
+        stages.append((key, json.loads(run.recipe_json)["scst"]["updates"]))
+    return stages
+
+
 def load_step_times(path: str | Path) -> dict:
     """A step-times file: device, basis (measured | estimate), source, step_ms {key: ms}."""
     data = yaml.safe_load(Path(path).read_text())
@@ -68,11 +85,13 @@ def load_scale(path: str | Path) -> tuple[dict, Plan]:
 
 
 def run_gpu_hours(run: Run, step_ms: dict[str, float], gpus: int) -> float:
-    key = step_key(run)
-    if key not in step_ms:
-        raise ConfigError(f"cost: no step time for {key}; measure it with `benchmarks/gpu_budget.py --device cuda` "
-                          "(or add it to the estimate)")
-    return steps_of(run) * step_ms[key] * max(gpus, 1) / 3.6e6
+    """Each training stage's steps times its step time, times the GPUs the run holds."""
+    stages = stages_of(run)
+    for key, _ in stages:
+        if key not in step_ms:
+            raise ConfigError(f"cost: no step time for {key}; measure it with `benchmarks/gpu_budget.py --device cuda` "
+                              "(or add it to the estimate)")
+    return sum(steps * step_ms[key] for key, steps in stages) * max(gpus, 1) / 3.6e6
 
 
 def tabled_runs(plan: Plan) -> dict[str, Run]:
@@ -104,16 +123,21 @@ def table_costs(plan: Plan, config: dict, step_times: dict) -> pd.DataFrame:
     return frame
 
 
-def estimate_step_ms(run: Run, anchors: dict) -> float:
+def estimate_step_ms(run: Run, anchors: dict, key: str | None = None) -> float:
     """A step time extrapolated from a few measured anchors (config/costs/*-anchors.yaml):
     classification, the baseline's ms at two or more depths at `batch_size`, linear in depth between
     and beyond them; translation, the baseline's ms per size at `tokens` tokens, scaled up in
     proportion above that batch (below it a GPU step is bound by kernel launches, not tokens);
     captioning, the baseline's ms per size at `captions` captions, scaled up in proportion above it;
     all times the variant's ratio to the baseline (`ratio`, by variant name, else `other`), and a
-    float64 run's times the anchors' `float64_ratio`."""
+    float64 run's times the anchors' `float64_ratio`. `key` a run's self-critical stage
+    (`scst_key`): captioning's `scst` anchors, the baseline's ms at `images` images, likewise."""
     task = anchors[run.task]
     recipe = json.loads(run.recipe_json)
+    if key is not None and key == scst_key(run):
+        scst = task["scst"]
+        base = scst["baseline_ms"][str(run.size)] * max(1.0, recipe["scst"]["batch_images"] / scst["images"])
+        return base * scst["ratio"].get(run.variant, scst["ratio"]["other"])
     if run.task == "classification":
         depths = sorted((int(d), ms) for d, ms in task["baseline_ms"].items())
         (d0, ms0), (d1, ms1) = depths[0], depths[-1]  # one anchor: the same step time at every depth

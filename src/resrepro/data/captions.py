@@ -17,6 +17,8 @@ A prepared dataset is a folder (results/data/<name>/):
 
 from __future__ import annotations
 
+import io
+import json
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -121,6 +123,27 @@ def load_split(data_dir: str | Path, split: str) -> CaptionSplit:
     return CaptionSplit(features, [e["id"] for e in entries], [[c.split() for c in e["captions"]] for e in entries])
 
 
+THUMBNAILS = 6  # test images the report shows beside the captions each model gave them
+
+
+def write_thumbnails(out_dir: str | Path, split: str, pictures: dict, image_format: str = "PNG") -> None:
+    """{split}.thumbnails.json: image id -> the picture as a data URI, for the report's gallery."""
+    import base64
+
+    uris = {}
+    for image_id, picture in pictures.items():
+        buf = io.BytesIO()
+        picture.save(buf, format=image_format)
+        uris[image_id] = f"data:image/{image_format.lower()};base64,{base64.b64encode(buf.getvalue()).decode('ascii')}"
+    files.write_json(Path(out_dir) / f"{split}.thumbnails.json", uris)
+
+
+def load_thumbnails(data_dir: str | Path, split: str) -> dict[str, str]:
+    """The split's thumbnails (image id -> data URI); none for a dataset prepared without them."""
+    path = Path(data_dir) / f"{split}.thumbnails.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
 def training_pairs(split: CaptionSplit, vocabulary: list[str]) -> list[tuple[int, np.ndarray]]:
     """(image index, caption ids) for every caption of every image: each is one training example."""
     index = {w: i for i, w in enumerate(vocabulary)}
@@ -131,14 +154,19 @@ def prepare_scenes(out_dir: str | Path, seed: int = 0, images: dict[str, int] | 
                    min_count: int = 5) -> dict:
     """The mini scale's dataset: seeded synthetic scenes (data/scenes.py), patch-grid features
     (data/features.py), each split from its own seed so that no test scene is a training scene."""
+    from PIL import Image
+
     from . import features, scenes
 
     images = images or {"train": 2000, "val": 100, "test": 200}
     splits = {}
     for k, (split, n) in enumerate(images.items()):
         pixels, captions, _ = scenes.generate(n, seed * 1000 + k)
-        splits[split] = CaptionSplit(features.patch_grid(pixels, grid, pool), [f"{split}{i:05d}" for i in range(n)],
-                                     [[tokenize(c) for c in caps] for caps in captions])
+        ids = [f"{split}{i:05d}" for i in range(n)]
+        splits[split] = CaptionSplit(features.patch_grid(pixels, grid, pool), ids, [[tokenize(c) for c in caps] for caps in captions])
+        if split == "test":  # 32 pixels drawn 3 times larger, unblurred
+            write_thumbnails(out_dir, split, {ids[i]: Image.fromarray(pixels[i]).resize((96, 96), Image.NEAREST)
+                                              for i in range(min(THUMBNAILS, n))})
     info = {"kind": "patch_grid", "grid": grid, "pool": pool, "made_by": f"data/features.patch_grid: the 32x32 image averaged over "
             f"{pool}x{pool} pixels, {grid}x{grid} patches, pixels in [0, 1] and the patch's centre (row, column)"}
     return write_prepared(out_dir, "scenes", splits, min_count, info)

@@ -180,8 +180,23 @@ def prepare_coco(raw_dir: str | Path, out_dir: str | Path, features: str = "grid
         writer.close()
         kept[split] = (ids, caps)
     dims = np.load(out / "train.features.npy", mmap_mode="r").shape
+    _write_test_thumbnails(raw_dir, out, splits["test"], left_out)
     return captions.write_captions(out, "mscoco", kept, min_count, {**info, "regions": int(dims[1]), "dim": int(dims[2])},
                                    {"left_out": left_out, "source": "Karpathy and Li 2015, dataset_coco.json"})
+
+
+def _write_test_thumbnails(raw_dir: Path, out: Path, test: list[Image], left_out: list[str]) -> None:
+    """The first readable test images, 160 pixels wide, for the report's gallery; none when the
+    image zips are absent (bottom-up features need none)."""
+    candidates = [im for im in test if im.member not in left_out][: 2 * captions.THUMBNAILS]
+    try:
+        read = [(im, pic) for im, pic in read_images(raw_dir, candidates) if pic is not None][: captions.THUMBNAILS]
+    except FileNotFoundError as err:
+        print(f"no thumbnails for the report: {err}", file=sys.stderr)
+        return
+    for _, pic in read:
+        pic.thumbnail((160, 160))
+    captions.write_thumbnails(out, "test", {str(im.cocoid): pic for im, pic in read}, image_format="JPEG")
 
 
 class FeatureWriter:

@@ -56,7 +56,8 @@ def max_lengths(src_len: list[int], max_len_a: float, max_len_b: int, max_positi
     return [min(max(int(max_len_a * n + max_len_b), 1), max_positions) for n in src_len]
 
 
-def _banned(model, bos: int, eos: int) -> list[int]:
+def banned_tokens(model, bos: int, eos: int) -> list[int]:
+    """The tokens no decoder may emit (PAD, BOS), after checking the special ids against the model."""
     if bos == eos:
         raise ValueError("bos and eos must differ")
     vocab, pad = model.cfg.vocab_size, model.cfg.pad_id
@@ -99,7 +100,7 @@ def beam_search_nbest(
     stops early)."""
     if beam < 1:
         raise ValueError("beam must be >= 1")
-    banned = _banned(model, bos, eos)
+    banned = banned_tokens(model, bos, eos)
     cfg = model.cfg
     device = _device(model)
     src = src.to(device)
@@ -222,7 +223,26 @@ def beam_search(
 def greedy(model, src: torch.Tensor, bos: int, eos: int, max_len_a: float = 1.0, max_len_b: int = 50) -> list[list[int]]:
     """Greedy decoding (argmax each step, no length penalty) with the key/value cache; same
     maximum length and banned tokens (PAD, BOS) as `beam_search`, tokens without BOS and EOS."""
-    banned = _banned(model, bos, eos)
+    return _one_path(model, src, bos, eos, max_len_a, max_len_b, lambda logp: logp.argmax(-1))
+
+
+def sample(model, src: torch.Tensor, bos: int, eos: int, max_len_a: float, max_len_b: int,
+           generator: torch.Generator) -> list[list[int]]:
+    """One sequence per source drawn from the model's distribution (its softmax, PAD and BOS
+    banned), as `greedy` decodes but drawing instead of taking the argmax: self-critical training's
+    samples. `generator` is a CPU generator, so the draws are the same on any device."""
+
+    def draw(logp: torch.Tensor) -> torch.Tensor:
+        # softmax, not exp: renormalised over the allowed tokens, also when PAD or BOS held the mass
+        return torch.multinomial(logp.softmax(-1).cpu(), 1, generator=generator).squeeze(1).to(logp.device)
+
+    return _one_path(model, src, bos, eos, max_len_a, max_len_b, draw)
+
+
+def _one_path(model, src: torch.Tensor, bos: int, eos: int, max_len_a: float, max_len_b: int, choose) -> list[list[int]]:
+    """Decode one token per source per step, `choose` picking it from the log-probabilities (N, V),
+    in eval mode; a sequence ends at EOS (not kept) or at its maximum length."""
+    banned = banned_tokens(model, bos, eos)
     cfg = model.cfg
     device = _device(model)
     src = src.to(device)
@@ -237,7 +257,7 @@ def greedy(model, src: torch.Tensor, bos: int, eos: int, max_len_a: float = 1.0,
             token = torch.full((src.shape[0], 1), bos, dtype=torch.long, device=device)
             running = [True] * src.shape[0]
             for t in range(max(limits)):
-                nxt = _log_probs(model.decode_step(token, memory, src_mask, cache, t), banned).argmax(-1)
+                nxt = choose(_log_probs(model.decode_step(token, memory, src_mask, cache, t), banned))
                 for i, tok in enumerate(nxt.tolist()):
                     if running[i]:
                         if tok == eos:
@@ -257,7 +277,7 @@ def sequence_score(model, src_one: torch.Tensor, bos: int, eos: int, hyp: list[i
     """Teacher-forced score of one hypothesis (tokens without BOS/EOS) for a (1, S) source:
     sum of log-probs of hyp (+ EOS when `finished_by_eos`) / lp(its length), PAD and BOS banned
     as in the search. A reference for tests."""
-    banned = _banned(model, bos, eos)
+    banned = banned_tokens(model, bos, eos)
     device = _device(model)
     target = list(hyp) + ([eos] if finished_by_eos else [])
     if not target:

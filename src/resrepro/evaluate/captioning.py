@@ -102,7 +102,8 @@ def caption_images(model, features: np.ndarray, spec: dict, device: torch.device
 def evaluate_prepared(spec: dict, data_dir: str | Path, averaged: str | Path, out_dir: str | Path, scorers: Scorers,
                       device: str = "auto") -> dict:
     """Caption the test split with the averaged model of one run and score it; writes
-    out_dir/{captions.tsv (image id, caption), eval.json}."""
+    out_dir/{captions.tsv (image id, caption), eval.json}. eval.json's `samples` are the test
+    images with thumbnails (data/captions.THUMBNAILS): picture, first reference, this run's caption."""
     from ..devices import pick_device
 
     out_dir = Path(out_dir)
@@ -114,7 +115,9 @@ def evaluate_prepared(spec: dict, data_dir: str | Path, averaged: str | Path, ou
     refs = {image: [" ".join(c) for c in caps] for image, caps in zip(test.image_ids, test.captions)}
     files.write_text(out_dir / "captions.tsv", "".join(f"{image}\t{caption}\n" for image, caption in hyps.items()))
     result = {**scorers.score(refs, hyps), "images": len(hyps), "beam": spec["beam"], "alpha": spec["alpha"],
-              "words": len(vocabulary) - 4, "features": captions.load_meta(data_dir)["features"]["kind"], "java": _java_version()}
+              "words": len(vocabulary) - 4, "features": captions.load_meta(data_dir)["features"]["kind"], "java": _java_version(),
+              "samples": [{"image": image, "thumbnail": uri, "reference": refs[image][0], "caption": hyps[image]}
+                          for image, uri in captions.load_thumbnails(data_dir, "test").items() if image in hyps]}
     files.write_json(out_dir / "eval.json", result)
     return result
 

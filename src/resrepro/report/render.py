@@ -56,6 +56,8 @@ def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: 
     runs_by_row = {(r["table"], r["label"]): r["runs"] for r in plan}
 
     costs = gpu_costs(agg_dir / "gpu_hours.csv")
+    samples_path = agg_dir / "caption_samples.csv"
+    samples = pd.read_csv(samples_path, keep_default_na=False) if samples_path.exists() else pd.DataFrame(columns=["table"])
     papers = []
     for paper_id, title in PAPERS.items():
         sections = []
@@ -70,7 +72,9 @@ def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: 
             table_runs = runs[runs["run"].isin({r for lbl in trows["label"] for r in runs_by_row[(table_id, lbl)]})]
             sections.append({"id": table_id, "table": table, "rows": views, "figure": data_uri(figure),
                              "cost": costs["tables"].get(table_id) if costs else None,
-                             "features": sorted(table_runs["features"].dropna().unique()) if "features" in table_runs else []})
+                             "features": sorted(table_runs["features"].dropna().unique()) if "features" in table_runs else [],
+                             "self_critical": sorted(int(n) for n in table_runs["scst_updates"].dropna().unique()) if "scst_updates" in table_runs else [],
+                             "gallery": caption_gallery(samples, table_id)})
         papers.append({"id": paper_id, "title": title, "sections": sections, "figures": _figure_sections(agg_dir, figure_entries, paper_id)})
 
     status = runs["status"].value_counts().to_dict()
@@ -160,6 +164,15 @@ def fmt_metric(value, metric: str) -> str:
     if metric in METRICS or value is None or (isinstance(value, float) and math.isnan(value)):
         return fmt(value, DIGITS.get(metric, 2))
     return f"{value:.4g}"
+
+
+def caption_gallery(samples: pd.DataFrame, table_id: str) -> list[dict]:
+    """A captioning table's test images, each with its thumbnail, first reference and the caption
+    each model (its first seed) gave it, models in table order."""
+    mine = samples[samples["table"] == table_id]
+    return [{"image": image, "thumbnail": group["thumbnail"].iloc[0], "reference": group["reference"].iloc[0],
+             "captions": list(zip(group["model"], group["caption"]))}
+            for image, group in mine.groupby("image", sort=False)]
 
 
 def with_references(views: list[dict], table: dict) -> list[dict]:

@@ -1,20 +1,47 @@
-"""Train one captioning run: cross-entropy on every reference caption, in the translation track's loop.
+"""Train one captioning run: cross-entropy on every reference caption, in the translation track's
+loop, then, when the recipe has `scst`, self-critical sequence training on CIDEr-D.
 
-Each caption of each training image is one example (the usual recipe: Cornia et al. 2020, batch 50
-captions); an epoch is every caption once, in batches of `batch_size` captions drawn in a shuffled
-order. Adam with the inverse square-root schedule and warm-up, checkpoints, resume, divergence,
-averaging and DDP are the translation loop's (train/translation.train_sequences), unchanged.
+Cross-entropy: each caption of each training image is one example (the usual recipe: Cornia et
+al. 2020, batch 50 captions); an epoch is every caption once, in batches of `batch_size` captions
+drawn in a shuffled order. Adam with the inverse square-root schedule and warm-up, checkpoints,
+resume, divergence, averaging and DDP are the translation loop's (train/translation.train_sequences).
+
+Self-critical (Rennie et al. 2017): from the cross-entropy model, for each batch of images, one
+caption sampled from the model and one decoded greedily; the sample's reward is its CIDEr-D
+against the image's references minus the greedy caption's (the baseline), with document
+frequencies from all training references (evaluate/cider.py); the loss is minus that advantage
+times the sample's log-probability, averaged over its tokens. Adam at a fixed learning rate.
+Dropout is off throughout, so the log-probabilities are those of the policy that sampled. The
+stage has its own resume state (checkpoints/scst.pt) and continues the step<N>.pt numbering, so
+evaluation averages its checkpoints as it would the cross-entropy ones. Changing only `scst`
+keeps the cross-entropy stage (its checkpoint's spec has no `scst`). One process: under DDP the
+stage refuses to start.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from torch.nn import functional as F
+from tqdm import tqdm
 
+from .. import files, models
+from ..models import load_checkpoint
 from ..data import captions
-from .translation import shifted_targets, train_sequences
+from ..devices import pick_device
+from ..evaluate.beam_search import banned_tokens, greedy, sample
+from ..evaluate.cider import CiderD
+from ..speed import speed_of
+from .checkpoint import LoopState, random_state, resume, save
+from .classification import log_csv
+from .translation import save_step, shifted_targets, step_checkpoints, train_sequences
+
+SCST_LOG_FIELDS = ("step", "epoch", "reward", "baseline", "dev_cider", "seconds")
 
 
 class CaptionedImages:
@@ -45,4 +72,126 @@ def train(spec: dict, data_dir: str | Path, out_dir: str | Path, device: str = "
     train_data = CaptionedImages(captions.load_split(data_dir, "train"), vocabulary, spec)
     dev_data = CaptionedImages(captions.load_split(data_dir, "val"), vocabulary, spec)
     inputs = {"vocab_size": len(vocabulary), "feature_dim": meta["features"]["dim"]}
-    return train_sequences(spec, train_data, dev_data, inputs, out_dir, device, progress)
+    cross_entropy = {k: v for k, v in spec.items() if k != "scst"}
+    metrics = train_sequences(cross_entropy, train_data, dev_data, inputs, out_dir, device, progress)
+    if spec.get("scst") and not metrics["diverged"]:
+        splits = {name: captions.load_split(data_dir, name) for name in ("train", "val")}
+        metrics = {**metrics, "spec": spec, "scst": self_critical(spec, metrics["updates"], splits, vocabulary, out_dir, device, progress)}
+        metrics["diverged"] = metrics["scst"]["diverged"]
+        files.write_json(Path(out_dir) / "metrics.json", metrics)
+    return metrics
+
+
+def references(split: captions.CaptionSplit, vocabulary: list[str]) -> list[list[list[int]]]:
+    """Each image's reference captions as token ids (UNK for rare words), as the reward reads them."""
+    index = {w: i for i, w in enumerate(vocabulary)}
+    return [[captions.encode(c, index) for c in image] for image in split.captions]
+
+
+def sampled_targets(samples: list[list[int]], limit: int, spec: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """Teacher-forcing input and target of sampled captions: EOS ends a sample that drew it (one
+    shorter than `limit`), not one the length limit cut; PAD after."""
+    tin, tout = shifted_targets([np.asarray(s, dtype=np.int64) for s in samples], spec["pad_id"], spec["bos_id"], spec["eos_id"])
+    for i, s in enumerate(samples):
+        if len(s) >= limit:
+            tout[i, len(s)] = spec["pad_id"]
+    return tin, tout
+
+
+def policy_loss(logits: torch.Tensor, target: torch.Tensor, advantage: torch.Tensor, pad_id: int, banned: list[int]) -> torch.Tensor:
+    """Minus advantage x log-probability of each sampled token, averaged over the tokens; the
+    log-probabilities over the tokens sampling could draw (banned ones excluded)."""
+    logits = logits.float().index_fill(-1, torch.tensor(banned, dtype=torch.long, device=logits.device), float("-inf"))
+    logp = F.log_softmax(logits, dim=-1).gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    mask = target != pad_id  # where, not a product: a padded position's banned PAD is -inf
+    return -torch.where(mask, advantage[:, None] * logp, 0.0).sum() / mask.sum()
+
+
+def scst_update(model, opt, feats: torch.Tensor, images, reward: CiderD, spec: dict, limit: int, generator: torch.Generator,
+                speed, device: torch.device, banned: list[int]) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
+    """One self-critical update on a batch of images (their features and corpus indices): greedy
+    baseline and sampled captions, their rewards, the policy loss and, where it is finite, the
+    optimizer's step. Returns the samples' and the baselines' rewards and the (detached) loss."""
+    baseline_caps = greedy(model, feats, spec["bos_id"], spec["eos_id"], 0.0, limit)
+    samples = sample(model, feats, spec["bos_id"], spec["eos_id"], 0.0, limit, generator)
+    rewards, baselines = np.array(reward.scores(samples, images)), np.array(reward.scores(baseline_caps, images))
+    tin, tout = (t.to(device) for t in sampled_targets(samples, limit, spec))
+    advantage = torch.tensor(rewards - baselines, dtype=torch.float32, device=device)
+    with speed.autocast(device):
+        logits = model(feats, tin)
+    loss = policy_loss(logits, tout, advantage, spec["pad_id"], banned)
+    if torch.isfinite(loss.detach()):
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return rewards, baselines, loss.detach()
+
+
+def self_critical(spec: dict, first_step: int, splits: dict, vocabulary: list[str], out_dir: str | Path, device: str = "auto",
+                  progress: bool = True) -> dict:
+    """The self-critical stage (module docstring) after `first_step` cross-entropy updates; writes
+    scst_log.csv and step<N>.pt checkpoints; returns its summary for metrics.json."""
+    cfg = spec["scst"]
+    if int(os.environ.get("WORLD_SIZE", 1)) > 1:
+        raise RuntimeError("self-critical training runs in one process: set captioning.gpus to 1")
+    out_dir, device = Path(out_dir), pick_device(device)
+    ckpt_dir, speed = out_dir / "checkpoints", speed_of(spec, device)
+    xe = load_checkpoint(ckpt_dir / "last.pt")
+    model = models.build(xe["model_spec"]).to(device)
+    model.load_state_dict(xe["model"])
+    model.eval()  # dropout off: the log-probabilities are the sampling policy's
+    opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"], betas=(0.9, 0.98), eps=1e-9, **speed.optimizer_options())
+    gen = torch.Generator().manual_seed(spec["seed"])
+    state = resume(ckpt_dir / "scst.pt", spec, model, opt, device)
+    if state is None:  # a fresh stage: the checkpoints of an earlier one (another scst recipe) go
+        for stale in step_checkpoints(ckpt_dir):
+            if int(stale.stem.removeprefix("step")) > first_step:
+                stale.unlink()
+        state = LoopState(generator=gen.get_state())
+    gen.set_state(state.generator)
+
+    train, dev = splits["train"], splits["val"]
+    reward, dev_reward = CiderD(references(train, vocabulary)), CiderD(references(dev, vocabulary))
+    banned, limit, images = banned_tokens(model, spec["bos_id"], spec["eos_id"]), cfg["max_len"], cfg["batch_images"]
+    per_epoch = max(1, len(train.captions) // images)
+
+    def features_of(split, idx) -> torch.Tensor:
+        return torch.from_numpy(np.asarray(split.features[idx], dtype=np.float32)).to(device)
+
+    def dev_cider() -> float:
+        caps = []
+        for start in range(0, len(dev.captions), 100):
+            caps += greedy(model, features_of(dev, np.arange(start, min(start + 100, len(dev.captions)))), spec["bos_id"], spec["eos_id"], 0.0, limit)
+        return float(np.mean(dev_reward.scores(caps, range(len(caps)))))
+
+    bar = tqdm(total=cfg["updates"], initial=state.step, desc=f"{out_dir} (self-critical)", disable=not progress, mininterval=2, file=sys.stderr)
+    started, sums = time.perf_counter(), np.zeros(2)
+    while state.step < cfg["updates"] and state.diverged is None:
+        epoch, position = divmod(state.step, per_epoch)
+        # the image order of an epoch comes from (seed, epoch) alone: a resume finds it again
+        order = torch.randperm(len(train.captions), generator=torch.Generator().manual_seed(spec["seed"] * 100_003 + epoch))
+        idx = np.sort(order[position * images : (position + 1) * images].numpy())
+        rewards, baselines, loss = scst_update(model, opt, features_of(train, idx), idx, reward, spec, limit, gen, speed, device, banned)
+        if not torch.isfinite(loss):
+            state.diverged = {"step": first_step + state.step + 1, "loss": str(loss.item())}
+            break
+        state.step, sums = state.step + 1, sums + [rewards.mean(), baselines.mean()]
+        bar.update(1)
+        if state.step % cfg["checkpoint_every"] == 0 or state.step == cfg["updates"]:
+            done = state.step % cfg["checkpoint_every"] or cfg["checkpoint_every"]
+            row = {"step": first_step + state.step, "epoch": state.step // per_epoch, "reward": float(sums[0] / done),
+                   "baseline": float(sums[1] / done), "dev_cider": dev_cider(), "seconds": time.perf_counter() - started}
+            state.log.append(row)
+            bar.set_postfix(reward=f"{row['reward']:.3f}", dev_cider=f"{row['dev_cider']:.3f}")
+            started, sums = time.perf_counter(), np.zeros(2)
+            state.generator = gen.get_state()
+            files.write_text(out_dir / "scst_log.csv", log_csv(state.log, SCST_LOG_FIELDS))
+            save_step(ckpt_dir, model, xe["model_spec"], first_step + state.step, spec["keep_checkpoints"])
+            save(ckpt_dir / "scst.pt", model, opt, spec, state, xe["model_spec"], [random_state(device)])
+    bar.close()
+    if state.diverged is not None:
+        state.generator = gen.get_state()
+        save(ckpt_dir / "scst.pt", model, opt, spec, state, xe["model_spec"], [random_state(device)])
+    return {"updates": state.step, "lr": cfg["lr"], "diverged": state.diverged is not None, "diverged_at": state.diverged,
+            "final": state.log[-1] if state.log and state.diverged is None else None,
+            "wall_time_s": sum(r["seconds"] for r in state.log)}

@@ -247,8 +247,17 @@ def random_states_of_all_ranks(device, world: int) -> list[dict]:
 def _save(ckpt_dir: Path, model, opt, spec: dict, state: LoopState, model_spec: dict, random_states: list[dict]) -> None:
     """last.pt for resuming; step<N>.pt (model and its spec) for averaging, the newest `keep_checkpoints` kept."""
     if state.diverged is None:
-        files.save_torch(ckpt_dir / f"step{state.step}.pt", {"model": model.state_dict(), "model_spec": model_spec, "step": state.step})
-        kept = sorted(ckpt_dir.glob("step*.pt"), key=lambda p: int(p.stem.removeprefix("step")))
-        for old in kept[: -spec["keep_checkpoints"]]:
-            old.unlink()
+        save_step(ckpt_dir, model, model_spec, state.step, spec["keep_checkpoints"])
     save(ckpt_dir / "last.pt", model, opt, spec, state, model_spec, random_states)
+
+
+def step_checkpoints(ckpt_dir: Path) -> list[Path]:
+    """The step<N>.pt files, oldest first."""
+    return sorted(ckpt_dir.glob("step*.pt"), key=lambda p: int(p.stem.removeprefix("step")))
+
+
+def save_step(ckpt_dir: Path, model, model_spec: dict, step: int, keep: int) -> None:
+    """step<N>.pt (the model and its spec, what averaging reads), the newest `keep` kept."""
+    files.save_torch(ckpt_dir / f"step{step}.pt", {"model": model.state_dict(), "model_spec": model_spec, "step": step})
+    for old in step_checkpoints(ckpt_dir)[:-keep]:
+        old.unlink()
