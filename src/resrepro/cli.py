@@ -29,22 +29,29 @@ def cmd_prepare(a) -> None:
         prepare_cifar(a.archive, a.dataset, a.out)
 
 
-def cmd_train(a) -> None:
+def seed_trainer(a, train_one, outcome):
+    """A training command's per-seed function: `train_one(spec, run_dir)` trains one seed's run,
+    `outcome(metrics)` says how it ended (after "diverged" or not); the job's threads set once."""
     import torch
-
-    from .train.classification import train
 
     if a.threads:
         torch.set_num_threads(a.threads)
     spec = json.loads(a.spec)
 
     def train_seed(seed: int, run_dir: Path) -> dict:
-        metrics = train({**spec, "seed": seed}, a.data, run_dir, device=a.device, progress=not a.no_progress)
-        status = "diverged" if metrics["diverged"] else f"final test error {metrics['final']['test_error']:.2f}%"
-        print(f"{run_dir}: {status} after {metrics['epochs_completed']} epochs", file=sys.stderr)
+        metrics = train_one({**spec, "seed": seed}, run_dir)
+        print(f"{run_dir}: {'diverged' if metrics['diverged'] else ''}{outcome(metrics)}", file=sys.stderr)
         return {"diverged": metrics["diverged"], "final": metrics["final"]}
 
     return train_seed
+
+
+def cmd_train(a) -> None:
+    from .train.classification import train
+
+    return seed_trainer(a, lambda spec, run_dir: train(spec, a.data, run_dir, device=a.device, progress=not a.no_progress),
+                        lambda m: ("" if m["diverged"] else f"final test error {m['final']['test_error']:.2f}%")
+                        + f" after {m['epochs_completed']} epochs")
 
 
 def cmd_aggregate(a) -> None:
@@ -100,26 +107,18 @@ def cmd_prepare_translation(a) -> None:
         prepare_translation(a.dataset, a.raw_dir, a.out_dir)
 
 
-def cmd_train_translation(a) -> None:
-    import torch
+def sequence_outcome(metrics: dict) -> str:
+    return ("" if metrics["diverged"] else f"dev loss {metrics['final']['dev_loss']:.3f}") + f" after {metrics['updates']} updates"
 
+
+def cmd_train_translation(a) -> None:
     from .data.translation import load_encoded, load_prepared_meta
     from .train.translation import train
 
-    if a.threads:
-        torch.set_num_threads(a.threads)
     meta = load_prepared_meta(a.data)
-    spec = json.loads(a.spec)
     train_pairs, dev_pairs = load_encoded(a.data, "train"), load_encoded(a.data, "dev")
-
-    def train_seed(seed: int, run_dir: Path) -> dict:
-        metrics = train({**spec, "seed": seed}, train_pairs, dev_pairs, meta["subword"]["vocab_size"], run_dir,
-                        device=a.device, progress=not a.no_progress)
-        status = "diverged" if metrics["diverged"] else f"dev loss {metrics['final']['dev_loss']:.3f}"
-        print(f"{run_dir}: {status} after {metrics['updates']} updates", file=sys.stderr)
-        return {"diverged": metrics["diverged"], "final": metrics["final"]}
-
-    return train_seed
+    return seed_trainer(a, lambda spec, run_dir: train(spec, train_pairs, dev_pairs, meta["subword"]["vocab_size"], run_dir,
+                                                       device=a.device, progress=not a.no_progress), sequence_outcome)
 
 
 def average_newest(checkpoints: Path, last: int, out: Path) -> None:
@@ -178,21 +177,14 @@ def cmd_prepare_captioning(a) -> None:
 
 
 def cmd_train_captioning(a) -> None:
-    import torch
-
     from .train.captioning import train
 
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    spec = json.loads(a.spec)
+    def outcome(m: dict) -> str:
+        scst = m.get("scst")
+        return sequence_outcome(m) + (f", then {scst['updates']} self-critical (dev CIDEr-D {scst['final']['dev_cider']:.3f})"
+                                      if scst and scst["final"] else "")
 
-    def train_seed(seed: int, run_dir: Path) -> dict:
-        metrics = train({**spec, "seed": seed}, a.data, run_dir, device=a.device, progress=not a.no_progress)
-        status = "diverged" if metrics["diverged"] else f"dev loss {metrics['final']['dev_loss']:.3f}"
-        print(f"{run_dir}: {status} after {metrics['updates']} updates", file=sys.stderr)
-        return {"diverged": metrics["diverged"], "final": metrics["final"]}
-
-    return train_seed
+    return seed_trainer(a, lambda spec, run_dir: train(spec, a.data, run_dir, device=a.device, progress=not a.no_progress), outcome)
 
 
 def cmd_evaluate_captioning(a) -> None:
