@@ -307,6 +307,22 @@ def add_parallel_argument(s) -> None:
                    help="seeds trained at once, each its own process on the job's device (config seeds_in_parallel)")
 
 
+def add_seed_job(sub, name: str, help: str, command, data: str, training: bool) -> None:
+    """A per-seed job's subcommand (training or evaluating a cell's runs): its spec, seeds, data,
+    device and threads; training adds --no-progress and --parallel."""
+    s = sub.add_parser(name, help=help)
+    s.add_argument("--spec", required=True, help="the cell's spec as JSON, without the seed (experiments.job_train_spec)"
+                   if training else "the evaluation spec as JSON (experiments.eval_spec)")
+    add_job_arguments(s)
+    s.add_argument("--data", required=True, help=data)
+    s.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:1, ...")
+    s.add_argument("--threads", type=int, default=0, help="CPU threads for torch (0: torch's default)")
+    if training:
+        s.add_argument("--no-progress", action="store_true")
+        add_parallel_argument(s)
+    s.set_defaults(run=each_seed(command))
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="resrepro", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -323,15 +339,8 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--out", required=True)
     s.set_defaults(run=cmd_prepare)
 
-    s = sub.add_parser("train", help="train (or resume) a cell's runs, one per seed")
-    s.add_argument("--spec", required=True, help="the cell's spec as JSON, without the seed (experiments.job_train_spec)")
-    add_job_arguments(s)
-    s.add_argument("--data", required=True, help="prepared dataset (.pt)")
-    s.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:1, ...")
-    s.add_argument("--threads", type=int, default=0, help="CPU threads for torch (0: torch's default)")
-    s.add_argument("--no-progress", action="store_true")
-    add_parallel_argument(s)
-    s.set_defaults(run=each_seed(cmd_train))
+    add_seed_job(sub, "train", "train (or resume) a cell's runs, one per seed",
+                 cmd_train, "prepared dataset (.pt)", training=True)
 
     s = sub.add_parser("aggregate", help="all runs -> runs.csv, rows.csv, curves.csv")
     s.add_argument("--plan", required=True, help="JSON list of table rows and their runs")
@@ -380,15 +389,8 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--out-dir", required=True)
     s.set_defaults(run=cmd_prepare_translation)
 
-    s = sub.add_parser("train-translation", help="train (or resume) a translation cell's runs, one per seed")
-    s.add_argument("--spec", required=True, help="the cell's spec as JSON, without the seed")
-    add_job_arguments(s)
-    s.add_argument("--data", required=True, help="prepared dataset folder")
-    s.add_argument("--device", default="auto")
-    s.add_argument("--threads", type=int, default=0)
-    s.add_argument("--no-progress", action="store_true")
-    add_parallel_argument(s)
-    s.set_defaults(run=each_seed(cmd_train_translation))
+    add_seed_job(sub, "train-translation", "train (or resume) a translation cell's runs, one per seed",
+                 cmd_train_translation, "prepared dataset folder", training=True)
 
     s = sub.add_parser("average", help="average the last N step checkpoints")
     s.add_argument("--checkpoints", required=True, help="folder of step<N>.pt files")
@@ -396,13 +398,8 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--out", required=True)
     s.set_defaults(run=cmd_average)
 
-    s = sub.add_parser("evaluate-translation", help="per seed: average the last checkpoints, beam search on the test set, BLEU both ways")
-    s.add_argument("--spec", required=True, help="the evaluation spec as JSON (experiments.eval_spec)")
-    add_job_arguments(s)
-    s.add_argument("--data", required=True)
-    s.add_argument("--device", default="auto")
-    s.add_argument("--threads", type=int, default=0)
-    s.set_defaults(run=each_seed(cmd_evaluate_translation))
+    add_seed_job(sub, "evaluate-translation", "per seed: average the last checkpoints, beam search on the test set, BLEU both ways",
+                 cmd_evaluate_translation, "prepared dataset folder", training=False)
 
     s = sub.add_parser("fetch-coco", help="download MSCOCO 2014's images and Karpathy's splits (checksummed)")
     s.add_argument("--done", required=True, help="marker file written when every file is there")
@@ -419,23 +416,11 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--device", default="auto")
     s.set_defaults(run=cmd_prepare_captioning)
 
-    s = sub.add_parser("train-captioning", help="train (or resume) a captioning cell's runs, one per seed")
-    s.add_argument("--spec", required=True, help="the cell's spec as JSON, without the seed")
-    add_job_arguments(s)
-    s.add_argument("--data", required=True, help="prepared dataset folder")
-    s.add_argument("--device", default="auto")
-    s.add_argument("--threads", type=int, default=0)
-    s.add_argument("--no-progress", action="store_true")
-    add_parallel_argument(s)
-    s.set_defaults(run=each_seed(cmd_train_captioning))
+    add_seed_job(sub, "train-captioning", "train (or resume) a captioning cell's runs, one per seed",
+                 cmd_train_captioning, "prepared dataset folder", training=True)
 
-    s = sub.add_parser("evaluate-captioning", help="per seed: average the last checkpoints, caption the test images, COCO metrics")
-    s.add_argument("--spec", required=True, help="the evaluation spec as JSON (experiments.eval_spec)")
-    add_job_arguments(s)
-    s.add_argument("--data", required=True)
-    s.add_argument("--device", default="auto")
-    s.add_argument("--threads", type=int, default=0)
-    s.set_defaults(run=each_seed(cmd_evaluate_captioning))
+    add_seed_job(sub, "evaluate-captioning", "per seed: average the last checkpoints, caption the test images, COCO metrics",
+                 cmd_evaluate_captioning, "prepared dataset folder", training=False)
 
     s = sub.add_parser("launch", help="run a command on N GPUs: itself for one, torchrun ranks for several")
     s.add_argument("--gpus", type=int, default=0, help="GPUs the job holds (its Snakemake gpu resource)")
