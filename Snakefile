@@ -4,6 +4,7 @@
 from snakemake.utils import min_version, validate
 
 from resrepro.config_types import coerce_overrides, validate_refinements
+from resrepro.preload import start_server, stop_server
 
 min_version("9.0")
 
@@ -37,7 +38,18 @@ rule all:
         report_target(),
 
 
+onstart:
+    # The mini scale's ~200 short CPU jobs would each import torch (2-5 s): one process does it once.
+    if config["preload_cpu_jobs"] and config["gpus_per_job"] == 0:
+        start_server()
+
+
+onsuccess:
+    stop_server()
+
+
 onerror:
+    stop_server()
     # With keep-going every other job still ran; the report needs every result, so say how to
     # see what finished (failed cells listed) and that a plain rerun retries and resumes.
     print(

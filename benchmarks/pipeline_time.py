@@ -8,7 +8,9 @@ its start and finish in the log (whole seconds). The training runs' own metrics.
 time inside their training loops (`wall_time_s`), so the rest of each training job (start-up,
 data, final evaluation, writing) shows beside it. Process start-up is measured here: the median
 time a fresh Python takes to import torch and resrepro's command line and to make its first
-optimizer (which imports torch._dynamo), as every training job does, times the number of jobs.
+optimizer (which imports torch._dynamo), as every training job does, times the number of jobs
+that started their own process (a job forked from the preload server did not; its log gives the
+CPU seconds that Snakemake's benchmark cannot see).
 
     .venv/bin/python benchmarks/pipeline_time.py                      # the newest run in this folder
     .venv/bin/python benchmarks/pipeline_time.py --workdir /tmp/clone --log PATH
@@ -35,6 +37,8 @@ JOBID = re.compile(r"^\s+jobid: (\d+)$")
 FINISHED = re.compile(r"^Finished jobid: (\d+) \(Rule: (\w+)\)$")
 OUTPUT = re.compile(r"^\s+output: (\S+?),?(?:\s|$)")
 BENCHMARK = re.compile(r"^\s+benchmark: (\S+)$")
+LOG = re.compile(r"^\s+log: (\S+)$")
+CHILD_CPU = re.compile(r"^preload: the job's process used ([\d.]+) s of CPU", re.M)  # resrepro.preload.CHILD_USAGE
 STARTUP = "import torch, resrepro.cli; torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)"
 
 
@@ -46,11 +50,13 @@ def jobs_of(log_text: str) -> list[dict]:
         if m := STAMP.match(line):
             now, pending = datetime.strptime(m.group(1), "%a %b %d %H:%M:%S %Y"), None
         elif m := STARTED.match(line):
-            pending = {"rule": m.group(1), "start": now, "output": None, "benchmark": None}
+            pending = {"rule": m.group(1), "start": now, "output": None, "benchmark": None, "log": None}
         elif pending is not None and (m := OUTPUT.match(line)):
             pending["output"] = m.group(1)
         elif pending is not None and (m := BENCHMARK.match(line)):
             pending["benchmark"] = m.group(1)
+        elif pending is not None and (m := LOG.match(line)):
+            pending["log"] = m.group(1)
         elif pending is not None and (m := JOBID.match(line)):
             started[m.group(1)] = pending  # its benchmark line comes after the jobid: keep filling it
         elif m := FINISHED.match(line):
@@ -72,14 +78,27 @@ def read_benchmark(path: Path) -> dict | None:
     return {"s": float(row["s"]), "cpu_time": float(cpu) if cpu not in ("", "NA", "-") else None}
 
 
+def forked_cpu(log: Path) -> float | None:
+    """CPU seconds of a job's command that ran as a fork of the preload server, from the job's log
+    (Snakemake's benchmark measures only the job's own process, which waited for it); else None."""
+    if not log.exists():
+        return None
+    m = CHILD_CPU.search(log.read_text(errors="replace"))
+    return float(m.group(1)) if m else None
+
+
 def with_benchmarks(jobs: list[dict], workdir: Path) -> list[dict]:
     """Each job's wall seconds from its benchmark file when it has one (else the log's), and CPU
-    seconds when measured."""
+    seconds when measured (with its forked command's, when it ran as one)."""
     out = []
     for job in jobs:
         bench = read_benchmark(workdir / job["benchmark"]) if job["benchmark"] else None
+        forked = forked_cpu(workdir / job["log"]) if job["log"] else None
+        cpu = bench["cpu_time"] if bench else None
+        if forked is not None:
+            cpu = (cpu or 0.0) + forked
         out.append({**job, "measured": bench is not None, "seconds": bench["s"] if bench else job["seconds"],
-                    "cpu": bench["cpu_time"] if bench else None})
+                    "cpu": cpu, "forked": forked is not None})
     return out
 
 
@@ -140,11 +159,14 @@ def main(argv=None) -> int:
     print(f"{'all':24s} {len(jobs):5d} {job_seconds:8.0f}  (jobs run in parallel: their seconds add up to more than the wall time)")
     print("seconds are each job's Snakemake benchmark file (wall `s`, `cpu_time`); in loop: the training runs' own "
           "epoch/update time (metrics.json wall_time_s); the rest of a job is start-up, data, evaluation, writing")
+    forked = sum(j["forked"] for j in jobs)
+    cpu = sum(j["cpu"] for j in jobs if j["cpu"] is not None)
+    print(f"CPU: {cpu:.0f} s in all; {forked} of {len(jobs)} jobs ran as forks of the preload server (no start-up of their own)")
     if a.startup_repeats > 0:
-        startup = startup_seconds(a.startup_repeats)
+        startup, starting = startup_seconds(a.startup_repeats), len(jobs) - forked
         print(f"process start-up: {startup:.1f} s per job (median of {a.startup_repeats} fresh starts: torch, resrepro.cli, "
-              f"a first optimizer), {startup * len(jobs):.0f} s of job time over {len(jobs)} jobs "
-              f"({100 * startup * len(jobs) / job_seconds:.0f}% of it)")
+              f"a first optimizer), {startup * starting:.0f} s of job time over the {starting} jobs that started their own "
+              f"({100 * startup * starting / job_seconds:.0f}% of it)")
     return 0
 
 

@@ -60,3 +60,17 @@ def test_seconds_come_from_the_benchmark_file_and_the_loop_from_the_runs(tmp_pat
     assert rows["train_classifier"]["measured"] == 1
     assert (rows["prepare_digits"]["sum"], rows["prepare_digits"]["cpu"], rows["prepare_digits"]["measured"]) == (8.0, None, 0)
     assert [r["rule"] for r in table(jobs, tmp_path)] == ["train_classifier", "prepare_digits"]  # slowest first
+
+
+def test_a_forked_jobs_cpu_adds_what_its_log_says_its_child_used(tmp_path):
+    """A job forked from the preload server: Snakemake's benchmark sees only the waiting process."""
+    from resrepro.preload import CHILD_USAGE
+
+    job = tmp_path / "results/mini/a/seeds0-1"
+    job.mkdir(parents=True)
+    (job / "train.benchmark.tsv").write_text(BENCHMARK.replace("\t27.75\n", "\t0.05\n"))
+    (job / "train.log").write_text(f"launch: the CPU only\npreload: running in pid 12\n{CHILD_USAGE} 31.20 s of CPU, 420 MB at most\n")
+    jobs = with_benchmarks(jobs_of(LOG), tmp_path)
+    trained = next(j for j in jobs if j["rule"] == "train_classifier")
+    assert trained["forked"] and abs(trained["cpu"] - 31.25) < 1e-9
+    assert not next(j for j in jobs if j["rule"] == "prepare_digits")["forked"]

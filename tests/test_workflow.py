@@ -174,6 +174,14 @@ def test_translation_runs_are_scored_as_configured(workdir):
         assert ref_tok == read_lines(workdir / "results" / "data" / "synthetic" / "test.tgt")  # the test set's order
 
 
+def test_cpu_jobs_ran_as_forks_of_the_preload_server_which_then_ended(workdir):
+    logs = [*workdir.glob("results/tiny/*/*/*/*/*/*/seeds*/train.log"), *workdir.glob("results/tiny/**/measure/*.log")]
+    assert len(logs) > 20
+    assert [log for log in logs if "preload: running in pid" not in log.read_text()] == []
+    server = re.search(r"serving on (\S+) \(pid (\d+)\)", (workdir / ".snakemake" / "resrepro-preload.log").read_text())
+    assert not os.path.exists(server.group(1)) and not Path(f"/proc/{server.group(2)}").exists()
+
+
 def test_second_run_does_nothing(workdir):
     assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {}
 

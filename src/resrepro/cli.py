@@ -215,6 +215,12 @@ def cmd_launch(a) -> None:
     sys.exit(launch(a.gpus, argv))
 
 
+def cmd_preload(a) -> None:
+    from .preload import serve
+
+    serve(a.socket, parent_pid=a.parent_pid)
+
+
 def each_seed(command):
     """A training or evaluation command over a job's seeds, one after another in this process, each
     in <cell-dir>/seed<N>/. A seed that fails leaves seed<N>/failed.json saying why (the aggregate
@@ -426,6 +432,11 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--gpus", type=int, default=0, help="GPUs the job holds (its Snakemake gpu resource)")
     s.add_argument("argv", nargs=argparse.REMAINDER, help="-- then the resrepro command and its options")
     s.set_defaults(run=cmd_launch)
+
+    s = sub.add_parser("preload", help="serve CPU jobs from one process with torch imported (a local run's start-up, paid once)")
+    s.add_argument("--socket", required=True, help="the Unix socket to listen on (jobs find it in $RESREPRO_PRELOAD)")
+    s.add_argument("--parent-pid", type=int, help="stop when this process (the Snakemake that started the server) ends")
+    s.set_defaults(run=cmd_preload)
 
     a = p.parse_args(argv)
     a.command_line = list(sys.argv[1:] if argv is None else argv)  # as given: --parallel reruns it per seed

@@ -1,7 +1,7 @@
 """`resrepro launch --gpus N -- <command> ...`: run a resrepro command on the N GPUs its job holds.
 
-None: the command runs on the CPU, in this process, with no GPU visible (a job that holds no GPU
-must not use one).
+None: the command runs on the CPU with no GPU visible (a job that holds no GPU must not use one):
+in a child of the local run's warm server (preload.py) when there is one, else in this process.
 One: the command runs on its GPU. Several: torchrun starts N ranks of it inside the same
 allocation (a Slurm job with --gpus=N, or a workstation), and DDP splits the batches. Unless
 Slurm gave the job exactly its GPUs, they are taken from the lock pool (devices.py) and held here
@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from . import preload
 from .devices import DEFAULT_LOCK_DIR, GPUS_HELD_BY_LAUNCH, DevicePool, visible_gpus
 
 DDP_ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
@@ -66,6 +67,11 @@ def launch(gpus: int, argv: list[str]) -> int:
     if gpus == 0:
         env["CUDA_VISIBLE_DEVICES"] = ""  # gpus_per_job: 0 means the CPU, even on a GPU machine
         print("launch: the CPU only (CUDA_VISIBLE_DEVICES='')", file=sys.stderr)
+        if (server := preload.usable()) is not None:
+            code = preload.run_remote(server, argv, env)
+            if code is not None:
+                return code
+            print(f"launch: no preload server answers at {server}: starting here", file=sys.stderr)
         return run_here(env, argv)
     import torch
 
