@@ -48,7 +48,10 @@ SERVER = textwrap.dedent("""
             print(torch.get_num_threads(), bool(torch.isfinite(conv.weight.grad).all()))
 
     resrepro.cli.main = main
-    serve(sys.argv[1], parent_pid=int(sys.argv[2]) if len(sys.argv) > 2 else None, poll_s=0.05)
+    parent = int(sys.argv[2]) if len(sys.argv) > 2 else None
+    # Polls rarely unless watching a parent: a job's end must wake the loop itself (SIGCHLD), or
+    # every job here would wait minutes for its exit status.
+    serve(sys.argv[1], parent_pid=parent, poll_s=0.05 if parent else 300)
 """)
 
 

@@ -71,7 +71,10 @@ def run_remote(path: str, argv: list[str], env: dict[str, str]) -> int | None:
     except OSError:
         sock.close()
         return None
+    forwarded = {signal.SIGTERM, signal.SIGHUP}
     with sock:
+        # held until the child's pid is known, then passed to it
+        signal.pthread_sigmask(signal.SIG_BLOCK, forwarded)
         request = json.dumps({"argv": argv, "env": env, "cwd": os.getcwd()}).encode() + b"\n"
         sent = socket.send_fds(sock, [request], [0, 1, 2])
         sock.sendall(request[sent:])
@@ -89,8 +92,9 @@ def run_remote(path: str, argv: list[str], env: dict[str, str]) -> int | None:
             except ProcessLookupError:
                 pass
 
-        for signum in (signal.SIGTERM, signal.SIGHUP):
+        for signum in forwarded:
             signal.signal(signum, forward)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, forwarded)
         last = replies.readline().split()
         if last[:1] != [b"exit"]:
             print("preload: the server ended before the job did", file=sys.stderr)
@@ -161,6 +165,7 @@ def fork_job(conn: socket.socket, servers: list) -> int | None:
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
+        signal.set_wakeup_fd(-1)  # the server's: its socket closes next, and the number could be reused by a file
         for inherited in (*servers, conn):
             inherited.close()
         code = 1
@@ -176,7 +181,7 @@ def fork_job(conn: socket.socket, servers: list) -> int | None:
     return pid
 
 
-def serve(path: str | Path, parent_pid: int | None = None, poll_s: float = 0.5) -> None:
+def serve(path: str | Path, parent_pid: int | None = None, poll_s: float = 1.0) -> None:
     """Serve jobs on the Unix socket `path` until SIGTERM, or until the process `parent_pid` (the
     Snakemake that started this server) is gone; running children are then sent SIGTERM."""
     path = Path(path)
@@ -190,16 +195,24 @@ def serve(path: str | Path, parent_pid: int | None = None, poll_s: float = 0.5) 
     # server lives until Snakemake, which started it, has seen them stop and stops it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))
+    # A child's end wakes the loop at once (its job waits for the news), not at the next poll.
+    wake_read, wake_write = socket.socketpair()
+    wake_write.setblocking(False)
+    signal.set_wakeup_fd(wake_write.fileno(), warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ)
+    selector.register(wake_read, selectors.EVENT_READ)
     jobs: dict[int, socket.socket] = {}  # child pid -> its job's connection
     print(f"preload: serving on {path} (pid {os.getpid()})", file=sys.stderr)
     try:
         while not stopping and (parent_pid is None or os.getppid() == parent_pid):
             for key, _ in selector.select(timeout=poll_s):
-                if key.fileobj is listener:
+                if key.fileobj is wake_read:
+                    wake_read.recv(4096)
+                elif key.fileobj is listener:
                     conn, _ = listener.accept()
-                    pid = fork_job(conn, [listener, selector, *jobs.values()])
+                    pid = fork_job(conn, [listener, selector, wake_read, wake_write, *jobs.values()])
                     if pid is not None:
                         jobs[pid] = conn
                         selector.register(conn, selectors.EVENT_READ, pid)
@@ -214,7 +227,9 @@ def serve(path: str | Path, parent_pid: int | None = None, poll_s: float = 0.5) 
         while jobs and time.monotonic() < deadline:
             reap(jobs, selector)
             time.sleep(0.05)
-        listener.close()
+        signal.set_wakeup_fd(-1)
+        for server_socket in (listener, wake_read, wake_write):
+            server_socket.close()
         path.unlink(missing_ok=True)
 
 
