@@ -39,8 +39,9 @@ rule all:
 
 
 onstart:
-    # The mini scale's ~200 short CPU jobs would each import torch (2-5 s): one process does it once.
-    if config["preload_cpu_jobs"] and config["gpus_per_job"] == 0:
+    # The mini scale's ~200 short CPU jobs would each import torch (2-5 s): one process does it
+    # once. Local runs only: a cluster's jobs run elsewhere, each in its own allocation.
+    if config["preload_cpu_jobs"] and config["gpus_per_job"] == 0 and workflow.local_exec:
         start_server()
 
 
