@@ -87,7 +87,12 @@ def test_run_measurement_rebuilds_the_model_from_the_checkpoint(tmp_path):
     files.save_torch(tmp_path / "run" / "checkpoints" / "last.pt", {"model": net.state_dict(), "model_spec": spec})
     torch.save({**tiny_data(), "train_x": torch.zeros(1, 1, 8, 8, dtype=torch.uint8), "train_y": torch.zeros(1, dtype=torch.long),
                 "test_y": torch.zeros(20, dtype=torch.long), "classes": ["a", "b", "c"], "name": "tiny", "source": "test"}, tmp_path / "data.pt")
-    run_measurement("sas_gates", tmp_path / "run", tmp_path / "data.pt", SETTINGS, tmp_path / "out.csv", device="cpu")
+    threads = torch.get_num_threads()
+    try:  # the job's one thread (the rule's `threads`), not torch's every core
+        run_measurement("sas_gates", tmp_path / "run", tmp_path / "data.pt", SETTINGS, tmp_path / "out.csv", device="cpu", threads=1)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
     frame = pd.read_csv(tmp_path / "out.csv")
     assert frame.loc[(frame.block == 2) & (frame.quantity == "beta"), "value"].item() == pytest.approx(sigmoid(-2))
 

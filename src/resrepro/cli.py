@@ -81,7 +81,7 @@ def cmd_gpu_hours(a) -> None:
 def cmd_measure(a) -> None:
     from .measure.run import run_measurement
 
-    run_measurement(a.name, a.run_dir, a.data, json.loads(a.settings), a.out, a.device)
+    run_measurement(a.name, a.run_dir, a.data, json.loads(a.settings), a.out, a.device, a.threads)
 
 
 def cmd_report(a) -> None:
@@ -369,6 +369,7 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--data", required=True, help="the run's prepared data")
     s.add_argument("--settings", default="{}", help="JSON: the measurement's settings (a figure's)")
     s.add_argument("--device", default="auto")
+    s.add_argument("--threads", type=int, default=0, help="CPU threads for torch (0: torch's default)")
     s.add_argument("--out", required=True)
     s.set_defaults(run=cmd_measure)
 

@@ -16,6 +16,8 @@ rule measure:
         "results/{scale}/{task}/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/measure/{measurement}.log",
     benchmark:
         "results/{scale}/{task}/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/measure/{measurement}.benchmark.tsv"
+    # one thread, as Snakemake counts it: torch's default (every core) would crowd the job beside it
+    threads: 1
     resources:
         gpu=single_gpu(),
         mem_mb=needs("measure", "mem_mb"),
@@ -24,4 +26,4 @@ rule measure:
         "../../envs/resrepro.yaml"
     shell:
         "resrepro launch --gpus {resources.gpu} -- measure --name {wildcards.measurement} --run-dir {params.run} --data {input.data}"
-        " --settings {params.settings:q} --out {output} 2> {log}"
+        " --settings {params.settings:q} --out {output} --threads {threads} 2> {log}"

@@ -29,10 +29,11 @@ def in_its_dtype(model) -> None:
         model.register_forward_pre_hook(lambda module, args: tuple(a.to(dtype) if torch.is_floating_point(a) else a for a in args))
 
 
-def run_measurement(name: str, run_dir: str | Path, data_path: str | Path, settings: dict, out: str | Path, device: str = "auto") -> None:
-    """Rebuild the run's final model from checkpoints/last.pt (its model_spec) and measure it; a
-    measurement that reads the training log gets the run's folder instead, one that reads
-    snapshots measures each in turn (an `epoch` column says which)."""
+def run_measurement(name: str, run_dir: str | Path, data_path: str | Path, settings: dict, out: str | Path, device: str = "auto",
+                    threads: int = 0) -> None:
+    """Rebuild the run's final model from checkpoints/last.pt (its model_spec) and measure it, on
+    `threads` CPU threads (0: torch's default); a measurement that reads the training log gets the
+    run's folder instead, one that reads snapshots measures each in turn (an `epoch` column says which)."""
     measurement = get(name)
     run_dir = Path(run_dir)
     if measurement.recipe_keys:  # e.g. the weight decay whose term weight_stats reports
@@ -41,9 +42,13 @@ def run_measurement(name: str, run_dir: str | Path, data_path: str | Path, setti
     if measurement.reads == "log":
         files.write_text(out, measurement.measure(run_dir, settings).to_csv(index=False))
         return
+    import torch
+
     from .. import models  # torch: only for the measurements that read a model
     from ..devices import pick_device
 
+    if threads:
+        torch.set_num_threads(threads)
     if measurement.reads in ("snapshots", "snapshot_ends"):
         kept = models.snapshots(run_dir)
         if measurement.reads == "snapshot_ends":  # the first and the last: initialisation and after training
