@@ -168,6 +168,8 @@ def test_start_and_stop_name_the_server_in_the_environment(monkeypatch, tmp_path
     try:
         assert os.environ[preload.SOCKET_ENV] == path and os.path.exists(path)
         process = preload._server["process"]
+        environ = dict(item.split("=", 1) for item in Path(f"/proc/{process.pid}/environ").read_text().split("\0") if "=" in item)
+        assert environ["CUDA_VISIBLE_DEVICES"] == ""  # no GPU for the server: CUDA before a fork breaks the forks
         deadline = time.monotonic() + 60
         while "serving on" not in log.read_text():  # after its imports
             assert time.monotonic() < deadline

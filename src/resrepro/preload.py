@@ -278,9 +278,11 @@ def start_server(log_path: str | Path = ".snakemake/resrepro-preload.log", wait_
     path = os.path.join(folder, "socket")
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
+        # No GPU visible to the server: its forks serve CPU jobs, and CUDA initialised before a fork
+        # (by any import that asks for a device) would fail in every fork that touched it.
         process = subprocess.Popen(
             [sys.executable, "-m", "resrepro.cli", "preload", "--socket", path, "--parent-pid", str(os.getpid())],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     deadline = time.monotonic() + wait_s
     while not os.path.exists(path):
         if process.poll() is not None or time.monotonic() > deadline:
