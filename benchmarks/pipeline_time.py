@@ -31,6 +31,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from resrepro.preload import CHILD_USAGE  # the line a forked job's log ends with
+
 STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]$")
 STARTED = re.compile(r"^(?:local)?rule (\w+):$")
 JOBID = re.compile(r"^\s+jobid: (\d+)$")
@@ -38,7 +40,7 @@ FINISHED = re.compile(r"^Finished jobid: (\d+) \(Rule: (\w+)\)$")
 OUTPUT = re.compile(r"^\s+output: (\S+?),?(?:\s|$)")
 BENCHMARK = re.compile(r"^\s+benchmark: (\S+)$")
 LOG = re.compile(r"^\s+log: (\S+)$")
-CHILD_CPU = re.compile(r"^preload: the job's process used ([\d.]+) s of CPU", re.M)  # resrepro.preload.CHILD_USAGE
+CHILD_CPU = re.compile(rf"^{re.escape(CHILD_USAGE)} ([\d.]+) s of CPU", re.M)
 STARTUP = "import torch, resrepro.cli; torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)"
 
 

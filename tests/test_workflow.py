@@ -214,6 +214,11 @@ def test_training_seeds_side_by_side_reruns_nothing(workdir):
     assert planned_jobs(workdir, "--configfile", "tiny.yaml", "--config", "seeds_in_parallel=2") == {}
 
 
+def test_turning_the_preload_server_off_reruns_nothing(workdir):
+    """preload_cpu_jobs only says how CPU jobs start: the runs and their results are the same."""
+    assert planned_jobs(workdir, "--configfile", "tiny.yaml", "--config", "preload_cpu_jobs=false") == {}
+
+
 def test_changing_one_rows_lam_reruns_only_that_cell(workdir):
     path = workdir / "config" / "tables" / "rskip.yaml"
     original = path.read_text()

@@ -313,6 +313,11 @@ def add_parallel_argument(s) -> None:
                    help="seeds trained at once, each its own process on the job's device (config seeds_in_parallel)")
 
 
+def add_device_arguments(s) -> None:
+    s.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:1, ...")
+    s.add_argument("--threads", type=int, default=0, help="CPU threads for torch (0: torch's default)")
+
+
 def add_seed_job(sub, name: str, help: str, command, data: str, training: bool) -> None:
     """A per-seed job's subcommand (training or evaluating a cell's runs): its spec, seeds, data,
     device and threads; training adds --no-progress and --parallel."""
@@ -321,8 +326,7 @@ def add_seed_job(sub, name: str, help: str, command, data: str, training: bool) 
                    if training else "the evaluation spec as JSON (experiments.eval_spec)")
     add_job_arguments(s)
     s.add_argument("--data", required=True, help=data)
-    s.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:1, ...")
-    s.add_argument("--threads", type=int, default=0, help="CPU threads for torch (0: torch's default)")
+    add_device_arguments(s)
     if training:
         s.add_argument("--no-progress", action="store_true")
         add_parallel_argument(s)
@@ -368,8 +372,7 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--run-dir", required=True, help="the run's folder (checkpoints/last.pt)")
     s.add_argument("--data", required=True, help="the run's prepared data")
     s.add_argument("--settings", default="{}", help="JSON: the measurement's settings (a figure's)")
-    s.add_argument("--device", default="auto")
-    s.add_argument("--threads", type=int, default=0, help="CPU threads for torch (0: torch's default)")
+    add_device_arguments(s)
     s.add_argument("--out", required=True)
     s.set_defaults(run=cmd_measure)
 

@@ -72,37 +72,45 @@ def run_remote(path: str, argv: list[str], env: dict[str, str]) -> int | None:
         sock.close()
         return None
     forwarded = {signal.SIGTERM, signal.SIGHUP}
-    with sock:
-        # held until the child's pid is known, then passed to it
-        signal.pthread_sigmask(signal.SIG_BLOCK, forwarded)
-        request = json.dumps({"argv": argv, "env": env, "cwd": os.getcwd()}).encode() + b"\n"
-        sent = socket.send_fds(sock, [request], [0, 1, 2])
-        sock.sendall(request[sent:])
-        replies = sock.makefile("rb")
-        first = replies.readline().split()
-        if first[:1] != [b"pid"]:
-            print(f"preload: the server refused the job: {b' '.join(first).decode() or 'no answer'}", file=sys.stderr)
-            return 1
-        child = int(first[1])
-        print(f"preload: running in pid {child}, forked from the server", file=sys.stderr, flush=True)
-
-        def forward(signum, frame):
-            try:
-                os.kill(child, signum)
-            except ProcessLookupError:
-                pass
-
-        for signum in forwarded:
-            signal.signal(signum, forward)
+    # held until the child's pid is known, then passed to it
+    signal.pthread_sigmask(signal.SIG_BLOCK, forwarded)
+    try:
+        with sock:
+            return _ask(sock, argv, env, forwarded)
+    finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, forwarded)
-        last = replies.readline().split()
-        if last[:1] != [b"exit"]:
-            print("preload: the server ended before the job did", file=sys.stderr)
-            return 1
-        code, cpu_s, max_rss_kb = int(last[1]), float(last[2]), int(last[3])
-        # Snakemake's benchmark sees only this process: the child's figures go to the job's log
-        print(f"{CHILD_USAGE} {cpu_s:.2f} s of CPU, {max_rss_kb / 1024:.0f} MB at most", file=sys.stderr)
-        return 128 - code if code < 0 else code
+
+
+def _ask(sock: socket.socket, argv: list[str], env: dict[str, str], forwarded: set) -> int:
+    """run_remote's conversation with the server, the forwarded signals blocked until the child's pid is known."""
+    request = json.dumps({"argv": argv, "env": env, "cwd": os.getcwd()}).encode() + b"\n"
+    sent = socket.send_fds(sock, [request], [0, 1, 2])
+    sock.sendall(request[sent:])
+    replies = sock.makefile("rb")
+    first = replies.readline().split()
+    if first[:1] != [b"pid"]:
+        print(f"preload: the server refused the job: {b' '.join(first).decode() or 'no answer'}", file=sys.stderr)
+        return 1
+    child = int(first[1])
+    print(f"preload: running in pid {child}, forked from the server", file=sys.stderr, flush=True)
+
+    def forward(signum, frame):
+        try:
+            os.kill(child, signum)
+        except ProcessLookupError:
+            pass
+
+    for signum in forwarded:
+        signal.signal(signum, forward)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, forwarded)
+    last = replies.readline().split()
+    if last[:1] != [b"exit"]:
+        print("preload: the server ended before the job did", file=sys.stderr)
+        return 1
+    code, cpu_s, max_rss_kb = int(last[1]), float(last[2]), int(last[3])
+    # Snakemake's benchmark sees only this process: the child's figures go to the job's log
+    print(f"{CHILD_USAGE} {cpu_s:.2f} s of CPU, {max_rss_kb / 1024:.0f} MB at most", file=sys.stderr)
+    return 128 - code if code < 0 else code
 
 
 # --- the server's side --------------------------------------------------------------------------
