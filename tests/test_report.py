@@ -6,7 +6,9 @@ import json
 import re
 import shutil
 from types import SimpleNamespace
+from pathlib import Path
 
+import matplotlib.colors
 import pandas as pd
 import pytest
 from fake_runs import plan_for, write_metrics, write_translation_run
@@ -14,6 +16,7 @@ from report_html import row_by_label, table_rows
 from scipy import stats as scipy_stats
 
 from resrepro import cli, files
+from resrepro.experiments import load_figures
 from resrepro.report.render import data_uri, fmt, fmt_p
 from resrepro.report import figures
 
@@ -242,7 +245,7 @@ def test_each_table_with_training_logs_has_its_learning_curves(report, tmp_path)
     """The figure is embedded as a PNG data URI under its table; a table none of whose runs has a
     training log (rskip-t5 here, and every table of the `report` fixture) has no figure rather
     than empty axes."""
-    assert "<img" not in report.html
+    assert "alt=\"learning curves" not in report.html
     report = build_report(tmp_path / "with-logs", train_logs=True)
     assert 'alt="learning curves of rskip-t5"' not in report.html
     for table_id in ("sas-t7", "rskip-t3"):
@@ -397,7 +400,7 @@ def test_a_figure_of_differences_draws_judges_and_sums_up_the_differences(tmp_pa
     data.to_csv(tmp_path / "figures.csv", index=False)
     pd.DataFrame([{"figure": "noise-f9b", "cell": i, "label": label, "measurement": "learning_curve", "kind": "per_epoch", "n": 2,
                    "n_runs": 3, "summary": "s"} for i, label in enumerate(base)]).to_csv(tmp_path / "figure_cells.csv", index=False)
-    sections = render_module._figure_sections(tmp_path, ["config/figures/noise.yaml"], "noise")
+    sections = render_module._figure_sections(tmp_path, load_figures(["config/figures/noise.yaml"]), "noise")
     # the figures this run did not measure are left out, those it cannot reproduce say why
     assert [s["id"] for s in sections] == ["noise-f9b", "noise-f11", "noise-f13"]
     section = sections[0]
@@ -409,7 +412,7 @@ def test_a_figure_of_differences_draws_judges_and_sums_up_the_differences(tmp_pa
     assert (gap["n"], gap["n_runs"]) == (2, 3)
     # a cell with nothing measured leaves its differences empty: no pairs, nothing to sum up
     data[data["label"] != "ResNet-44"].to_csv(tmp_path / "figures.csv", index=False)
-    unpaired = render_module._figure_sections(tmp_path, ["config/figures/noise.yaml"], "noise")[0]["cells"][7]
+    unpaired = render_module._figure_sections(tmp_path, load_figures(["config/figures/noise.yaml"]), "noise")[0]["cells"][7]
     assert (unpaired["label"], unpaired["n"], unpaired["summary"]) == ("depth 44: plain minus residual", 0, "")
     data.to_csv(tmp_path / "figures.csv", index=False)
     assert gap["summary"].startswith("training loss 0.1 at epoch 1, 0.4 at epoch 2")
@@ -461,3 +464,44 @@ def test_reference_rows_follow_the_last_row_of_each_metric_they_give():
     assert [v["paper"] for v in glied] == ["80.40", "–", "129.30"] and {v["verdict"] for v in glied} == {"reference"}
     assert {v["reproduced"] for v in glied} == {"not run (reference)"} and glied[0]["n"] == 0 and glied[0]["note"] == "SAS, Table 5"
     assert with_references(views, {}) == views
+
+
+def test_the_summary_gives_each_claim_its_verdict_and_evidence_and_draws_every_row(report, tmp_path):
+    """With the pipeline's claims (config/claims.yaml): a claim's verdict is unanimous over the rows
+    that ran (rskip-t3: one row inconclusive, so the claim is), says what did not run, and a paper
+    none of whose evidence ran says "not run"; the plot of every row decodes."""
+    out = tmp_path / "summary.html"
+    cli.main(["report", "--aggregate-dir", str(report.aggregate), "--tables", *map(str, sorted(Path("config/tables").glob("*.yaml"))),
+              "--figures", *map(str, sorted(Path("config/figures").glob("*.yaml"))), "--claims", "config/claims.yaml",
+              "--template", "report/templates/index.html.j2", "--scale", "tiny", "--out", str(out)])
+    html = out.read_text()
+    sas, rskip, noise = (table_rows(html, "summary", i) for i in range(3))
+    by_claim = {r["the paper claims"][:40]: r for r in sas + rskip}
+    bn = by_claim["Applying batch normalization has a negat"]
+    assert (bn["verdict"], bn["evidence"], bn["rests on"]) == ("inconclusive", "sas-t7: 1 diverged, 1 inconclusive of 2 rows", "sas-t7")
+    catastrophic = by_claim["If the shortcut is forced to play the mi"]
+    assert (catastrophic["verdict"], catastrophic["evidence"]) == ("inconclusive", "rskip-t3: 3 supported, 1 inconclusive of 4 rows")
+    recursive = by_claim["Recursively applying skip connection wit"]
+    assert recursive["verdict"] == "supported"
+    assert recursive["evidence"] == "rskip-t5: 2 supported of 2 rows; not in this run: rskip-t1, rskip-t2, rskip-t6, rskip-t7"
+    assert {r["verdict"] for r in noise} == {"not run"}
+    assert '<td class="not-run">not run</td>' in html and 'href="#sas-t7">sas-t7</a>' in html
+    found = re.search(r'<img src="data:image/png;base64,([^"]+)" alt="paper value against reproduced value', html)
+    assert base64.b64decode(found.group(1)).startswith(b"\x89PNG\r\n\x1a\n")
+    assert html.index('id="summary"') < html.index('id="sas-t7"')  # at the top
+
+
+def test_paper_against_reproduced_draws_rows_with_both_values_only(monkeypatch):
+    """One marker per row with a paper value and a mean, in its metric's panel; nothing to draw: no figure."""
+    drawn = {}
+    monkeypatch.setattr(figures, "to_png", lambda fig: drawn.setdefault("fig", fig) and b"png")
+    rows = pd.DataFrame({"paper_id": ["sas", "sas", "rskip", "rskip"], "metric": ["test_accuracy", "test_accuracy", "bleu", "bleu"],
+                         "paper": [93.7, 94.1, 30.0, None], "mean": [95.0, float("nan"), 28.0, 27.0],
+                         "verdict": ["baseline", "supported", "contradicted", "inconclusive"]})
+    assert figures.paper_against_reproduced(rows) == b"png"
+    axes = [ax for ax in drawn["fig"].axes if ax.collections]
+    assert [ax.get_title() for ax in axes] == ["test accuracy", "bleu"]
+    offsets = [[tuple(c.get_offsets()[i]) for c in ax.collections for i in range(len(c.get_offsets()))] for ax in axes]
+    assert offsets == [[(93.7, 95.0)], [(30.0, 28.0)]]
+    assert tuple(axes[1].collections[0].get_facecolor()[0][:3]) == pytest.approx(matplotlib.colors.to_rgb(figures.VERDICT_COLOURS["contradicted"]))
+    assert figures.paper_against_reproduced(rows.assign(mean=float("nan"))) is None

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import browser
 import pandas as pd
 import pytest
 import torch
@@ -151,6 +152,48 @@ def test_report_holds_every_table_with_paper_and_reproduced_values(workdir):
     plan = experiments.make_plan(tiny_config(workdir) | {"tables_dir": str(workdir / "config" / "tables")})
     assert len(metrics) == len(plan.runs)
     assert all(path.endswith("seed0") for path in plan.runs), "the tiny config trains one seed per cell"
+    # the summary: every claim of every paper, each with a verdict (all tables and figures ran: none "not run")
+    claims = yaml.safe_load((workdir / "config" / "claims.yaml").read_text())
+    for i, (paper, stated) in enumerate(claims.items()):
+        shown = table_rows(html, "summary", which=i)
+        assert [c["the paper claims"] for c in shown] == [c["claim"] for c in stated], paper
+        assert {c["verdict"] for c in shown} <= {"supported", "contradicted", "inconclusive", "diverged", "no result"}, (paper, shown)
+    assert html.index('id="summary"') < html.index('id="sas-t4"')
+
+
+def test_the_report_in_headless_chromium(workdir, tmp_path):
+    """The tiny report opened in a real browser, network off: every table and figure section is
+    there and visible, every image decodes, the console has no error, a click on a column's header
+    sorts its rows (again: the other way), and a screenshot is kept under the test's folder."""
+    if (why := browser.install()) is not None:
+        if os.environ.get(browser.REQUIRE) == "1":
+            pytest.fail(f"{browser.REQUIRE}=1 but {why}")
+        pytest.skip(why)
+    from selenium.webdriver.common.by import By
+
+    ids = ["summary", *experiments.load_tables(workdir / "config" / "tables"), *experiments.load_figures(workdir / "config" / "figures")]
+    driver = browser.start()
+    try:
+        driver.get((workdir / "report" / "tiny" / "index.html").as_uri())
+        hidden = [i for i in ids if not driver.find_element(By.ID, i).is_displayed()]
+        assert hidden == []
+        images = driver.execute_script("return Array.from(document.images).map(i => [i.alt, i.complete && i.naturalWidth > 0])")
+        assert len(images) > len(ids) / 2 and [alt for alt, decoded in images if not decoded] == []
+        assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
+        column = "return Array.from(document.querySelectorAll('#rskip-t1 table')[0].rows).slice(1).map(r => r.cells[arguments[0]].textContent.trim())"
+        headers = [th.text for th in driver.find_elements(By.CSS_SELECTOR, "#rskip-t1 table tr:first-child th")]
+        at = headers.index("paper")
+        before = [float(v) for v in driver.execute_script(column, at)]
+        driver.find_elements(By.CSS_SELECTOR, "#rskip-t1 table tr:first-child th")[at].click()
+        assert [float(v) for v in driver.execute_script(column, at)] == sorted(before)
+        driver.find_elements(By.CSS_SELECTOR, "#rskip-t1 table tr:first-child th")[at].click()
+        assert [float(v) for v in driver.execute_script(column, at)] == sorted(before, reverse=True)
+        assert sorted(before) != before or sorted(before, reverse=True) != before  # the order changed at least once
+        shot = tmp_path / "report.png"
+        driver.save_screenshot(str(shot))
+        assert shot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    finally:
+        driver.quit()
 
 
 def test_translation_runs_are_scored_as_configured(workdir):

@@ -376,6 +376,10 @@ def make_plan(config: dict) -> Plan:
             plan.measures.append({"figure": figure_id, "cell": i, "label": cell["label"], "measurement": figure["measurement"],
                                   "settings": figure["settings"], "quantities": figure.get("quantities"), "runs": runs})
     _check_one_setting_per_measured_run(plan)
+    if config.get("claims"):  # checked here, so that a claim citing a renamed row fails before any job
+        from .analysis.claims import load_claims
+
+        load_claims(config["claims"], all_tables, all_figures)
     plan.jobs = group_into_jobs(plan.runs, config.get("seeds_per_job", 1))
     return plan
 

@@ -166,6 +166,10 @@ def figure_files():
     return [str(p) for p in sorted(Path(config["figures_dir"]).glob("*.yaml"))] if config.get("figures_dir") else []
 
 
+def claims_file():
+    return [config["claims"]] if config.get("claims") else []
+
+
 def table_files():
     return [str(p) for p in experiments.table_files(config["tables_dir"])]
 

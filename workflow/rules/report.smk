@@ -18,6 +18,7 @@ rule report:
         gpu_hours="results/{scale}/aggregate/gpu_hours.csv",
         tables=table_files(),
         figures=figure_files(),
+        claims=claims_file(),
         template="report/templates/index.html.j2",
     output:
         "report/{scale}/index.html",
@@ -31,5 +32,5 @@ rule report:
     conda:
         "../../envs/resrepro.yaml"
     shell:
-        "resrepro report --aggregate-dir $(dirname {input.rows}) --tables {input.tables} --figures {input.figures} --template {input.template}"
+        "resrepro report --aggregate-dir $(dirname {input.rows}) --tables {input.tables} --figures {input.figures} --claims {input.claims} --template {input.template}"
         " --scale {wildcards.scale} --recipe {params.recipe:q} --note={params.note:q} --out {output} 2> {log}"

@@ -191,3 +191,40 @@ def learning_curves(table_rows: pd.DataFrame, curves: pd.DataFrame, runs_by_row:
         ax.grid(alpha=0.3)
     axes[1].legend(fontsize=7, loc="upper right", ncol=1 if plotted < 7 else 2)
     return to_png(fig)
+
+
+# One colour per verdict, as the report's text colours them; a row without a verdict in grey.
+VERDICT_COLOURS = {"supported": "#1a7f37", "contradicted": "#b42318", "inconclusive": "#d4a017", "baseline": "#444444"}
+NO_VERDICT_COLOUR = "#aaaaaa"
+PAPER_MARKERS = ["o", "s", "^", "D", "v", "P"]
+
+
+def paper_against_reproduced(rows: pd.DataFrame) -> bytes | None:
+    """Every table row with a paper value and a reproduced mean (columns paper_id, metric, paper,
+    mean, verdict): the paper's value on x, the reproduced one on y, one panel per metric (their
+    units differ), the identity line, the colour of the row's verdict, the marker of its paper."""
+    drawn = rows.dropna(subset=["paper", "mean"])
+    if drawn.empty:
+        return None
+    metrics = list(dict.fromkeys(drawn["metric"]))
+    markers = {paper: PAPER_MARKERS[i % len(PAPER_MARKERS)] for i, paper in enumerate(dict.fromkeys(rows["paper_id"]))}
+    columns = min(4, len(metrics))
+    fig, axes = plt.subplots(-(-len(metrics) // columns), columns, figsize=(3.3 * columns, 3.1 * -(-len(metrics) // columns)), squeeze=False)
+    for ax, metric in zip(axes.flat, metrics):
+        mine = drawn[drawn["metric"] == metric]
+        for (paper, verdict), group in mine.groupby(["paper_id", mine["verdict"].fillna("")], sort=False):
+            ax.scatter(group["paper"], group["mean"], marker=markers[paper], color=VERDICT_COLOURS.get(verdict, NO_VERDICT_COLOUR),
+                       edgecolor="black", linewidth=0.4, s=28, zorder=3)
+        low, high = min(mine["paper"].min(), mine["mean"].min()), max(mine["paper"].max(), mine["mean"].max())
+        pad = 0.05 * (high - low) or 0.05 * abs(high) or 0.05
+        ax.plot([low - pad, high + pad], [low - pad, high + pad], color="grey", linewidth=0.8, linestyle="--", zorder=1)
+        ax.set(title=_wrap(metric.replace("_", " "), 30), xlabel="paper", ylabel="reproduced (mean over seeds)")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(metrics):]:
+        ax.axis("off")
+    handles = [plt.Line2D([], [], marker="o", linestyle="", color=c, label=v) for v, c in VERDICT_COLOURS.items()]
+    handles += [plt.Line2D([], [], marker="o", linestyle="", color=NO_VERDICT_COLOUR, label="no verdict")]
+    handles += [plt.Line2D([], [], marker=m, linestyle="", color="white", markeredgecolor="black", label=p) for p, m in markers.items()]
+    fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=8, bbox_to_anchor=(0.5, 1.02), frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    return to_png(fig)

@@ -16,6 +16,7 @@ import jinja2
 import pandas as pd
 
 from .. import files, provenance
+from ..analysis import claims as claims_of_papers
 from ..analysis import figure_checks
 from ..analysis.aggregate import DIGITS, UNFINISHED, difference_summaries, figure_differences
 from ..experiments import METRICS, load_figures, load_tables
@@ -47,12 +48,13 @@ def data_uri(png: bytes | None) -> str | None:
 
 
 def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: dict, note: str = "",
-                  figure_entries: str | Path | list | None = None) -> dict:
+                  figure_entries: str | Path | list | None = None, claims: str | Path | None = None) -> dict:
     rows = pd.read_csv(agg_dir / "rows.csv")
     runs = pd.read_csv(agg_dir / "runs.csv")
     curves = pd.read_csv(agg_dir / "curves.csv")
     plan = json.loads((agg_dir / "plan.json").read_text())
     tables = load_tables(tables)
+    figure_config = load_figures(figure_entries) if figure_entries else {}
     runs_by_row = {(r["table"], r["label"]): r["runs"] for r in plan}
 
     costs = gpu_costs(agg_dir / "gpu_hours.csv")
@@ -75,7 +77,13 @@ def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: 
                              "features": sorted(table_runs["features"].dropna().unique()) if "features" in table_runs else [],
                              "self_critical": sorted(int(n) for n in table_runs["scst_updates"].dropna().unique()) if "scst_updates" in table_runs else [],
                              "gallery": caption_gallery(samples, table_id)})
-        papers.append({"id": paper_id, "title": title, "sections": sections, "figures": _figure_sections(agg_dir, figure_entries, paper_id)})
+        papers.append({"id": paper_id, "title": title, "sections": sections, "figures": _figure_sections(agg_dir, figure_config, paper_id)})
+
+    judged = {f["id"]: f["verdicts"] for p in papers for f in p["figures"] if "verdicts" in f}
+    stated = claims_of_papers.load_claims(claims, tables, figure_config) if claims else {}
+    summary = claims_of_papers.summarise(stated, rows, judged)
+    for paper in papers:
+        paper["claims"] = summary.get(paper["id"], [])
 
     status = runs["status"].value_counts().to_dict()
     unfinished = runs[runs["status"].isin(UNFINISHED)]
@@ -84,6 +92,7 @@ def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: 
         "note": note,
         "recipe": recipe,
         "papers": papers,
+        "paper_against_reproduced": data_uri(figures.paper_against_reproduced(rows.assign(paper_id=rows["table"].map(lambda t: tables[t]["paper"])))),
         "costs": costs,
         "epoch_basis": rows["epoch_basis"].iloc[0] if len(rows) else "final",
         "counts": {"runs": len(runs), **{s: status.get(s, 0) for s in ("ok", "diverged", *UNFINISHED)}},
@@ -117,12 +126,11 @@ def gpu_costs(path: Path) -> dict | None:
             "tables": tables, "total": total}
 
 
-def _figure_sections(agg_dir: Path, figure_entries, paper_id: str) -> list[dict]:
+def _figure_sections(agg_dir: Path, entries: dict, paper_id: str) -> list[dict]:
     """The paper's figures: its entry (caption, claim, settings), what each cell's runs show, and
     the drawing of the measurement's kind from figures.csv."""
-    if not figure_entries:
+    if not entries:
         return []
-    entries = load_figures(figure_entries)
     measured = (agg_dir / "figure_cells.csv").exists()
     cells = pd.read_csv(agg_dir / "figure_cells.csv", keep_default_na=False) if measured else pd.DataFrame(columns=["figure"])
     data = pd.read_csv(agg_dir / "figures.csv") if measured else pd.DataFrame(columns=["figure"])
@@ -222,8 +230,8 @@ def _row_view(r: pd.Series) -> dict:
 
 
 def render(agg_dir: str | Path, tables: str | Path | list, template: str | Path, out: str | Path, scale: str, recipe: dict, note: str = "",
-           figure_entries: str | Path | list | None = None) -> None:
+           figure_entries: str | Path | list | None = None, claims: str | Path | None = None) -> None:
     template = Path(template)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(template.parent), autoescape=True, undefined=jinja2.StrictUndefined)
-    html = env.get_template(template.name).render(**build_context(Path(agg_dir), tables, scale, recipe, note, figure_entries))
+    html = env.get_template(template.name).render(**build_context(Path(agg_dir), tables, scale, recipe, note, figure_entries, claims))
     files.write_text(out, html)
