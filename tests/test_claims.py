@@ -89,6 +89,7 @@ def test_the_projects_claims_resolve_against_its_tables_and_figures():
     cited = {ref.id for paper in loaded.values() for c in paper for ref in c["evidence"]}
     with_verdicts = {t for t, table in tables.items() if table.get("baseline") or any("baseline" in r for r in table["rows"])}
     assert with_verdicts - cited == set()
+    assert {f for f, figure in figures.items() if figure.get("checks")} - cited == set()  # and every figure with a verdict
 
 
 def test_summary_reads_rows_and_checks_and_says_what_did_not_run():

@@ -140,6 +140,17 @@ def first_smallest(rows, along: str):
     return holds, f"first {along} {first:.3g} against {rest:.3g} for the rest ({where})"
 
 
+@_test("peak_between", ("along", "low", "high"))
+def peak_between(rows, along: str, low: float, high: float):
+    """In every curve, the point along `along` where the value is largest (a histogram's mode)
+    lies between `low` and `high`."""
+    columns, modes = _groups(rows, (along,)), []
+    for key, curve in rows.groupby(columns, dropna=False, sort=False):
+        modes.append((float(curve.loc[curve["value"].idxmax(), along]), _where(columns, key)))
+    holds = all(low <= mode <= high for mode, _ in modes)
+    return holds, "; ".join(f"{along} {mode:.3g} ({where})" for mode, where in modes) + f": {'all' if holds else 'not all'} in [{low:g}, {high:g}]"
+
+
 @_test("ordered", ("cells",))
 def ordered(rows, cells: list[str]):
     """The mean value of each cell exceeds that of the next, in the order `cells` lists them."""
