@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from pathlib import Path
 
 import matplotlib.colors
+import numpy as np
 import pandas as pd
 import pytest
 from fake_runs import plan_for, write_metrics, write_translation_run
@@ -19,6 +20,7 @@ from resrepro import cli, files
 from resrepro.experiments import load_figures
 from resrepro.report.render import data_uri, fmt, fmt_p
 from resrepro.report import figures
+from resrepro.report import render as render_module
 
 
 TRANSLATION_BLEU = {"xskip_ln": [30.0, 31.0, 32.5], "rskip_ln-lam2": [34.0, 34.5, 35.5]}
@@ -505,3 +507,37 @@ def test_paper_against_reproduced_draws_rows_with_both_values_only(monkeypatch):
     assert offsets == [[(93.7, 95.0)], [(30.0, 28.0)]]
     assert tuple(axes[1].collections[0].get_facecolor()[0][:3]) == pytest.approx(matplotlib.colors.to_rgb(figures.VERDICT_COLOURS["contradicted"]))
     assert figures.paper_against_reproduced(rows.assign(mean=float("nan"))) is None
+
+
+@pytest.mark.parametrize("n, text", [(None, "–"), (float("nan"), "–"), (4, "4"), (4.0, "4"), (float("inf"), "> 1000")])
+def test_seeds_needed_reads_as_a_count(n, text):
+    assert render_module.fmt_seeds(n) == text
+
+
+@pytest.mark.parametrize("runs, resolved, text", [
+    (5, False, "the paper's 5 runs could not resolve its own difference"),
+    (1, False, "the paper's 1 run could not resolve its own difference (one run has no spread)"),
+    (5, True, ""), (5, float("nan"), ""), (float("nan"), False, ""), (5, np.bool_(False), "the paper's 5 runs could not resolve its own difference"),
+])
+def test_the_mark_of_a_claim_the_papers_runs_could_not_resolve(runs, resolved, text):
+    assert render_module.unresolved_note(runs, resolved) == text
+
+
+def test_seeds_needed_and_the_mark_in_the_table(report, tmp_path):
+    """Each compared row shows its seeds needed (rows.csv's, as a count); a row whose paper runs
+    could not resolve its difference carries the mark with the reason on hover; baselines show none."""
+    rows = pd.read_csv(report.aggregate / "rows.csv")
+    rows["paper_resolved"] = rows["paper_resolved"].astype(object)  # all empty here: read back as float
+    at = (rows["table"] == "rskip-t3") & (rows["label"] == "0.5x + F")
+    rows.loc[at, ["paper_runs", "paper_resolved"]] = [1, False]
+    marked = shutil.copytree(report.aggregate, tmp_path / "marked")
+    files.write_text(marked / "rows.csv", rows.to_csv(index=False))
+    html = render_report(marked, tmp_path / "marked.html")
+    cells = {c["row"]: c for c in table_rows(html, "rskip-t3")}
+    expected = rows[rows["table"] == "rskip-t3"].set_index("label")["seeds_needed"]
+    for label in ("LN(0.5x + F)", "LN(x + 2F)", "LN(x + 3F)"):
+        assert cells[label]["seeds needed"] == render_module.fmt_seeds(expected[label]) != "–", label
+    assert cells["0.5x + F"]["seeds needed"] == render_module.fmt_seeds(expected["0.5x + F"]) + " ⚑"
+    assert 'title="the paper\'s 1 run could not resolve its own difference (one run has no spread)">⚑' in html.replace("&#39;", "'")
+    assert cells["x + F"]["seeds needed"] == ""
+    assert "The paper's runs per value: 5 (" in html and "The paper's runs per value: not stated." in html  # sas-t7, rskip-t3

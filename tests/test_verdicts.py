@@ -213,3 +213,52 @@ def test_paired_resolvable_by_hand():
     assert stats.paired_resolvable([2.0, 4.0, 6.0]) == pytest.approx(2 * 5.363313 / 3 ** 0.5, rel=1e-6)  # twice the spread
     assert stats.paired_resolvable([5.0, 5.0]) == 0.0  # no spread: any difference is resolved
     assert stats.paired_resolvable([1.0]) is None and stats.paired_resolvable([]) is None
+
+
+def test_seeds_needed_by_hand():
+    """Variances 1 and 1, the paper's difference 3: with n per side the test resolves
+    (t_0.975 + t_0.8) * sqrt(2 / n) at df = 2 (n - 1) (Welch-Satterthwaite for equal variances),
+    from a t table: n = 2: (4.303 + 1.061) * 1 = 5.36; n = 3: (2.776 + 0.941) * 0.8165 = 3.035, just
+    above 3; n = 4: (2.447 + 0.906) * 0.7071 = 2.371. So 4 seeds per side; the sign of the
+    difference does not matter."""
+    row, base = [1.0, 2.0, 3.0], [2.0, 3.0, 4.0]
+    assert stats.detectable((1.0, 1.0), 2) == pytest.approx(5.363, abs=2e-3)
+    assert stats.detectable((1.0, 1.0), 3) == pytest.approx(3.035, abs=2e-3)
+    assert stats.detectable((1.0, 1.0), 4) == pytest.approx(2.371, abs=2e-3)
+    assert stats.seeds_needed(row, base, 3.0) == 4 and stats.seeds_needed(row, base, -3.0) == 4
+    assert stats.seeds_needed(row, base, 3.04) == 3  # just past n = 3's 3.035
+    assert stats.seeds_needed(row, base, 5.4) == 2
+    # unequal variances (4 and 0): df = (n - 1), 16 / 16; n = 5: (2.776 + 0.941) * sqrt(4 / 5) = 3.325
+    assert stats.detectable((4.0, 0.0), 5) == pytest.approx(3.325, abs=2e-3)
+    assert stats.seeds_needed([0.0, 2.0, 4.0], [1.0, 1.0, 1.0], 3.33) == 5
+
+
+def test_seeds_needed_edges():
+    assert stats.seeds_needed([1.0, 2.0], [1.0, 2.0], 0.001) == math.inf  # past 1000 seeds
+    assert stats.seeds_needed([1.0, 2.0], [1.0, 2.0], 0.0) is None  # no difference to resolve
+    assert stats.seeds_needed([1.0], [1.0, 2.0], 1.0) is None  # no spread on one side
+    assert stats.seeds_needed([1.0, 1.0], [2.0, 2.0], 0.5) == 2  # no spread at all: the smallest test
+
+
+def test_the_papers_own_runs_could_resolve_its_difference():
+    row, base = [1.0, 2.0, 3.0], [2.0, 3.0, 4.0]  # variances 1 and 1: 3 resolves with 4 seeds, not with 3
+    assert stats.paper_could_resolve(4, row, base, 3.0) is True
+    assert stats.paper_could_resolve(3, row, base, 3.0) is False
+    assert stats.paper_could_resolve(1, row, base, 100.0) is False  # one run: no spread to test, whatever the difference
+    assert stats.paper_could_resolve(None, row, base, 3.0) is None  # the paper does not say
+    assert stats.paper_could_resolve(5, [1.0], base, 3.0) is None  # this run shows no spread to judge by
+    assert stats.paper_could_resolve(5, row, base, 0.0) is None
+
+
+def test_aggregate_gives_each_compared_row_its_seeds_needed_and_the_papers_runs(tmp_path):
+    """rskip-t1 (5 runs, its caption): each row's seeds needed for the paper's difference at the
+    spreads of its seeds and its baseline's; 2xSkip+LN's 0.02 gain is beyond what 5 runs resolve."""
+    rows = aggregate_with(tmp_path, ["rskip-t1"], T1_ERRORS)
+    base = T1_ERRORS["add"]
+    for label, variant, paper in [("2rSkip+LN", "rskip_ln-lam2", 6.02), ("2xSkip+LN", "xskip_ln-lam2", 6.29), ("2xSkip", "xskip-lam2", 8.41)]:
+        row = rows.loc[label]
+        assert row["seeds_needed"] == stats.seeds_needed(T1_ERRORS[variant], base, paper - 6.31), label
+        assert row["paper_runs"] == 5
+        assert bool(row["paper_resolved"]) == (stats.detectable((scipy_stats.tvar(T1_ERRORS[variant]), scipy_stats.tvar(base)), 5) <= abs(paper - 6.31))
+    assert not rows.loc["2xSkip+LN", "paper_resolved"]
+    assert math.isnan(rows.loc["1xSkip", "seeds_needed"])  # the baseline: nothing to compare

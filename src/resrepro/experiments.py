@@ -40,8 +40,10 @@ AT = ("init", "final")
 # measurement and settings: what computes the rows that name a `quantity` (a registered
 # measurement: measure/); ratio: the report shows each row's ratio to its baseline beside the paper's;
 # references: rows the paper prints from other work, shown with their values and no run
-# ([{label, source, paper: {metric: value or null}}], e.g. paper 000 Table 5's GLIED)
-TABLE_KEYS = {"paper", "caption", "source", "task", "metric", "baseline", "rows", "measurement", "settings", "ratio", "references"}
+# ([{label, source, paper: {metric: value or null}}], e.g. paper 000 Table 5's GLIED);
+# paper_runs: how many runs the paper says each value averages, in its words ({runs, quote, where})
+TABLE_KEYS = {"paper", "caption", "source", "task", "metric", "baseline", "rows", "measurement", "settings", "ratio", "references",
+              "paper_runs"}
 FIGURE_KEYS = {"paper", "caption", "source", "measurement", "settings", "quantities", "claim", "cells", "checks", "differences"}
 DIFFERENCE_KEYS = {"label", "of", "minus", "abs"}
 NOT_REPRODUCED_KEYS = {"paper", "caption", "source", "claim", "not_reproduced"}
@@ -84,6 +86,7 @@ def _check_table(table_id: str, table: dict, path: Path) -> dict:
     if "measurement" in table:
         table = {**table, "settings": _check_table_measurement(table, where)}
     _check_references(table, where)
+    _check_paper_runs(table, where)
     labels = [row.get("label") for row in table["rows"]]
     for i, row in enumerate(table["rows"]):
         rwhere = f"{where}.rows[{i}]"
@@ -106,6 +109,18 @@ def _check_table(table_id: str, table: dict, path: Path) -> dict:
             raise ConfigError(f"{rwhere}: its metric is {row_metric(table, row)}, its baseline {baseline!r}'s is "
                               f"{row_metric(table, table['rows'][labels.index(baseline)])}: a verdict compares one metric")
     return table
+
+
+def _check_paper_runs(table: dict, where: str) -> None:
+    """paper_runs: {runs: N or null, quote, where}: how many runs the paper says each value averages
+    (null: it does not say), with its words, so that the report can mark a claim its runs could not resolve."""
+    if "paper_runs" not in table:
+        return
+    entry = table["paper_runs"]
+    if not isinstance(entry, dict) or set(entry) != {"runs", "quote", "where"}:
+        raise ConfigError(f"{where}.paper_runs: expected {{runs: N or null, quote, where}}; got {entry!r}")
+    if entry["runs"] is not None and not (isinstance(entry["runs"], int) and not isinstance(entry["runs"], bool) and entry["runs"] >= 1):
+        raise ConfigError(f"{where}.paper_runs.runs: expected a whole count of at least 1, or null; got {entry['runs']!r}")
 
 
 def _check_references(table: dict, where: str) -> None:

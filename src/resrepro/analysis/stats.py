@@ -6,7 +6,9 @@ The paper's claim for a row is the direction of its difference to the baseline r
 - "contradicted": the opposite direction and p < alpha;
 - "inconclusive": otherwise, including fewer than two finished seeds on either side.
 With the verdict goes the smallest difference that these seeds could resolve (two-sided test at
-alpha with 80% power, from the observed spreads), so "inconclusive" says how much was resolvable.
+alpha with 80% power, from the observed spreads), so "inconclusive" says how much was resolvable;
+and, the other way round, how many seeds per side the paper's difference would need at those
+spreads (`seeds_needed`), and whether the paper's own runs could have resolved it.
 """
 
 from __future__ import annotations
@@ -92,3 +94,41 @@ def paired_resolvable(differences: list[float]) -> float | None:
     df = len(d) - 1
     return float((stats.t.ppf(1 - ALPHA / 2, df) + stats.t.ppf(POWER, df)) * d.std(ddof=1) / math.sqrt(len(d)))
 
+
+
+def detectable(variances: tuple[float, float], n: int) -> float:
+    """The smallest difference of means that a two-sided Welch test at ALPHA detects with POWER,
+    with n seeds per side whose variances are these (Welch-Satterthwaite degrees of freedom)."""
+    va, vb = variances
+    se = math.sqrt((va + vb) / n)
+    df = (va + vb) ** 2 * (n - 1) / (va**2 + vb**2)
+    return float((stats.t.ppf(1 - ALPHA / 2, df) + stats.t.ppf(POWER, df)) * se)
+
+
+def seeds_needed(row: list[float], baseline: list[float], effect: float, most: int = 1000) -> float | None:
+    """Seeds per side that would resolve `effect` (the paper's difference) at the spreads these
+    seeds show: the smallest n >= 2 with detectable(n) <= |effect|; inf beyond `most`; None when
+    a side has fewer than 2 seeds (no spread) or there is no effect to resolve."""
+    if len(row) < 2 or len(baseline) < 2 or effect == 0:
+        return None
+    variances = (float(np.var(row, ddof=1)), float(np.var(baseline, ddof=1)))
+    if sum(variances) == 0:  # no spread at all: the smallest test resolves any difference
+        return 2
+    for n in range(2, most + 1):
+        if detectable(variances, n) <= abs(effect):
+            return n
+    return math.inf
+
+
+def paper_could_resolve(paper_runs: int | None, row: list[float], baseline: list[float], effect: float) -> bool | None:
+    """Whether the paper's `paper_runs` runs per side resolve its own `effect` at the spreads these
+    seeds show (one run: never, there is no spread to test); None when the paper does not say
+    how many runs, or these seeds show no spread."""
+    if paper_runs is None or effect == 0:
+        return None
+    if paper_runs < 2:
+        return False
+    if len(row) < 2 or len(baseline) < 2:
+        return None
+    variances = (float(np.var(row, ddof=1)), float(np.var(baseline, ddof=1)))
+    return sum(variances) == 0 or detectable(variances, paper_runs) <= abs(effect)

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import jinja2
+import numpy as np
 import pandas as pd
 
 from .. import files, provenance
@@ -174,6 +175,23 @@ def fmt_metric(value, metric: str) -> str:
     return f"{value:.4g}"
 
 
+def fmt_seeds(n) -> str:
+    """Seeds per side the paper's difference needs (stats.seeds_needed): a count, "> 1000" past
+    the search, "–" without one."""
+    if not _is_number(n):
+        return "–"
+    return "> 1000" if math.isinf(n) else f"{int(n)}"
+
+
+def unresolved_note(paper_runs, resolved) -> str:
+    """A mark for a row whose paper claim its own runs could not resolve at this run's spreads;
+    rows.csv holds the flag as True/False or empty (NaN), the runs as a count or empty."""
+    if not isinstance(resolved, (bool, np.bool_)) or resolved or not _is_number(paper_runs):
+        return ""
+    runs = int(paper_runs)
+    return f"the paper's {runs} run{'s' if runs != 1 else ''} could not resolve its own difference" + (" (one run has no spread)" if runs == 1 else "")
+
+
 def caption_gallery(samples: pd.DataFrame, table_id: str) -> list[dict]:
     """A captioning table's test images, each with its thumbnail, first reference and the caption
     each model (its first seed) gave it, models in table order."""
@@ -217,6 +235,8 @@ def _row_view(r: pd.Series) -> dict:
         "verdict": r["verdict"] if isinstance(r["verdict"], str) else "",
         "difference": fmt_metric(r.get("difference"), metric), "p_value": fmt_p(r.get("p_value")),
         "resolvable": fmt_metric(r.get("resolvable"), metric),
+        "seeds_needed": fmt_seeds(r.get("seeds_needed")),
+        "paper_unresolved": unresolved_note(r.get("paper_runs"), r.get("paper_resolved")),
         "reason": r["reason"] if isinstance(r["reason"], str) else "",
         "baseline": r["baseline"] if isinstance(r["baseline"], str) else "",
         # translation only: the honest BLEU, the bootstrap against the baseline, the paper-size model
