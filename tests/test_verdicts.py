@@ -14,6 +14,7 @@ import pytest
 from fake_runs import plan_for, write_metrics
 from scipy import stats as scipy_stats
 
+from resrepro.analysis import aggregate as aggregate_module
 from resrepro.analysis import stats
 from resrepro.analysis.aggregate import aggregate
 
@@ -242,18 +243,26 @@ def test_seeds_needed_edges():
 
 def test_the_papers_own_runs_could_resolve_its_difference():
     row, base = [1.0, 2.0, 3.0], [2.0, 3.0, 4.0]  # variances 1 and 1: 3 resolves with 4 seeds, not with 3
-    assert stats.paper_could_resolve(4, row, base, 3.0) is True
-    assert stats.paper_could_resolve(3, row, base, 3.0) is False
-    assert stats.paper_could_resolve(1, row, base, 100.0) is False  # one run: no spread to test, whatever the difference
-    assert stats.paper_could_resolve(None, row, base, 3.0) is None  # the paper does not say
-    assert stats.paper_could_resolve(5, [1.0], base, 3.0) is None  # this run shows no spread to judge by
-    assert stats.paper_could_resolve(5, row, base, 0.0) is None
+    assert stats.paper_could_resolve(4, row, base, 3.0, same_data=True) is True
+    assert stats.paper_could_resolve(3, row, base, 3.0, same_data=True) is False
+    assert stats.paper_could_resolve(1, row, base, 100.0, same_data=True) is False  # one run: no spread to test, whatever the difference
+    assert stats.paper_could_resolve(1, row, base, 100.0, same_data=False) is False  # ... on any data
+    assert stats.paper_could_resolve(3, row, base, 3.0, same_data=False) is None  # another dataset's spread says nothing of the paper's
+    assert stats.paper_could_resolve(None, row, base, 3.0, same_data=True) is None  # the paper does not say
+    assert stats.paper_could_resolve(5, [1.0], base, 3.0, same_data=True) is None  # this run shows no spread to judge by
+    assert stats.paper_could_resolve(5, row, base, 0.0, same_data=True) is None
 
 
-def test_aggregate_gives_each_compared_row_its_seeds_needed_and_the_papers_runs(tmp_path):
+def test_aggregate_gives_each_compared_row_its_seeds_needed_and_the_papers_runs(tmp_path, monkeypatch):
     """rskip-t1 (5 runs, its caption): each row's seeds needed for the paper's difference at the
-    spreads of its seeds and its baseline's; 2xSkip+LN's 0.02 gain is beyond what 5 runs resolve."""
-    rows = aggregate_with(tmp_path, ["rskip-t1"], T1_ERRORS)
+    spreads of its seeds and its baseline's; 2xSkip+LN's 0.02 gain is beyond what 5 runs resolve.
+    Whether the paper's runs resolve is judged only on the paper's own data: the tiny config runs
+    digits for CIFAR-10, so the runs are told they ran on cifar10 here, and on digits it is left open."""
+    on_digits = aggregate_with(tmp_path / "digits", ["rskip-t1"], T1_ERRORS)
+    assert on_digits["paper_resolved"].isna().all() and (on_digits["paper_runs"].dropna() == 5).all()
+    read_run = aggregate_module.read_run
+    monkeypatch.setattr(aggregate_module, "read_run", lambda *a: {**read_run(*a), "dataset": "cifar10"})
+    rows = aggregate_with(tmp_path / "cifar10", ["rskip-t1"], T1_ERRORS)
     base = T1_ERRORS["add"]
     for label, variant, paper in [("2rSkip+LN", "rskip_ln-lam2", 6.02), ("2xSkip+LN", "xskip_ln-lam2", 6.29), ("2xSkip", "xskip-lam2", 8.41)]:
         row = rows.loc[label]

@@ -225,7 +225,8 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
                 paper_effect = spec["paper"] - base_spec["paper"]
                 line["seeds_needed"] = stats.seeds_needed(values, base_values, paper_effect)
                 line["paper_runs"] = (table.get("paper_runs") or {}).get("runs")
-                line["paper_resolved"] = stats.paper_could_resolve(line["paper_runs"], values, base_values, paper_effect)
+                line["paper_resolved"] = stats.paper_could_resolve(line["paper_runs"], values, base_values, paper_effect,
+                                                                   same_data=line["dataset"] == spec["dataset"])
             line.update(verdict=v.verdict, p_value=v.p_value, difference=v.difference, resolvable=v.resolvable, reason=v.reason)
             if not values or not base_values:  # nothing to compare: say so rather than "inconclusive"
                 line.update(verdict="no result", reason=unscored or "no finished seed in this row or its baseline")

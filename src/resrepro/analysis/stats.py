@@ -120,15 +120,16 @@ def seeds_needed(row: list[float], baseline: list[float], effect: float, most: i
     return math.inf
 
 
-def paper_could_resolve(paper_runs: int | None, row: list[float], baseline: list[float], effect: float) -> bool | None:
+def paper_could_resolve(paper_runs: int | None, row: list[float], baseline: list[float], effect: float, same_data: bool) -> bool | None:
     """Whether the paper's `paper_runs` runs per side resolve its own `effect` at the spreads these
-    seeds show (one run: never, there is no spread to test); None when the paper does not say
-    how many runs, or these seeds show no spread."""
+    seeds show (one run: never, there is no spread to test). None when the paper does not say how
+    many runs, when these seeds show no spread, or when they ran on other data than the paper's
+    (`same_data` false: digits' spread says nothing of CIFAR's)."""
     if paper_runs is None or effect == 0:
         return None
     if paper_runs < 2:
         return False
-    if len(row) < 2 or len(baseline) < 2:
+    if not same_data or len(row) < 2 or len(baseline) < 2:
         return None
     variances = (float(np.var(row, ddof=1)), float(np.var(baseline, ddof=1)))
     return sum(variances) == 0 or detectable(variances, paper_runs) <= abs(effect)
