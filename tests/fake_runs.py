@@ -31,7 +31,7 @@ def write_metrics(results, run: str, test_error: float | None, best: tuple[float
     2-epoch train_log.csv, for the learning curves. `train_error`: the last epoch's, by default
     half the test error; `train_loss`: the last epoch's, by default a hundredth of the test error
     (the best epoch's: twice that)."""
-    m = {"diverged": test_error is None, "epochs_completed": 2, "wall_time_s": 1.0, "parameters": 10,
+    m = {"diverged": test_error is None, "epochs_completed": 2, "wall_time_s": 1.0, "parameters": 10, "spec": {"epochs": 2},
          "provenance": {"device": "cpu", "git_commit": "abc"}}
     if test_error is None:
         m.update(final=None, best=None, diverged_at={"epoch": 1, "step": 3, "loss": "nan"})
@@ -51,7 +51,7 @@ def write_translation_run(results, run: str, bleu: float, sacrebleu: float, hyps
     from resrepro.evaluate.bleu import write_lines
 
     files.write_json(results / run / "metrics.json", {"diverged": False, "updates": 20, "wall_time_s": 2.0, "parameters": 10,
-                                                      "provenance": {"device": "cpu", "git_commit": "abc"}})
+                                                      "spec": {"max_updates": 20}, "provenance": {"device": "cpu", "git_commit": "abc"}})
     files.write_json(results / run / "eval.json", {"bleu_tokenized": {"bleu": bleu}, "sacrebleu": {"bleu": sacrebleu, "signature": "sig"}})
     write_lines(results / run / "hyp.detok.txt", hyps)
     write_lines(results / run / "ref.detok.txt", refs)
@@ -61,7 +61,7 @@ def write_captioning_run(results, run: str, scores: dict, spice_note: str = "") 
     """A trained and evaluated captioning run: metrics.json and eval.json (the COCO metrics x 100;
     SPICE None with its note where it could not run)."""
     files.write_json(results / run / "metrics.json", {"diverged": False, "updates": 20, "wall_time_s": 2.0, "parameters": 10,
-                                                      "provenance": {"device": "cpu", "git_commit": "abc"}})
+                                                      "spec": {"max_updates": 20, "scst": {"updates": 5}}, "provenance": {"device": "cpu", "git_commit": "abc"}})
     samples = [{"image": f"test{i}", "thumbnail": f"data:image/png;base64,{i}", "reference": f"a shape {i}", "caption": f"{run} saw {i}"}
                for i in range(2)]
     files.write_json(results / run / "eval.json", {**scores, "spice_note": spice_note, "features": "patch_grid", "images": 5,

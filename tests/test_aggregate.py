@@ -169,7 +169,7 @@ def test_a_trained_translation_run_without_eval_json_is_missing(tmp_path):
 
     plan = plan_for(["rskip-t5"], seeds=1)
     for path in plan.runs:
-        files.write_json(tmp_path / path / "metrics.json", {"diverged": False, "wall_time_s": 1.0, "provenance": {"device": "cpu", "git_commit": "abc"}})
+        files.write_json(tmp_path / path / "metrics.json", {"diverged": False, "wall_time_s": 1.0, "spec": {"max_updates": 9}, "provenance": {"device": "cpu", "git_commit": "abc"}})
     runs = aggregate(plan.rows, tmp_path, "config/tables", "final")["runs"]
     assert set(runs["status"]) == {"missing"} and set(runs["error"]) == {"trained, not evaluated (see evaluate.log)"}
 
@@ -182,7 +182,7 @@ def test_bootstrap_is_skipped_where_either_seed_has_no_result(tmp_path):
     refs = [f"sentence {i} of the test set" for i in range(10)]
     for path, run in plan.runs.items():
         if (run.variant_id, run.seed) in {("rskip_ln-lam2", 1), ("xskip_ln", 2)}:
-            files.write_json(tmp_path / path / "metrics.json", {"diverged": True, "diverged_at": {"step": 3}, "wall_time_s": 1.0,
+            files.write_json(tmp_path / path / "metrics.json", {"diverged": True, "diverged_at": {"step": 3}, "wall_time_s": 1.0, "spec": {"max_updates": 9},
                                                                 "provenance": {"device": "cpu", "git_commit": "abc"}})
         else:
             write_translation_run(tmp_path, path, 30.0, 27.0, refs, refs)
@@ -206,17 +206,17 @@ def test_read_run_fills_every_runs_csv_column(tmp_path):
     write_translation_run(tmp_path, f"{tr}/seed0", 30.5, 27.25, ["a b"], ["a b"])
     names = {"task": "classification", "dataset": "digits", "arch": "preact_resnet8", "recipe": "default", "variant_id": "sas"}
     done = {"parameters": 10, "wall_time_s": 1.0, "device": "cpu", "git_commit": "abc"}
-    assert read_run(tmp_path, f"{cls}/seed0") == {"run": f"{cls}/seed0", **names, "seed": 0, "status": "ok", "epochs_completed": 2, **done,
+    assert read_run(tmp_path, f"{cls}/seed0") == {"run": f"{cls}/seed0", **names, "seed": 0, "status": "ok", "epochs_completed": 2, **done, "train_length": "2 epochs",
                                                   "final_test_error": 4.5, "best_test_error": 4.5, "best_epoch": 2, "final_train_error": 2.25,
                                                   "final_train_loss": 0.045, "best_train_loss": 0.09}
-    assert read_run(tmp_path, f"{cls}/seed1") == {"run": f"{cls}/seed1", **names, "seed": 1, "status": "diverged", "epochs_completed": 2, **done,
+    assert read_run(tmp_path, f"{cls}/seed1") == {"run": f"{cls}/seed1", **names, "seed": 1, "status": "diverged", "epochs_completed": 2, **done, "train_length": "2 epochs",
                                                   "diverged_step": 3}
     assert read_run(tmp_path, f"{cls}/seed2") == {"run": f"{cls}/seed2", **names, "seed": 2, "status": "failed", "error": "CUDA out of memory"}
     assert read_run(tmp_path, f"{cls}/seed3") == {"run": f"{cls}/seed3", **names, "seed": 3, "status": "incomplete",
                                                   "error": "checkpoints but no result: killed, or still running (see train.log)"}
     assert read_run(tmp_path, f"{cls}/seed4") == {"run": f"{cls}/seed4", **names, "seed": 4, "status": "missing", "error": "never ran"}
     assert read_run(tmp_path, f"{tr}/seed0") == {"run": f"{tr}/seed0", "task": "translation", "dataset": "synthetic", "arch": "transformer_mini", "recipe": "default",
-                                                 "variant_id": "xskip_ln", "seed": 0, "status": "ok", "epochs_completed": None, **done, "wall_time_s": 2.0,
+                                                 "variant_id": "xskip_ln", "seed": 0, "status": "ok", "epochs_completed": None, **done, "wall_time_s": 2.0, "train_length": "20 updates",
                                                  "bleu": 30.5, "sacrebleu": 27.25, "sacrebleu_signature": "sig"}
 
 
@@ -444,3 +444,15 @@ def test_caption_samples_give_each_models_first_seed_per_test_image(tmp_path):
                                          "thumbnail": "data:image/png;base64,1", "reference": "a shape 1",
                                          "caption": f"{first['Baseline']} saw 1"}
     assert aggregate(plan_for(["rskip-t1"], seeds=1).rows, tmp_path, "config/tables", "final")["caption_samples"].empty
+
+
+@pytest.mark.parametrize("spec, task, length", [
+    ({"epochs": 6, "max_updates": 9}, "classification", "6 epochs"),
+    ({"max_updates": 600}, "translation", "600 updates"),
+    ({"max_updates": 600, "scst": {"updates": 100}}, "captioning", "600 updates + 100 self-critical"),
+    ({"max_updates": 600, "scst": None}, "captioning", "600 updates"),
+])
+def test_train_length_says_what_the_recipe_trained(spec, task, length):
+    from resrepro.analysis.aggregate import train_length
+
+    assert train_length(spec, task) == length

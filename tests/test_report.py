@@ -541,3 +541,25 @@ def test_seeds_needed_and_the_mark_in_the_table(report, tmp_path):
     assert 'title="the paper\'s 1 run could not resolve its own difference (one run has no spread)">⚑' in html.replace("&#39;", "'")
     assert cells["x + F"]["seeds needed"] == ""
     assert "The paper's runs per value: 5 (" in html and "The paper's runs per value: not stated." in html  # sas-t7, rskip-t3
+
+
+def test_ran_as_says_the_data_models_training_and_seeds_a_table_really_ran():
+    """Grouped by what ran: two paper datasets on one stand-in, two paper depths on one net, a
+    row with fewer seeds; the paper's own dataset (paper scale) is named once, not 'standing for' itself."""
+    trows = pd.DataFrame({"dataset": ["digits", "digits", "digits", "cifar10"], "paper_dataset": ["cifar10", "cifar100", "cifar10", "cifar10"],
+                          "arch": ["preact_resnet32", "preact_resnet32", "preact_resnet14", "preact_resnet110"],
+                          "paper_model": ["depth 110", "depth 56", "depth 32", "depth 110"], "n_runs": [3, 3, 1, 5]})
+    runs = pd.DataFrame({"train_length": ["6 epochs", "6 epochs", "20 epochs", None]})
+    assert render_module.ran_as(trows, runs, "mini") == (
+        "Ran at mini scale on 8x8 digits (scikit-learn's, 1,297 train / 500 test images) standing for CIFAR-10 and CIFAR-100; CIFAR-10; "
+        "preact_resnet32 for the paper's depth 110 and depth 56; preact_resnet14 for the paper's depth 32; preact_resnet110 for the paper's depth 110; "
+        "6 epochs and 20 epochs; 1-5 seeds per row.")
+    one = render_module.ran_as(trows.iloc[:1].assign(n_runs=1), runs.iloc[:0], "tiny")
+    assert one == "Ran at tiny scale on 8x8 digits (scikit-learn's, 1,297 train / 500 test images) standing for CIFAR-10; preact_resnet32 for the paper's depth 110; 1 seed per row."
+
+
+def test_every_table_says_how_it_ran(report):
+    for table_id, length in (("sas-t7", "2 epochs"), ("rskip-t3", "2 epochs"), ("rskip-t5", "20 updates")):
+        section = report.html[report.html.index(f'<section id="{table_id}">'):]
+        caption = section[:section.index("</p>")]
+        assert f"{length}; 3 seeds per row." in caption and "Ran at tiny scale on" in caption, table_id

@@ -124,6 +124,7 @@ def test_report_holds_every_table_with_paper_and_reproduced_values(workdir):
         "interlayer_cushion": r"median cushion \S+ at block 1, \S+ at block \d+, \S+ at block \d+; mean over the \d+ blocks \S+",
         "final_activations": r"final activation / its std: mean / std \S+, skewness \S+, excess kurtosis \S+; gradient of the loss .*",
         "dominant_flow": r"epoch 0: mean fraction \S+ over \d+ blocks .*; epoch 2: mean fraction \S+ over \d+ blocks .*",
+        "weight_histogram": r"epoch 0: ID entries' mode \S+, \d+ weights beyond 0.7 in magnitude; epoch 2: ID entries' mode \S+, \d+ weights beyond 0.7 in magnitude",
     }
     figures = experiments.load_figures(workdir / "config" / "figures")
     assert {"sas-f3", "sas-f4", "rskip-f3", "iter-f2", "iter-f3", "iter-f4"} <= set(figures)
@@ -159,6 +160,9 @@ def test_report_holds_every_table_with_paper_and_reproduced_values(workdir):
         assert [c["the paper claims"] for c in shown] == [c["claim"] for c in stated], paper
         assert {c["verdict"] for c in shown} <= {"supported", "contradicted", "inconclusive", "diverged", "no result"}, (paper, shown)
     assert html.index('id="summary"') < html.index('id="sas-t4"')
+    for table_id in tables:  # every caption says what really ran (issue 15: honest scale)
+        section = html[html.index(f'<section id="{table_id}">'):]
+        assert re.search(r'class="ran-as">Ran at tiny scale on .+; \d+ (epochs|updates)[^;]*; 1 seed per row\.<', section[:section.index("</p>")]), table_id
 
 
 def test_the_report_in_headless_chromium(workdir, tmp_path):

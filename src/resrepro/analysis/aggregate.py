@@ -27,7 +27,7 @@ from . import stats
 UNFINISHED = ("failed", "incomplete", "missing")
 DIGITS = {"train_loss": 4}  # decimals a metric is shown with: a loss of 0.0723 is not 0.07
 RUN_COLUMNS = ["run", "task", "dataset", "arch", "recipe", "variant_id", "seed", "status", "error", "final_test_error", "best_test_error", "best_epoch", "final_train_error", "final_train_loss", "best_train_loss",
-               "bleu", "sacrebleu", "sacrebleu_signature", *CAPTION_METRICS, "spice_note", "features", "scst_updates", "epochs_completed", "diverged_step", "parameters", "wall_time_s",
+               "bleu", "sacrebleu", "sacrebleu_signature", *CAPTION_METRICS, "spice_note", "features", "scst_updates", "train_length", "epochs_completed", "diverged_step", "parameters", "wall_time_s",
                "device", "git_commit"]
 
 
@@ -43,6 +43,7 @@ def read_run(results_dir: Path, run: str) -> dict:
         status="diverged" if m["diverged"] else "ok",
         epochs_completed=m.get("epochs_completed"),  # classification only; translation counts updates
         parameters=m.get("parameters"),
+        train_length=train_length(m["spec"], task),
         wall_time_s=m["wall_time_s"],
         device=m["provenance"]["device"],
         git_commit=m["provenance"]["git_commit"],
@@ -64,6 +65,15 @@ def read_run(results_dir: Path, run: str) -> dict:
                    final_train_error=m["final"]["train_error"], final_train_loss=m["final"]["train_loss"],
                    best_train_loss=m["best"].get("train_loss"))  # runs trained before it was recorded: empty
     return out
+
+
+def train_length(spec: dict, task: str) -> str:
+    """How long the run trained, as its recipe says: epochs for a classifier, updates otherwise
+    (and a captioner's self-critical updates after them)."""
+    if task == "classification":
+        return f"{spec['epochs']} epochs"
+    scst = spec.get("scst") or {}
+    return f"{spec['max_updates']} updates" + (f" + {scst['updates']} self-critical" if scst.get("updates") else "")
 
 
 def unscored_reason(runs: pd.DataFrame, run_ids: list[str], metric: str) -> str:
@@ -195,6 +205,7 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
             "table": plan_row["table"], "row": plan_row["row"], "label": plan_row["label"], "formula": spec.get("formula", ""),
             "note": " ".join(filter(None, [spec.get("note", ""), unscored])),
             "paper_dataset": spec["dataset"], "paper_arch": spec.get("depth", spec.get("size")),
+            "paper_model": f"depth {spec['depth']}" if "depth" in spec else f"size {spec['size']}",  # what the caption says it stands for
             "dataset": first["dataset"], "arch": first["arch"], "recipe": first["recipe"], "variant_id": first["variant_id"],
             "metric": metric, "higher_is_better": higher, "epoch_basis": epoch_basis, "paper": spec["paper"],
             "at": spec.get("at", ""), "n": len(values), "n_runs": len(plan_row["runs"]),

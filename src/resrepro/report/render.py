@@ -32,6 +32,35 @@ PAPERS = {
 }
 
 
+# The data each dataset name stands for, for the captions that say what a table really ran on.
+DATASET_NAMES = {
+    "cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "iwslt15_en_vi": "IWSLT15 EN-VI", "wmt14_en_de": "WMT14 EN-DE",
+    "wmt14_en_fr": "WMT14 EN-FR", "mscoco": "MSCOCO",
+    "digits": "8x8 digits (scikit-learn's, 1,297 train / 500 test images)",
+    "synthetic": "a synthetic translation corpus (data/synthetic_translation.py)",
+    "scenes": "synthetic 32x32 scenes with five captions each (data/scenes.py)",
+}
+
+
+def _listed(items) -> str:
+    items = list(dict.fromkeys(str(i) for i in items))
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def ran_as(trows: pd.DataFrame, table_runs: pd.DataFrame, scale: str) -> str:
+    """One sentence per table: the data, the models and the training this scale really ran for it,
+    each against what the paper used, and the seeds per row; so that no number is read as the
+    paper's setting (e.g. "8x8 digits standing for CIFAR-10; preact_resnet32 for the paper's depth 110")."""
+    data = [f"{DATASET_NAMES.get(run, run)}" + ("" if set(group) == {run} else f" standing for {_listed(DATASET_NAMES.get(p, p) for p in group)}")
+            for run, group in trows.groupby("dataset", sort=False)["paper_dataset"]]
+    models = [f"{arch} for the paper's {_listed(group)}" for arch, group in trows.groupby("arch", sort=False)["paper_model"]]
+    lengths = _listed(table_runs["train_length"].dropna()) if "train_length" in table_runs and table_runs["train_length"].notna().any() else ""
+    seeds = sorted(set(int(n) for n in trows["n_runs"]))
+    count = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
+    parts = ["; ".join(data), "; ".join(models), *([lengths] if lengths else []), f"{count} seed{'s' if seeds[-1] != 1 else ''} per row"]
+    return f"Ran at {scale} scale on " + "; ".join(parts) + "."
+
+
 def fmt(value, digits: int = 2) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
@@ -73,7 +102,7 @@ def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: 
                 trows, curves, {lbl: runs_by_row[(table_id, lbl)] for lbl in trows["label"]}, table_id, table["task"])
             views = with_references([_row_view(r) for _, r in trows.iterrows()], table)
             table_runs = runs[runs["run"].isin({r for lbl in trows["label"] for r in runs_by_row[(table_id, lbl)]})]
-            sections.append({"id": table_id, "table": table, "rows": views, "figure": data_uri(figure),
+            sections.append({"id": table_id, "table": table, "rows": views, "figure": data_uri(figure), "ran_as": ran_as(trows, table_runs, scale),
                              "cost": costs["tables"].get(table_id) if costs else None,
                              "features": sorted(table_runs["features"].dropna().unique()) if "features" in table_runs else [],
                              "self_critical": sorted(int(n) for n in table_runs["scst_updates"].dropna().unique()) if "scst_updates" in table_runs else [],
