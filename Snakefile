@@ -24,6 +24,9 @@ validate(config, "workflow/schemas/config.schema.yaml")
 validate_refinements(config, "workflow/schemas/config.schema.yaml")
 
 
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"

@@ -87,7 +87,8 @@ def cmd_measure(a) -> None:
 def cmd_report(a) -> None:
     from .report.render import render
 
-    render(a.aggregate_dir, a.tables, a.template, a.out, a.scale, json.loads(a.recipe), a.note, a.figures or None, a.claims[0] if a.claims else None)
+    render(a.aggregate_dir, a.tables, a.template, a.out, a.scale, json.loads(a.recipe), a.note, a.figures or None, a.claims[0] if a.claims else None,
+           a.results_dir, a.figures_dir)
 
 
 def cmd_fetch_translation(a) -> None:
@@ -381,6 +382,8 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--tables", nargs="+", required=True, help="the papers' tables (config/tables/*.yaml)")
     s.add_argument("--figures", nargs="*", default=[], help="the papers' figures (config/figures/*.yaml)")
     s.add_argument("--claims", nargs="*", default=[], help="each paper's claims (config/claims.yaml), for the summary")
+    s.add_argument("--results-dir", help="the runs' folder: each row links to its runs there")
+    s.add_argument("--figures-dir", help="also write each image of the report there, as <table or figure id>.png")
     s.add_argument("--template", required=True)
     s.add_argument("--scale", required=True)
     s.add_argument("--recipe", default="{}", help="JSON: the scale's recipe, shown in the report")

@@ -8,11 +8,11 @@ rule aggregate:
         measurements=all_measurements,
         tables=table_files(),
     output:
-        rows="results/{scale}/aggregate/rows.csv",
-        runs="results/{scale}/aggregate/runs.csv",
-        curves="results/{scale}/aggregate/curves.csv",
+        rows=report("results/{scale}/aggregate/rows.csv", caption="../report/tidy.rst", category="Tidy tables"),
+        runs=report("results/{scale}/aggregate/runs.csv", caption="../report/tidy.rst", category="Tidy tables"),
+        curves=report("results/{scale}/aggregate/curves.csv", caption="../report/tidy.rst", category="Tidy tables"),
         plan="results/{scale}/aggregate/plan.json",
-        figures="results/{scale}/aggregate/figures.csv",
+        figures=report("results/{scale}/aggregate/figures.csv", caption="../report/tidy.rst", category="Tidy tables"),
         figure_cells="results/{scale}/aggregate/figure_cells.csv",
         caption_samples="results/{scale}/aggregate/caption_samples.csv",
     params:

@@ -21,10 +21,18 @@ rule report:
         claims=claims_file(),
         template="report/templates/index.html.j2",
     output:
-        "report/{scale}/index.html",
+        html=report("report/{scale}/index.html", caption="../report/index.rst", category="Report"),
+        # each image of the report as a file, for `snakemake --report` and for readers who want the PNGs
+        figures=report(
+            directory("report/{scale}/figures"),
+            patterns=["{name}.png"],
+            caption="../report/figures.rst",
+            category="Figures",
+        ),
     params:
         recipe=report_recipe(),
         note=config.get("note", ""),
+        results=results_dir,
     log:
         "logs/{scale}/report.log",
     benchmark:
@@ -33,4 +41,5 @@ rule report:
         "../../envs/resrepro.yaml"
     shell:
         "resrepro report --aggregate-dir $(dirname {input.rows}) --tables {input.tables} --figures {input.figures} --claims {input.claims} --template {input.template}"
-        " --scale {wildcards.scale} --recipe {params.recipe:q} --note={params.note:q} --out {output} 2> {log}"
+        " --scale {wildcards.scale} --recipe {params.recipe:q} --note={params.note:q} --results-dir {params.results}"
+        " --out {output.html} --figures-dir {output.figures} 2> {log}"

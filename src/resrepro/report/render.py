@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -77,8 +78,31 @@ def data_uri(png: bytes | None) -> str | None:
     return None if png is None else "data:image/png;base64," + base64.b64encode(png).decode()
 
 
+# The aggregate's tidy tables a reader can download from the report itself (data: links).
+TIDY_TABLES = ("rows.csv", "runs.csv", "curves.csv", "figures.csv", "figure_cells.csv")
+
+
+def downloads(agg_dir: Path) -> list[dict]:
+    """Each tidy table of the aggregate as a download link: its name, lines and data URI."""
+    out = []
+    for name in TIDY_TABLES:
+        path = agg_dir / name
+        if path.exists():
+            data = path.read_bytes()
+            out.append({"name": name, "lines": max(data.count(b"\n") - 1, 0), "uri": "data:text/csv;base64," + base64.b64encode(data).decode()})
+    return out
+
+
+def run_links(run_ids: list[str], results_dir: Path | None, report_dir: Path) -> list[tuple[str, str]]:
+    """(seed, relative link to the run's folder) for each run of a row; none without a results folder."""
+    if results_dir is None:
+        return []
+    return [(run.rsplit("/", 1)[-1], os.path.relpath(results_dir / run, report_dir) + "/") for run in run_ids]
+
+
 def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: dict, note: str = "",
-                  figure_entries: str | Path | list | None = None, claims: str | Path | None = None) -> dict:
+                  figure_entries: str | Path | list | None = None, claims: str | Path | None = None,
+                  results_dir: Path | None = None, report_dir: Path = Path(".")) -> dict:
     rows = pd.read_csv(agg_dir / "rows.csv")
     runs = pd.read_csv(agg_dir / "runs.csv")
     curves = pd.read_csv(agg_dir / "curves.csv")
@@ -100,7 +124,8 @@ def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: 
             trows = rows[rows["table"] == table_id]
             figure = None if "measurement" in table else figures.learning_curves(  # a measured table's runs: another table's curves
                 trows, curves, {lbl: runs_by_row[(table_id, lbl)] for lbl in trows["label"]}, table_id, table["task"])
-            views = with_references([_row_view(r) for _, r in trows.iterrows()], table)
+            views = with_references([{**_row_view(r), "run_links": run_links(runs_by_row[(table_id, r["label"])], results_dir, report_dir)}
+                                     for _, r in trows.iterrows()], table)
             table_runs = runs[runs["run"].isin({r for lbl in trows["label"] for r in runs_by_row[(table_id, lbl)]})]
             sections.append({"id": table_id, "table": table, "rows": views, "figure": data_uri(figure), "ran_as": ran_as(trows, table_runs, scale),
                              "cost": costs["tables"].get(table_id) if costs else None,
@@ -124,6 +149,7 @@ def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: 
         "papers": papers,
         "paper_against_reproduced": data_uri(figures.paper_against_reproduced(rows.assign(paper_id=rows["table"].map(lambda t: tables[t]["paper"])))),
         "costs": costs,
+        "downloads": downloads(agg_dir),
         "epoch_basis": rows["epoch_basis"].iloc[0] if len(rows) else "final",
         "counts": {"runs": len(runs), **{s: status.get(s, 0) for s in ("ok", "diverged", *UNFINISHED)}},
         # Runs without a result (a partial report): each with its status and why, so nothing is silently dropped.
@@ -278,9 +304,27 @@ def _row_view(r: pd.Series) -> dict:
     }
 
 
+def embedded_images(context: dict) -> dict[str, bytes]:
+    """Every image the report embeds, by a file name that is its table or figure id (its anchor
+    in the report), for Snakemake's report and for readers who want the PNGs."""
+    uris = {"summary.png": context["paper_against_reproduced"]}
+    for paper in context["papers"]:
+        uris.update({f"{s['id']}.png": s["figure"] for s in paper["sections"]})
+        uris.update({f"{f['id']}.png": f.get("image") for f in paper["figures"]})
+    return {name: base64.b64decode(uri.split(",", 1)[1]) for name, uri in uris.items() if uri}
+
+
 def render(agg_dir: str | Path, tables: str | Path | list, template: str | Path, out: str | Path, scale: str, recipe: dict, note: str = "",
-           figure_entries: str | Path | list | None = None, claims: str | Path | None = None) -> None:
+           figure_entries: str | Path | list | None = None, claims: str | Path | None = None, results_dir: str | Path | None = None,
+           figures_dir: str | Path | None = None) -> None:
+    """The report to `out`; with `figures_dir`, each of its images also as a PNG file there; with
+    `results_dir`, each row links to its runs' folders."""
     template = Path(template)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(template.parent), autoescape=True, undefined=jinja2.StrictUndefined)
-    html = env.get_template(template.name).render(**build_context(Path(agg_dir), tables, scale, recipe, note, figure_entries, claims))
-    files.write_text(out, html)
+    context = build_context(Path(agg_dir), tables, scale, recipe, note, figure_entries, claims,
+                            Path(results_dir) if results_dir else None, Path(out).parent)
+    files.write_text(out, env.get_template(template.name).render(**context))
+    if figures_dir is not None:
+        Path(figures_dir).mkdir(parents=True, exist_ok=True)
+        for name, png in embedded_images(context).items():
+            (Path(figures_dir) / name).write_bytes(png)
