@@ -36,6 +36,9 @@ METRICS = {"test_error": False, "test_accuracy": True, "bleu": True, "train_loss
 ROW_KEYS = {"label", "formula", "dataset", "arch", "depth", "size", "variant", "args", "paper", "baseline", "note", "paper_parameters",
             "paper_train_error", "metric", "claim", "quantity", "at"}
 CLAIMS = ("direction", "same")
+# The version of the aggregate's tidy tables (analysis/aggregate.py): a parameter of the aggregate
+# rule, so that a release that adds or changes their columns rewrites them, without retraining.
+TIDY_FORMAT = 2
 AT = ("init", "final")
 # measurement and settings: what computes the rows that name a `quantity` (a registered
 # measurement: measure/); ratio: the report shows each row's ratio to its baseline beside the paper's;

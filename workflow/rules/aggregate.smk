@@ -20,6 +20,7 @@ rule aggregate:
         measures=measures_plan(),
         results=results_dir,
         epoch=config["report_epoch"],
+        format=experiments.TIDY_FORMAT,
     log:
         "logs/{scale}/aggregate.log",
     benchmark:

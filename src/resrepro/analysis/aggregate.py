@@ -25,6 +25,7 @@ from ..experiments import CAPTION_METRICS, METRICS, higher_is_better, load_table
 from . import stats
 
 UNFINISHED = ("failed", "incomplete", "missing")
+# A change to the columns below or to rows.csv's: bump experiments.TIDY_FORMAT, so that the aggregate reruns.
 DIGITS = {"train_loss": 4}  # decimals a metric is shown with: a loss of 0.0723 is not 0.07
 RUN_COLUMNS = ["run", "task", "dataset", "arch", "recipe", "variant_id", "seed", "status", "error", "final_test_error", "best_test_error", "best_epoch", "final_train_error", "final_train_loss", "best_train_loss",
                "bleu", "sacrebleu", "sacrebleu_signature", *CAPTION_METRICS, "spice_note", "features", "scst_updates", "train_length", "epochs_completed", "diverged_step", "parameters", "wall_time_s",
