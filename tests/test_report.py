@@ -563,3 +563,43 @@ def test_every_table_says_how_it_ran(report):
         section = report.html[report.html.index(f'<section id="{table_id}">'):]
         caption = section[:section.index("</p>")]
         assert f"{length}; 3 seeds per row." in caption and "Ran at tiny scale on" in caption, table_id
+
+
+def test_the_tidy_tables_download_from_the_report_itself(report):
+    """Each tidy table of the aggregate is a data: link whose bytes are the file's, named by scale."""
+    links = dict(re.findall(r'<a download="resrepro-tiny-([a-z_]+\.csv)" href="data:text/csv;base64,([^"]+)">', report.html))
+    assert list(links) == [name for name in render_module.TIDY_TABLES if (report.aggregate / name).exists()]
+    assert {"rows.csv", "runs.csv", "curves.csv"} <= set(links)
+    for name, data in links.items():
+        assert base64.b64decode(data) == (report.aggregate / name).read_bytes(), name
+    lines = (report.aggregate / "rows.csv").read_text().count("\n") - 1
+    assert f'rows.csv</a> <span class="small">({lines} lines)</span>' in report.html
+
+
+def test_contents_and_anchors_lead_to_every_table(report):
+    contents = report.html[report.html.index('<nav id="contents">'):report.html.index("</nav>")]
+    for table_id in ("sas-t7", "rskip-t3", "rskip-t5"):
+        assert f'<a href="#{table_id}">{table_id}</a>' in contents
+        assert f'<h3>{table_id} <a class="anchor" href="#{table_id}"' in report.html
+    assert '<a href="#summary">' in contents and '<a href="#provenance">' in contents and '<a href="#unfinished">' in contents
+
+
+def test_each_row_links_to_its_runs_on_demand_and_the_figures_are_files(report, tmp_path):
+    """With the results folder given: each row's runs, folded, each a link relative to the report's
+    folder; with a figures folder: each embedded image also as <id>.png, the same bytes."""
+    out, pngs = tmp_path / "report" / "tiny" / "index.html", tmp_path / "report" / "tiny" / "figures"
+    results = tmp_path / "results" / "tiny"
+    out.parent.mkdir(parents=True)
+    cli.main(["report", "--aggregate-dir", str(report.aggregate), "--tables", "config/tables/sas.yaml", "config/tables/rskip.yaml",
+              "--template", "report/templates/index.html.j2", "--scale", "tiny", "--out", str(out), "--results-dir", str(results),
+              "--figures-dir", str(pngs)])
+    html = out.read_text()
+    plan = {(r["table"], r["label"]): r["runs"] for r in json.loads((report.aggregate / "plan.json").read_text())}
+    cells = {c["row"]: c for c in table_rows(html, "sas-t7")}
+    assert cells["SAS with LN"]["runs"] == "3 runsseed0, seed1, seed2"  # the summary, then the links it folds
+    for run in plan[("sas-t7", "SAS with LN")]:
+        assert f'<a href="../../results/tiny/{run}/">{run.rsplit("/", 1)[-1]}</a>' in html
+    assert {p.name for p in pngs.iterdir()} == {"summary.png"}  # the fixture has no training logs: no curves to draw
+    found = re.search(r'<img src="data:image/png;base64,([^"]+)" alt="paper value against reproduced value', html)
+    assert (pngs / "summary.png").read_bytes() == base64.b64decode(found.group(1))
+    assert "run_links" not in html and table_rows(render_report(report.aggregate, tmp_path / "plain.html"), "sas-t7")[0]["runs"] == ""

@@ -200,6 +200,24 @@ def test_the_report_in_headless_chromium(workdir, tmp_path):
         driver.quit()
 
 
+def test_the_reports_images_are_files_and_snakemakes_own_report_holds_them(workdir, tmp_path):
+    """report/tiny/figures/ has each image the report embeds as <table or figure id>.png (the
+    summary's plot as summary.png), and `snakemake --report` builds, with the report, those
+    figures and the tidy tables in their categories."""
+    html = (workdir / "report" / "tiny" / "index.html").read_text()
+    sections = re.findall(r'<section id="([^"]+)">(.*?)</section>', html, re.S)
+    drawn = {f"{sid}.png" for sid, body in sections if "data:image/png;base64," in body and sid != "summary"} | {"summary.png"}
+    pngs = workdir / "report" / "tiny" / "figures"
+    assert {p.name for p in pngs.glob("*.png")} == drawn and len(drawn) > 30  # beside them, Snakemake's .snakemake_timestamp
+    assert all(p.read_bytes().startswith(b"\x89PNG\r\n\x1a\n") for p in pngs.glob("*.png"))
+    out = tmp_path / "snakemake-report.html"
+    snakemake(workdir, "--configfile", "tiny.yaml", "--report", str(out))
+    text = out.read_text()
+    assert all(category in text for category in ("Report", "Figures", "Tidy tables")), "a category is missing"
+    assert all(name in text for name in ("index.html", "rows.csv", "runs.csv", "rskip-t1.png", "summary.png"))
+    assert "This run's scale is" in text  # the workflow's description, rendered with the config
+
+
 def test_translation_runs_are_scored_as_configured(workdir):
     """Per translation run: the average holds the `average_last` newest checkpoints, beam search
     used the config's settings, and eval.json is BLEU recomputed from the files it wrote."""
