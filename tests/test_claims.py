@@ -13,7 +13,7 @@ from resrepro.experiments import load_figures, load_tables
 
 TABLES = {"sas-t4": {"paper": "sas", "rows": [{"label": "Base"}, {"label": "SAS"}, {"label": "SAS (100)"}]},
           "rskip-t1": {"paper": "rskip", "rows": [{"label": "x + F"}]}}
-FIGURES = {"sas-f3": {"paper": "sas", "checks": [{"claim": "a falls"}, {"claim": "b rises"}]}}
+FIGURES = {"sas-f3": {"paper": "sas", "checks": [{"claim": "a falls"}, {"claim": "b rises"}]}, "sas-f4": {"paper": "sas"}}
 
 
 def row(table, label, verdict, n=3, n_diverged=0):
@@ -53,6 +53,8 @@ def test_references_resolve_to_a_table_row_figure_or_check(text, expected):
     ("sas-f3: check 3", "it has 2"),
     ("sas-f3: check 0", "it has 2"),
     ("sas-f3: a falls", "is not a check"),
+    ("sas-f3: chek 1", "is not a check"),  # the word itself, not only the number
+    ("sas-f4: check 1", "it has 0"),  # a figure without checks
 ])
 def test_a_reference_that_does_not_resolve_is_a_config_error(text, message):
     with pytest.raises(ConfigError, match=message):
@@ -78,6 +80,11 @@ def test_load_claims_checks_keys_papers_and_ownership(tmp_path):
     ]:
         with pytest.raises(ConfigError, match=message):
             load_claims(write(tmp_path, text), TABLES, FIGURES)
+    # an error names the file and the claim (paper, index)
+    with pytest.raises(ConfigError, match=r"claims\.yaml: sas\[1\]: missing key 'source'"):
+        load_claims(write(tmp_path, 'sas:\n  - {claim: c, source: s, evidence: [sas-t4]}\n  - {claim: c, evidence: [sas-t4]}\n'), TABLES, FIGURES)
+    with pytest.raises(ConfigError, match=r"claims\.yaml: sas\[0\]\.evidence: table sas-t4 has no row"):
+        load_claims(write(tmp_path, 'sas:\n  - {claim: c, source: s, evidence: ["sas-t4: none"]}\n'), TABLES, FIGURES)
 
 
 def test_the_projects_claims_resolve_against_its_tables_and_figures():
@@ -102,9 +109,11 @@ def test_summary_reads_rows_and_checks_and_says_what_did_not_run():
         {"claim": "diverges", "source": "s", "evidence": [Reference("table", "sas-t4", label="SAS (100)")]},
         {"claim": "second check", "source": "s", "evidence": [Reference("figure", "sas-f3", number=2)]},
         {"claim": "elsewhere", "source": "s", "evidence": [Reference("table", "sas-t6"), Reference("figure", "sas-f4")]},
+        {"claim": "whole figure", "source": "Fig. 3", "evidence": [Reference("figure", "sas-f3")]},
     ]}
     out = summarise(paper, rows, checks)["sas"]
-    assert [c["verdict"] for c in out] == ["inconclusive", "supported", "diverged", "contradicted", "not run"]
+    assert [c["verdict"] for c in out] == ["inconclusive", "supported", "diverged", "contradicted", "not run", "inconclusive"]
+    assert (out[5]["claim"], out[5]["source"], out[5]["evidence"]) == ("whole figure", "Fig. 3", "sas-f3: 1 supported, 1 contradicted of 2 checks")
     assert out[0]["evidence"] == "sas-t4: 1 supported, 1 diverged of 2 rows; sas-f3: 1 supported of 1 check"
     assert out[0]["refs"] == ["sas-t4", "sas-f3"]
     assert out[4]["evidence"] == "not in this run: sas-t6, sas-f4"
@@ -123,6 +132,7 @@ def test_evidence_line_counts_per_source_in_order():
 
 def test_a_row_without_result_is_diverged_only_when_its_runs_diverged():
     assert claims.row_verdict(pd.Series(row("t", "r", "no result", n=0, n_diverged=2))) == "diverged"
+    assert claims.row_verdict(pd.Series(row("t", "r", "no result", n=0, n_diverged=1))) == "diverged"
     assert claims.row_verdict(pd.Series(row("t", "r", "no result", n=0, n_diverged=0))) == "no result"
     assert claims.row_verdict(pd.Series(row("t", "r", "inconclusive", n=1, n_diverged=2))) == "inconclusive"
     assert claims.row_verdict(pd.Series(row("t", "r", float("nan")))) == ""  # rows.csv: an empty verdict reads back as NaN

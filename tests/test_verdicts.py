@@ -234,6 +234,21 @@ def test_seeds_needed_by_hand():
     assert stats.seeds_needed([0.0, 2.0, 4.0], [1.0, 1.0, 1.0], 3.33) == 5
 
 
+def test_detectable_and_seeds_needed_at_their_boundaries():
+    """Variances 1 and 4: df = 25 (n - 1) / 17 (Welch-Satterthwaite written out). An effect exactly
+    at detectable(n) is resolved by n seeds (<=); the search stops at `most` seeds inclusive."""
+    df = 25 * 2 / 17
+    expected = (scipy_stats.t.ppf(0.975, df) + scipy_stats.t.ppf(0.8, df)) * math.sqrt(5 / 3)
+    assert stats.detectable((1.0, 4.0), 3) == pytest.approx(expected, rel=1e-12)
+    row, base = [1.0, 2.0, 3.0], [2.0, 3.0, 4.0]  # variances 1 and 1: detectable(4) = 2.371, detectable(5) = 2.021
+    assert stats.seeds_needed(row, base, stats.detectable((1.0, 1.0), 4)) == 4
+    assert stats.seeds_needed(row, base, 2.1, most=5) == 5 and stats.seeds_needed(row, base, 2.1, most=4) == math.inf
+    assert stats.detectable((1.0, 1.0), 16) > 1.0 >= stats.detectable((1.0, 1.0), 17)  # 1.024 and 0.991
+    assert stats.seeds_needed(row, base, 1.0) == 17
+    # the default search ends at 1000 seeds: detectable(1000) = 0.12535, detectable(999) = 0.12541
+    assert stats.seeds_needed(row, base, 0.12536) == 1000 and stats.seeds_needed(row, base, 0.12534) == math.inf
+
+
 def test_seeds_needed_edges():
     assert stats.seeds_needed([1.0, 2.0], [1.0, 2.0], 0.001) == math.inf  # past 1000 seeds
     assert stats.seeds_needed([1.0, 2.0], [1.0, 2.0], 0.0) is None  # no difference to resolve
@@ -251,6 +266,16 @@ def test_the_papers_own_runs_could_resolve_its_difference():
     assert stats.paper_could_resolve(None, row, base, 3.0, same_data=True) is None  # the paper does not say
     assert stats.paper_could_resolve(5, [1.0], base, 3.0, same_data=True) is None  # this run shows no spread to judge by
     assert stats.paper_could_resolve(5, row, base, 0.0, same_data=True) is None
+    assert stats.paper_could_resolve(2, row, base, 5.4, same_data=True) is True  # two runs have a spread: detectable(2) = 5.363
+    assert stats.paper_could_resolve(3, row, base, 3.04, same_data=True) is True  # just past detectable(3) = 3.035 ...
+    assert stats.paper_could_resolve(3, row, base, 3.03, same_data=True) is False  # ... and just short of it
+    assert stats.paper_could_resolve(4, row, base, stats.detectable((1.0, 1.0), 4), same_data=True) is True  # at it exactly
+    # two seeds of a row suffice for a spread (variances 2 and 4: detectable(3) = 5.45)
+    assert stats.paper_could_resolve(3, [2.0, 4.0], [1.0, 3.0, 5.0], 5.5, same_data=True) is True
+    assert stats.paper_could_resolve(3, [2.0, 4.0], [1.0, 3.0, 5.0], 5.4, same_data=True) is False
+    assert stats.paper_could_resolve(3, [1.0, 3.0, 5.0], [2.0, 4.0], 5.5, same_data=True) is True  # on either side
+    assert stats.paper_could_resolve(3, [1.0, 1.0], [2.0, 2.0], 0.1, same_data=True) is True  # no spread at all: any difference
+    assert stats.paper_could_resolve(3, [0.0, 1.0], [0.0, 0.0], 0.1, same_data=True) is False  # variances 0.5 and 0 sum to 0.5, not 0
 
 
 def test_aggregate_gives_each_compared_row_its_seeds_needed_and_the_papers_runs(tmp_path, monkeypatch):
