@@ -603,3 +603,13 @@ def test_each_row_links_to_its_runs_on_demand_and_the_figures_are_files(report, 
     found = re.search(r'<img src="data:image/png;base64,([^"]+)" alt="paper value against reproduced value', html)
     assert (pngs / "summary.png").read_bytes() == base64.b64decode(found.group(1))
     assert "run_links" not in html and table_rows(render_report(report.aggregate, tmp_path / "plain.html"), "sas-t7")[0]["runs"] == ""
+
+
+def test_embedded_images_are_named_by_their_table_or_figure_id():
+    """Each data URI of the context, decoded, under <id>.png; a section or figure without an image
+    (no training log, nothing measured, not reproduced) writes no file."""
+    png = lambda tag: b"\x89PNG" + tag  # noqa: E731
+    context = {"paper_against_reproduced": data_uri(png(b"s")), "papers": [
+        {"sections": [{"id": "sas-t4", "figure": data_uri(png(b"t"))}, {"id": "sas-t7", "figure": None}],
+         "figures": [{"id": "sas-f3", "image": data_uri(png(b"f"))}, {"id": "sas-f4", "image": None}, {"id": "noise-f11"}]}]}
+    assert render_module.embedded_images(context) == {"summary.png": png(b"s"), "sas-t4.png": png(b"t"), "sas-f3.png": png(b"f")}
