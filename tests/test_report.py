@@ -613,3 +613,11 @@ def test_embedded_images_are_named_by_their_table_or_figure_id():
         {"sections": [{"id": "sas-t4", "figure": data_uri(png(b"t"))}, {"id": "sas-t7", "figure": None}],
          "figures": [{"id": "sas-f3", "image": data_uri(png(b"f"))}, {"id": "sas-f4", "image": None}, {"id": "noise-f11"}]}]}
     assert render_module.embedded_images(context) == {"summary.png": png(b"s"), "sas-t4.png": png(b"t"), "sas-f3.png": png(b"f")}
+
+
+def test_downloads_count_data_lines_and_skip_missing_tables(tmp_path):
+    (tmp_path / "rows.csv").write_text("table,label\nt,a\nt,b\n")
+    (tmp_path / "curves.csv").write_text("run,epoch\n")  # a header only: no data line
+    got = render_module.downloads(tmp_path)
+    assert [(d["name"], d["lines"]) for d in got] == [("rows.csv", 2), ("curves.csv", 0)]
+    assert base64.b64decode(got[0]["uri"].removeprefix("data:text/csv;base64,")) == b"table,label\nt,a\nt,b\n"
