@@ -621,3 +621,11 @@ def test_downloads_count_data_lines_and_skip_missing_tables(tmp_path):
     got = render_module.downloads(tmp_path)
     assert [(d["name"], d["lines"]) for d in got] == [("rows.csv", 2), ("curves.csv", 0)]
     assert base64.b64decode(got[0]["uri"].removeprefix("data:text/csv;base64,")) == b"table,label\nt,a\nt,b\n"
+
+
+def test_listed_reads_as_a_sentence_and_unknown_datasets_keep_their_name():
+    assert render_module._listed([1]) == "1"
+    assert render_module._listed(["a", "b"]) == "a and b"
+    assert render_module._listed(["a", "b", "a", "c", "d"]) == "a, b, c and d"  # each once, in order
+    trows = pd.DataFrame({"dataset": ["my_data"], "paper_dataset": ["cifar10"], "arch": ["net"], "paper_model": ["depth 20"], "n_runs": [2]})
+    assert render_module.ran_as(trows, pd.DataFrame(), "custom") == "Ran at custom scale on my_data standing for CIFAR-10; net for the paper's depth 20; 2 seeds per row."
