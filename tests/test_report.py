@@ -629,3 +629,5 @@ def test_listed_reads_as_a_sentence_and_unknown_datasets_keep_their_name():
     assert render_module._listed(["a", "b", "a", "c", "d"]) == "a, b, c and d"  # each once, in order
     trows = pd.DataFrame({"dataset": ["my_data"], "paper_dataset": ["cifar10"], "arch": ["net"], "paper_model": ["depth 20"], "n_runs": [2]})
     assert render_module.ran_as(trows, pd.DataFrame(), "custom") == "Ran at custom scale on my_data standing for CIFAR-10; net for the paper's depth 20; 2 seeds per row."
+    theirs = trows.assign(paper_dataset="imagenet")
+    assert render_module.ran_as(theirs, pd.DataFrame(), "custom").startswith("Ran at custom scale on my_data standing for imagenet; ")
