@@ -87,7 +87,7 @@ def cmd_measure(a) -> None:
 def cmd_report(a) -> None:
     from .report.render import render
 
-    render(a.aggregate_dir, a.tables, a.template, a.out, a.scale, json.loads(a.recipe), a.note, a.figures or None, a.claims[0] if a.claims else None,
+    render(a.aggregate_dir, a.tables, a.template, a.out, a.scale, json.loads(a.recipe), a.note, a.figures or None, a.claims,
            a.results_dir, a.figures_dir)
 
 
@@ -381,7 +381,8 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--aggregate-dir", required=True)
     s.add_argument("--tables", nargs="+", required=True, help="the papers' tables (config/tables/*.yaml)")
     s.add_argument("--figures", nargs="*", default=[], help="the papers' figures (config/figures/*.yaml)")
-    s.add_argument("--claims", nargs="*", default=[], help="each paper's claims (config/claims.yaml), for the summary")
+    s.add_argument("--claims", nargs="?", help="each paper's claims (config/claims.yaml), for the summary; "
+                   "given empty (a config without claims), none")
     s.add_argument("--results-dir", help="the runs' folder: each row links to its runs there")
     s.add_argument("--figures-dir", help="also write each image of the report there, as <table or figure id>.png")
     s.add_argument("--template", required=True)

@@ -36,9 +36,6 @@ METRICS = {"test_error": False, "test_accuracy": True, "bleu": True, "train_loss
 ROW_KEYS = {"label", "formula", "dataset", "arch", "depth", "size", "variant", "args", "paper", "baseline", "note", "paper_parameters",
             "paper_train_error", "metric", "claim", "quantity", "at"}
 CLAIMS = ("direction", "same")
-# The version of the aggregate's tidy tables (analysis/aggregate.py): a parameter of the aggregate
-# rule, so that a release that adds or changes their columns rewrites them, without retraining.
-TIDY_FORMAT = 2
 AT = ("init", "final")
 # measurement and settings: what computes the rows that name a `quantity` (a registered
 # measurement: measure/); ratio: the report shows each row's ratio to its baseline beside the paper's;
@@ -50,6 +47,9 @@ TABLE_KEYS = {"paper", "caption", "source", "task", "metric", "baseline", "rows"
 FIGURE_KEYS = {"paper", "caption", "source", "measurement", "settings", "quantities", "claim", "cells", "checks", "differences"}
 DIFFERENCE_KEYS = {"label", "of", "minus", "abs"}
 NOT_REPRODUCED_KEYS = {"paper", "caption", "source", "claim", "not_reproduced"}
+# The version of the aggregate's tidy tables (analysis/aggregate.py): a parameter of the aggregate
+# rule, so that a release that adds or changes their columns rewrites them, without retraining.
+TIDY_FORMAT = 2
 CELL_KEYS = {"label", "dataset", "arch", "depth", "size", "variant", "args"}
 
 

@@ -18,8 +18,7 @@ import yaml
 from ..catalog import ConfigError
 
 CLAIM_KEYS = {"claim", "source", "evidence"}
-# What a piece of evidence can say; rows that are baselines or carry no claim are not evidence.
-JUDGED = ("supported", "contradicted", "inconclusive")
+# Rows that are baselines or carry no claim of their own are not evidence.
 NOT_EVIDENCE = {"baseline", "no claim", ""}
 
 

@@ -40,14 +40,12 @@ def compare(row: list[float], baseline: list[float], paper_row: float, paper_bas
         return Verdict("inconclusive", None, difference_of_means(row, baseline), None, "needs at least 2 finished seeds on each side")
     a, b = np.asarray(row, float), np.asarray(baseline, float)
     diff = float(a.mean() - b.mean())
-    se = math.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b))
-    if se == 0:  # identical runs on both sides (e.g. a deterministic tie): nothing to test
+    if a.var(ddof=1) + b.var(ddof=1) == 0:  # identical runs on both sides (e.g. a deterministic tie): nothing to test
         p = 1.0 if diff == 0 else 0.0
         resolvable = 0.0
     else:
         p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
-        df = (se**4) / ((a.var(ddof=1) / len(a)) ** 2 / (len(a) - 1) + (b.var(ddof=1) / len(b)) ** 2 / (len(b) - 1))
-        resolvable = float((stats.t.ppf(1 - ALPHA / 2, df) + stats.t.ppf(POWER, df)) * se)
+        resolvable = welch_detectable(float(a.var(ddof=1)), len(a), float(b.var(ddof=1)), len(b))
     if higher_is_better is None:  # a measured quantity (a weight mass): larger or smaller, not better or worse
         direction = "larger" if paper_diff > 0 else "smaller"
     else:
@@ -57,6 +55,14 @@ def compare(row: list[float], baseline: list[float], paper_row: float, paper_bas
     if p < ALPHA:
         return Verdict("contradicted", p, diff, resolvable, f"the paper reports {direction}; reproduced the opposite")
     return Verdict("inconclusive", p, diff, resolvable, f"the paper reports {direction}; difference not significant at {ALPHA}")
+
+
+def welch_detectable(va: float, na: int, vb: float, nb: int) -> float:
+    """The smallest difference of means that a two-sided Welch test at ALPHA detects with POWER,
+    for na and nb seeds whose variances are va and vb (Welch-Satterthwaite degrees of freedom)."""
+    se2 = va / na + vb / nb
+    df = se2**2 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1))
+    return float((stats.t.ppf(1 - ALPHA / 2, df) + stats.t.ppf(POWER, df)) * math.sqrt(se2))
 
 
 def compare_same(row: list[float | None], baseline: list[float | None], paper_row: float, paper_baseline: float) -> Verdict:
@@ -94,15 +100,13 @@ def paired_resolvable(differences: list[float]) -> float | None:
     df = len(d) - 1
     return float((stats.t.ppf(1 - ALPHA / 2, df) + stats.t.ppf(POWER, df)) * d.std(ddof=1) / math.sqrt(len(d)))
 
-
-
 def detectable(variances: tuple[float, float], n: int) -> float:
-    """The smallest difference of means that a two-sided Welch test at ALPHA detects with POWER,
-    with n seeds per side whose variances are these (Welch-Satterthwaite degrees of freedom)."""
-    va, vb = variances
-    se = math.sqrt((va + vb) / n)
-    df = (va + vb) ** 2 * (n - 1) / (va**2 + vb**2)
-    return float((stats.t.ppf(1 - ALPHA / 2, df) + stats.t.ppf(POWER, df)) * se)
+    """welch_detectable with n seeds per side: df = (va + vb)^2 (n - 1) / (va^2 + vb^2)."""
+    return welch_detectable(variances[0], n, variances[1], n)
+
+
+def _variances(row: list[float], baseline: list[float]) -> tuple[float, float]:
+    return float(np.var(row, ddof=1)), float(np.var(baseline, ddof=1))
 
 
 def seeds_needed(row: list[float], baseline: list[float], effect: float, most: int = 1000) -> float | None:
@@ -111,7 +115,7 @@ def seeds_needed(row: list[float], baseline: list[float], effect: float, most: i
     a side has fewer than 2 seeds (no spread) or there is no effect to resolve."""
     if len(row) < 2 or len(baseline) < 2 or effect == 0:
         return None
-    variances = (float(np.var(row, ddof=1)), float(np.var(baseline, ddof=1)))
+    variances = _variances(row, baseline)
     if sum(variances) == 0:  # no spread at all: the smallest test resolves any difference
         return 2
     for n in range(2, most + 1):
@@ -131,5 +135,5 @@ def paper_could_resolve(paper_runs: int | None, row: list[float], baseline: list
         return False
     if not same_data or len(row) < 2 or len(baseline) < 2:
         return None
-    variances = (float(np.var(row, ddof=1)), float(np.var(baseline, ddof=1)))
+    variances = _variances(row, baseline)
     return sum(variances) == 0 or detectable(variances, paper_runs) <= abs(effect)
