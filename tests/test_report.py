@@ -256,6 +256,27 @@ def test_each_table_with_training_logs_has_its_learning_curves(report, tmp_path)
         assert base64.b64decode(found.group(1)).startswith(b"\x89PNG\r\n\x1a\n")
 
 
+def test_figures_drawn_in_worker_processes_are_the_figures_drawn_here(tmp_path):
+    """--threads 2 draws the figures in forked workers: the same images, each in its own place."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from resrepro.report import render as render_module
+
+    report = build_report(tmp_path / "with-logs", train_logs=True)
+    tables = ["config/tables/sas.yaml", "config/tables/rskip.yaml"]
+    pool = render_module.drawing_pool(2)
+    assert isinstance(pool, ProcessPoolExecutor) and not isinstance(render_module.drawing_pool(1), ProcessPoolExecutor)
+    pool.shutdown()
+
+    def images(workers):
+        ctx = render_module.build_context(report.aggregate, tables, "tiny", {}, workers=workers)
+        return ctx["paper_against_reproduced"], {s["id"]: s["figure"] for p in ctx["papers"] for s in p["sections"]}
+
+    here, there = images(1), images(2)
+    assert here == there
+    assert here[0].startswith("data:image/png") and {k for k, v in here[1].items() if v} == {"sas-t7", "rskip-t3"}
+
+
 def test_data_uri():
     assert data_uri(b"\x89PNG") == "data:image/png;base64,iVBORw=="
     assert data_uri(None) is None

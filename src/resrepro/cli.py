@@ -88,7 +88,7 @@ def cmd_report(a) -> None:
     from .report.render import render
 
     render(a.aggregate_dir, a.tables, a.template, a.out, a.scale, json.loads(a.recipe), a.note, a.figures or None, a.claims,
-           a.results_dir, a.figures_dir)
+           a.results_dir, a.figures_dir, a.threads)
 
 
 def cmd_fetch_translation(a) -> None:
@@ -390,6 +390,7 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--recipe", default="{}", help="JSON: the scale's recipe, shown in the report")
     s.add_argument("--note", default="", help="what this scale can and cannot show, shown in the report")
     s.add_argument("--out", required=True)
+    s.add_argument("--threads", type=int, default=1, help="processes that draw the figures")
     s.set_defaults(run=cmd_report)
 
     s = sub.add_parser("fetch-translation", help="download a translation dataset's files (checksummed)")

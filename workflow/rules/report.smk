@@ -33,6 +33,7 @@ rule report:
         recipe=report_recipe(),
         note=config.get("note", ""),
         results=results_dir,
+    threads: 2  # processes drawing the figures: the last job, beside nothing
     log:
         "logs/{scale}/report.log",
     benchmark:
@@ -42,4 +43,4 @@ rule report:
     shell:
         "resrepro report --aggregate-dir $(dirname {input.rows}) --tables {input.tables} --figures {input.figures} --claims {input.claims} --template {input.template}"
         " --scale {wildcards.scale} --recipe {params.recipe:q} --note={params.note:q} --results-dir {params.results}"
-        " --out {output.html} --figures-dir {output.figures} 2> {log}"
+        " --out {output.html} --figures-dir {output.figures} --threads {threads} 2> {log}"

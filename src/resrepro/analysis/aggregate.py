@@ -15,6 +15,7 @@ Diverged runs count as diverged, never as a number: they are left out of the mea
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -178,8 +179,16 @@ def parameters_at_paper_size(row: dict, task: str) -> int:
     arch = models.registry.get(row.get("arch", models.registry.DEFAULT_FOR_TASK[task]))
     spec = {"arch": arch.name, arch.size_key: row[arch.size_key], "variant": row["variant"], "args": row.get("args") or {}}
     if task == "translation":
-        return models.parameters_of({**spec, "pad_id": 0, "vocab_size": VOCAB_SIZES[row["dataset"]]})
-    return models.parameters_of({**spec, "classes": CLASSES[row["dataset"]], "in_channels": 3})
+        return _parameters_of(json.dumps({**spec, "pad_id": 0, "vocab_size": VOCAB_SIZES[row["dataset"]]}, sort_keys=True))
+    return _parameters_of(json.dumps({**spec, "classes": CLASSES[row["dataset"]], "in_channels": 3}, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=None)
+def _parameters_of(spec_json: str) -> int:
+    """models.parameters_of, once per distinct spec: tables share their baselines' models."""
+    from .. import models
+
+    return models.parameters_of(json.loads(spec_json))
 
 
 def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path | list, epoch_basis: str) -> dict[str, pd.DataFrame]:

@@ -118,10 +118,16 @@ def seeds_needed(row: list[float], baseline: list[float], effect: float, most: i
     variances = _variances(row, baseline)
     if sum(variances) == 0:  # no spread at all: the smallest test resolves any difference
         return 2
-    for n in range(2, most + 1):
-        if detectable(variances, n) <= abs(effect):
-            return n
-    return math.inf
+    if detectable(variances, most) > abs(effect):
+        return math.inf
+    low, high = 2, most  # detectable falls as n grows (a smaller standard error, more degrees of freedom):
+    while low < high:    # bisect for the first n that resolves the effect
+        middle = (low + high) // 2
+        if detectable(variances, middle) <= abs(effect):
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
 def paper_could_resolve(paper_runs: int | None, row: list[float], baseline: list[float], effect: float, same_data: bool) -> bool | None:

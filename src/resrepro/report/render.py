@@ -9,7 +9,9 @@ from __future__ import annotations
 import base64
 import json
 import math
+import multiprocessing
 import os
+from concurrent.futures import Future, ProcessPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -78,6 +80,31 @@ def data_uri(png: bytes | None) -> str | None:
     return None if png is None else "data:image/png;base64," + base64.b64encode(png).decode()
 
 
+class _DrawHere:
+    """ProcessPoolExecutor's submit, drawing at once in this process (one worker, or no fork)."""
+
+    def submit(self, fn, *args) -> Future:
+        done = Future()
+        done.set_result(fn(*args))
+        return done
+
+    def shutdown(self) -> None:
+        pass
+
+
+def drawing_pool(workers: int):
+    """Where the report's figures are drawn: drawing is most of the report's time and each figure
+    is independent, so with several workers they are drawn in forked processes (the report is the
+    pipeline's last job: the other cores are idle)."""
+    if workers > 1 and "fork" in multiprocessing.get_all_start_methods():
+        return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    return _DrawHere()
+
+
+def _drawn(future: Future | None) -> str | None:
+    return None if future is None else data_uri(future.result())
+
+
 # The aggregate's tidy tables a reader can download from the report itself (data: links).
 TIDY_TABLES = ("rows.csv", "runs.csv", "curves.csv", "figures.csv", "figure_cells.csv")
 
@@ -102,7 +129,24 @@ def run_links(run_ids: list[str], results_dir: Path | None, report_dir: Path) ->
 
 def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: dict, note: str = "",
                   figure_entries: str | Path | list | None = None, claims: str | Path | None = None,
-                  results_dir: Path | None = None, report_dir: Path = Path(".")) -> dict:
+                  results_dir: Path | None = None, report_dir: Path = Path("."), workers: int = 1) -> dict:
+    pool = drawing_pool(workers)
+    try:
+        context = _context(agg_dir, tables, scale, recipe, note, figure_entries, claims, results_dir, report_dir, pool)
+        for paper in context["papers"]:  # each figure drawn (in a worker): its data URI
+            for section in paper["sections"]:
+                section["figure"] = _drawn(section["figure"])
+            for figure in paper["figures"]:
+                figure["image"] = _drawn(figure.get("image"))
+        context["paper_against_reproduced"] = _drawn(context["paper_against_reproduced"])
+        return context
+    finally:
+        pool.shutdown()
+
+
+def _context(agg_dir: Path, tables, scale: str, recipe: dict, note: str, figure_entries, claims, results_dir: Path | None,
+             report_dir: Path, pool) -> dict:
+    """build_context's context, each figure a Future of its PNG from `pool`."""
     rows = pd.read_csv(agg_dir / "rows.csv")
     runs = pd.read_csv(agg_dir / "runs.csv")
     curves = pd.read_csv(agg_dir / "curves.csv")
@@ -122,17 +166,17 @@ def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: 
             if table["paper"] != paper_id:
                 continue
             trows = rows[rows["table"] == table_id]
-            figure = None if "measurement" in table else figures.learning_curves(  # a measured table's runs: another table's curves
-                trows, curves, {lbl: runs_by_row[(table_id, lbl)] for lbl in trows["label"]}, table_id, table["task"])
+            figure = None if "measurement" in table else pool.submit(  # a measured table's runs: another table's curves
+                figures.learning_curves, trows, curves, {lbl: runs_by_row[(table_id, lbl)] for lbl in trows["label"]}, table_id, table["task"])
             views = with_references([{**_row_view(r), "run_links": run_links(runs_by_row[(table_id, r["label"])], results_dir, report_dir)}
                                      for _, r in trows.iterrows()], table)
             table_runs = runs[runs["run"].isin({r for lbl in trows["label"] for r in runs_by_row[(table_id, lbl)]})]
-            sections.append({"id": table_id, "table": table, "rows": views, "figure": data_uri(figure), "ran_as": ran_as(trows, table_runs, scale),
+            sections.append({"id": table_id, "table": table, "rows": views, "figure": figure, "ran_as": ran_as(trows, table_runs, scale),
                              "cost": costs["tables"].get(table_id) if costs else None,
                              "features": sorted(table_runs["features"].dropna().unique()) if "features" in table_runs else [],
                              "self_critical": sorted(int(n) for n in table_runs["scst_updates"].dropna().unique()) if "scst_updates" in table_runs else [],
                              "gallery": caption_gallery(samples, table_id)})
-        papers.append({"id": paper_id, "title": title, "sections": sections, "figures": _figure_sections(agg_dir, figure_config, paper_id)})
+        papers.append({"id": paper_id, "title": title, "sections": sections, "figures": _figure_sections(agg_dir, figure_config, paper_id, pool)})
 
     judged = {f["id"]: f["verdicts"] for p in papers for f in p["figures"] if "verdicts" in f}
     stated = claims_of_papers.load_claims(claims, tables, figure_config) if claims else {}
@@ -147,7 +191,7 @@ def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: 
         "note": note,
         "recipe": recipe,
         "papers": papers,
-        "paper_against_reproduced": data_uri(figures.paper_against_reproduced(rows.assign(paper_id=rows["table"].map(lambda t: tables[t]["paper"])))),
+        "paper_against_reproduced": pool.submit(figures.paper_against_reproduced, rows.assign(paper_id=rows["table"].map(lambda t: tables[t]["paper"]))),
         "costs": costs,
         "downloads": downloads(agg_dir),
         "epoch_basis": rows["epoch_basis"].iloc[0] if len(rows) else "final",
@@ -182,9 +226,10 @@ def gpu_costs(path: Path) -> dict | None:
             "tables": tables, "total": total}
 
 
-def _figure_sections(agg_dir: Path, entries: dict, paper_id: str) -> list[dict]:
+def _figure_sections(agg_dir: Path, entries: dict, paper_id: str, pool=None) -> list[dict]:
     """The paper's figures: its entry (caption, claim, settings), what each cell's runs show, and
-    the drawing of the measurement's kind from figures.csv."""
+    the drawing of the measurement's kind from figures.csv (a Future of its PNG, from `pool`)."""
+    pool = pool or _DrawHere()
     if not entries:
         return []
     measured = (agg_dir / "figure_cells.csv").exists()
@@ -205,8 +250,8 @@ def _figure_sections(agg_dir: Path, entries: dict, paper_id: str) -> list[dict]:
         if entry.get("differences"):  # the figure shows its cells' differences, not the cells
             fdata = figure_differences(fdata, entry["differences"])
             shown += difference_summaries(fdata, entry, fcells)
-        image = figures.DRAWINGS[fcells["kind"].iloc[0]](fdata, figure_id)
-        out.append({"id": figure_id, "entry": entry, "image": data_uri(image),
+        image = pool.submit(figures.DRAWINGS[fcells["kind"].iloc[0]], fdata, figure_id)
+        out.append({"id": figure_id, "entry": entry, "image": image,
                     "verdicts": [figure_checks.judge(fdata, check) for check in entry.get("checks", [])], "cells": shown})
     return out
 
@@ -316,13 +361,13 @@ def embedded_images(context: dict) -> dict[str, bytes]:
 
 def render(agg_dir: str | Path, tables: str | Path | list, template: str | Path, out: str | Path, scale: str, recipe: dict, note: str = "",
            figure_entries: str | Path | list | None = None, claims: str | Path | None = None, results_dir: str | Path | None = None,
-           figures_dir: str | Path | None = None) -> None:
+           figures_dir: str | Path | None = None, workers: int = 1) -> None:
     """The report to `out`; with `figures_dir`, each of its images also as a PNG file there; with
     `results_dir`, each row links to its runs' folders."""
     template = Path(template)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(template.parent), autoescape=True, undefined=jinja2.StrictUndefined)
     context = build_context(Path(agg_dir), tables, scale, recipe, note, figure_entries, claims,
-                            Path(results_dir) if results_dir else None, Path(out).parent)
+                            Path(results_dir) if results_dir else None, Path(out).parent, workers)
     files.write_text(out, env.get_template(template.name).render(**context))
     if figures_dir is not None:
         Path(figures_dir).mkdir(parents=True, exist_ok=True)
