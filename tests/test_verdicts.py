@@ -10,6 +10,7 @@ import json
 import math
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from fake_runs import plan_for, write_metrics
 from scipy import stats as scipy_stats
@@ -232,6 +233,17 @@ def test_seeds_needed_by_hand():
     # unequal variances (4 and 0): df = (n - 1), 16 / 16; n = 5: (2.776 + 0.941) * sqrt(4 / 5) = 3.325
     assert stats.detectable((4.0, 0.0), 5) == pytest.approx(3.325, abs=2e-3)
     assert stats.seeds_needed([0.0, 2.0, 4.0], [1.0, 1.0, 1.0], 3.33) == 5
+
+
+@pytest.mark.parametrize("row, base", [([1.0, 2.0, 3.0], [2.0, 3.0, 4.0]), ([0.0, 2.0, 4.0], [1.0, 1.0, 1.0]),
+                                       ([5.0, 5.1], [4.0, 9.0, 1.0]), ([10.0, 30.0, 20.0], [0.5, 0.7])])
+def test_seeds_needed_is_the_first_n_a_scan_finds(row, base):
+    """The search bisects, as detectable falls with n: its answer is the first n = 2..most of a
+    plain scan, for effects from trivially resolved to beyond `most`."""
+    variances = (float(np.var(row, ddof=1)), float(np.var(base, ddof=1)))
+    for effect in (0.01, 0.3, 1.0, 2.5, 7.0, 40.0):
+        scan = next((n for n in range(2, 301) if stats.detectable(variances, n) <= effect), math.inf)
+        assert stats.seeds_needed(row, base, effect, most=300) == scan, effect
 
 
 def test_detectable_and_seeds_needed_at_their_boundaries():
