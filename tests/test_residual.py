@@ -21,6 +21,7 @@ TABLES = Path(__file__).resolve().parents[1] / "config" / "tables"
 EPS = 1e-5  # torch's LayerNorm / GroupNorm / BatchNorm default
 DIM = 4
 SHAPES = {"conv": (2, DIM, 3, 3), "seq": (2, 3, DIM)}
+PLACE = residual.Place("net", (("net", 9),), 9)  # a ResNet of 9 blocks: what a placed variant is told
 
 
 # --------------------------------------------------------------------------- helpers
@@ -90,18 +91,22 @@ def test_every_variant_keeps_shape_and_passes_gradient(name, layout):
     """Every registry variant maps (x, F) to a finite tensor of x's shape and trains: gradient
     reaches x (all but `plain`, which drops the skip), F and every parameter of the module."""
     torch.manual_seed(0)
-    m = build(name, DIM, layout)
+    m = build(name, DIM, layout, place=PLACE if residual.REGISTRY[name].placed else None)
     m.train()
     x, f = pair(layout)
     x.requires_grad_(True)
     f.requires_grad_(True)
-    y = m(x, f)
+    reads_x = type(m).branch_input is not residual.Residual.branch_input  # Pre-LN: its norm is on the branch's input
+    y = m(x, f + m.branch_input(x) if reads_x else f)
     assert y.shape == x.shape
     assert torch.isfinite(y).all()
     # A random projection: with a plain sum, the gradient through a norm would vanish.
     r = torch.randn(y.shape, generator=torch.Generator().manual_seed(1))
     (y * r).sum().backward()
-    assert f.grad is not None and f.grad.abs().sum() > 0
+    if name == "rezero":  # the identity at initialisation: F's gradient is zero until a moves
+        assert f.grad is not None and f.grad.abs().sum() == 0
+    else:
+        assert f.grad is not None and f.grad.abs().sum() > 0
     if name == "plain":
         assert x.grad is None
     else:

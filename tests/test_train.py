@@ -214,3 +214,13 @@ def test_a_failing_seed_side_by_side_is_recorded_and_fails_the_job(digits, tmp_p
         train_job(digits, cell, [0, 1], "--parallel", "2")
     assert "is unreadable" in json.loads((cell / "seed1" / "failed.json").read_text())["error"]
     assert (cell / "seed0" / "metrics.json").exists() and not (cell / "seeds.json").exists()
+
+
+def test_a_fresh_admin_net_is_profiled_before_its_first_snapshot(digits, tmp_path):
+    """The epoch-0 snapshot of an Admin run holds the profiled w (the second block's is not 1);
+    BN's running statistics are those of a fresh net until training moves them."""
+    train(spec(variant="admin", args={}, depth=14, arch="preact_resnet14", epochs=1, snapshots=1), digits, tmp_path, device="cpu", progress=False)
+    start = torch.load(models.snapshot_path(tmp_path, 0), weights_only=True)["model"]
+    assert torch.all(start["blocks.0.residual.w"] == 1.0)
+    assert not torch.allclose(start["blocks.1.residual.w"], torch.ones(16))
+    assert torch.equal(start["blocks.0.bn1.running_mean"], torch.zeros(16))

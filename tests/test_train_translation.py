@@ -94,3 +94,20 @@ def test_deterministic_recipe_switches_torch_to_deterministic_kernels(tmp_path, 
     assert called == []
     train(spec(max_updates=2, checkpoint_every=2, deterministic=True), corpus(40, 0), corpus(5, 1), 26, tmp_path / "strict", device="cpu", progress=False)
     assert called == [True]
+
+
+def test_a_fresh_admin_run_is_profiled_once_and_resumes_without_a_new_profile(tmp_path, monkeypatch):
+    """Admin's w comes from one batch through the fresh model: profiled before the first update,
+    not again on resume (the checkpoint holds w), and never for other variants."""
+    calls = []
+    real = translation.residual.initialize
+    monkeypatch.setattr(translation.residual, "initialize", lambda model, forward: calls.append(real(model, forward)))
+    s = spec(variant="admin", args={}, max_updates=8)
+    train(s, corpus(100, 0), corpus(10, 1), 26, tmp_path, device="cpu", progress=False)
+    assert calls == [True]
+    first = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True)["model"]
+    assert first["encoder.0.res_attn.w"][0] != first["encoder.1.res_attn.w"][0]  # profiled: the second layer's w is not 1
+    train(s, corpus(100, 0), corpus(10, 1), 26, tmp_path, device="cpu", progress=False)
+    assert calls == [True]  # resumed from its checkpoint: no second profile
+    train(spec(variant="xskip_ln", args={}, max_updates=8), corpus(100, 0), corpus(10, 1), 26, tmp_path / "ln", device="cpu", progress=False)
+    assert calls == [True, False]

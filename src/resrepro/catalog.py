@@ -60,10 +60,23 @@ VARIANTS: dict[str, dict[str, Param]] = {
         "bias_gamma": Param(float, -3.0, rule="a number"),
     },
     "highway": {"bias": Param(float, -3.0, rule="a number")},
+    # beyond the papers (issue 16): what came after them, one entry each (residual.py gives the sources)
+    "pre_ln": {},
+    "rezero": {},
+    "skipinit": {"init": Param(float, None, rule="a number, or null for 1/sqrt(d)")},
+    "layerscale": {"init": Param(float, None, _positive, "a number > 0, or null for CaiT's value at this depth")},
+    "deepnorm": {},
+    "admin": {},
 }
+
+# Variants that need what only the model knows (its depth, its branch's input and weights, one
+# forward pass at initialisation): only architectures with `places_residuals` build them (residual.Place).
+PLACED_VARIANTS = frozenset({"pre_ln", "skipinit", "layerscale", "deepnorm", "admin"})
 
 
 def _coerce(key: str, p: Param, given, where: str):
+    if given is None and p.default is None:  # an optional argument left to its variant's rule
+        return None
     value, ok_type = given, isinstance(given, p.kind) and not isinstance(given, bool)
     if p.kind is float and isinstance(given, int) and not isinstance(given, bool):
         value, ok_type = float(given), True
@@ -105,13 +118,15 @@ class Architecture:
     size_key: str  # the table row's key that picks the size: depth, size
     run_name: str  # the run's arch folder from the scale's size, e.g. "preact_resnet{}" -> preact_resnet110
     run_keys: tuple[str, ...]  # what a model spec copies from the run's training spec (optional if absent)
+    places_residuals: bool = False  # tells each residual its Place and applies its hooks: builds PLACED_VARIANTS
 
 
 ARCHITECTURES: dict[str, Architecture] = {
     a.name: a
     for a in (
-        Architecture("preact_resnet", "classification", "depth", "preact_resnet{}", ("depth", "variant", "args")),
-        Architecture("transformer", "translation", "size", "transformer_{}", ("size", "variant", "args", "pad_id", "dropout")),
+        Architecture("preact_resnet", "classification", "depth", "preact_resnet{}", ("depth", "variant", "args"), places_residuals=True),
+        Architecture("transformer", "translation", "size", "transformer_{}", ("size", "variant", "args", "pad_id", "dropout"),
+                     places_residuals=True),
         # paper 003's nets for its per-block analyses (models/iter_resnets.py); sizes: "paper", "mini"
         Architecture("single_rep_resnet", "classification", "size", "single_rep_resnet_{}", ("size", "variant", "args")),
         Architecture("avgpool_resnet", "classification", "size", "avgpool_resnet_{}", ("size", "variant", "args")),
@@ -126,10 +141,19 @@ ARCHITECTURES: dict[str, Architecture] = {
         # paper 002's fully fledged ResNet-20 and its plain counterpart: He et al. 2016a's CIFAR net (models/resnet_cifar.py)
         Architecture("resnet_cifar", "classification", "depth", "resnet_cifar{}", ("depth", "variant", "args")),
         # paper 000 Table 5: the Transformer captioner over image features (models/captioner.py); sizes: paper, mini
-        Architecture("transformer_captioner", "captioning", "size", "captioner_{}", ("size", "variant", "args", "pad_id", "dropout")),
+        Architecture("transformer_captioner", "captioning", "size", "captioner_{}", ("size", "variant", "args", "pad_id", "dropout"),
+                     places_residuals=True),
     )
 }
 DEFAULT_FOR_TASK = {"classification": "preact_resnet", "translation": "transformer", "captioning": "transformer_captioner"}  # a row without `arch:`
+
+
+def check_placed(variant: str, arch: Architecture, where: str) -> None:
+    """A variant of PLACED_VARIANTS is built only by an architecture that places its residuals."""
+    if variant in PLACED_VARIANTS and not arch.places_residuals:
+        placing = ", ".join(a.name for a in ARCHITECTURES.values() if a.places_residuals)
+        raise ConfigError(f"{where}: variant {variant!r} needs its model's depth and hooks, which {arch.name} does not supply; "
+                          f"architectures that do: {placing}")
 
 
 def architecture(name: str, task: str | None = None) -> Architecture:

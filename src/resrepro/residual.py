@@ -14,14 +14,27 @@ Layouts decide what "LN", "BN" and "pool for a gate" mean:
 
 Notation follows the papers: `lam` is lambda of paper 001 Eq. (1)-(4), `k` the factor on F of
 paper 001 Table 3, `a` and `b` are alpha and beta of paper 000 Eq. (3)-(4).
+
+The designs that came after the papers (issue 16: Pre-LN, ReZero, SkipInit, LayerScale, DeepNorm,
+Admin) need what only the model knows. A model that supports them (catalog: `places_residuals`)
+tells each residual its `Place` (stack and depth) and applies three optional hooks, which every
+other variant leaves alone:
+- `branch_input(x)`: what the branch reads (Pre-LN: LN(x)); the identity otherwise;
+- `init_branch(weights)`: the branch's value-path weights at initialisation (DeepNorm scales them);
+- `final_norm`: the model ends each stack with a norm (Pre-LN Transformers).
+`initialize(model, forward)` runs the one data-dependent initialisation (Admin's profile).
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+from typing import Callable
+
 import torch
 from torch import nn
 
-from .catalog import VARIANTS, ConfigError, Param, validate, variant_id  # noqa: F401  (the registry's checks)
+from .catalog import PLACED_VARIANTS, VARIANTS, ConfigError, Param, validate, variant_id  # noqa: F401  (the registry's checks)
 
 LAYOUTS = ("conv", "seq")
 
@@ -34,7 +47,7 @@ def register(name: str):
     def add(cls):
         if name not in VARIANTS:
             raise ValueError(f"variant {name!r}: declare its arguments in catalog.VARIANTS first")
-        cls.name, cls.params = name, VARIANTS[name]
+        cls.name, cls.params, cls.placed = name, VARIANTS[name], name in PLACED_VARIANTS
         REGISTRY[name] = cls
         return cls
 
@@ -74,13 +87,33 @@ def broadcast_vector(v: torch.Tensor, layout: str) -> torch.Tensor:
     return v[None, :, None, None] if layout == "conv" else v
 
 
+@dataclass(frozen=True)
+class Place:
+    """Where a residual sits, as its model tells it: its stack ("encoder", "decoder", or "net" for
+    a single stack such as a ResNet's), the layers of every stack of the model (a Transformer layer
+    counts once, as Wang et al. 2022 count N and M; a ResNet block counts once), and the residual
+    branches of the whole model (De and Smith 2020's d). `input_dim`: the width the branch reads,
+    where it differs from the residual's own (the first block of a ResNet stage)."""
+
+    stack: str
+    layers: tuple[tuple[str, int], ...]
+    branches: int
+    input_dim: int | None = None
+
+    def depth(self, stack: str | None = None) -> int:
+        return dict(self.layers)[stack or self.stack]
+
+
 class Residual(nn.Module):
     """Base class: `params` (from catalog.VARIANTS, set by `register`) are the variant's arguments
     (the config's `args`) with their defaults: `build` passes every argument, so constructors
-    declare none."""
+    declare none. A `placed` variant (catalog.PLACED_VARIANTS) also takes its `place`."""
 
     name = "?"
     params: dict[str, Param] = {}
+    placed = False
+    final_norm = False  # the model ends each stack with a norm of this layout (Pre-LN)
+    profiles = False  # initialised from one forward pass (`initialize`)
 
     def __init__(self, dim: int, layout: str):
         super().__init__()
@@ -90,6 +123,14 @@ class Residual(nn.Module):
 
     def forward(self, x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:  # pragma: no cover
         raise NotImplementedError
+
+    def branch_input(self, x: torch.Tensor) -> torch.Tensor:
+        """What the branch F reads: x itself, for every variant but Pre-LN."""
+        return x
+
+    def init_branch(self, weights: list[torch.Tensor]) -> None:
+        """Called once by the model with the branch's value-path weights (attention's value and
+        output projections, the FFN's two layers, a block's convolutions); nothing by default."""
 
 
 @register("plain")
@@ -327,6 +368,177 @@ class Highway(Residual):
         return t * f + (1 - t) * x
 
 
-def build(name: str, dim: int, layout: str, args: dict | None = None) -> Residual:
-    return REGISTRY[name](dim, layout, **validate(name, args))
+# ---- Beyond the papers (issue 16): the residual designs that came after them -----------------
+
+
+@register("pre_ln")
+class PreLN(Residual):
+    """y = x + F(LN(x)): the norm moves onto the branch's input (Xiong et al. 2020, "On Layer
+    Normalization in the Transformer Architecture"; the tensor2tensor v2 default). The stream itself
+    is never normalised, so the model ends each stack with a LayerNorm (`final_norm`), as Xiong et
+    al.'s Pre-LN Transformer does."""
+
+    final_norm = True
+
+    def __init__(self, dim, layout, place):
+        super().__init__(dim, layout)
+        self.norm = make_norm("ln", place.input_dim or dim, layout)
+
+    def branch_input(self, x):
+        return self.norm(x)
+
+    def forward(self, x, f):
+        return x + f
+
+
+class _ScaledBranch(Residual):
+    """y = x + a*F with one learned scalar a per residual (`_init_scale` sets its initial value)."""
+
+    def _init_scale(self, value: float) -> None:
+        self.scale = nn.Parameter(torch.tensor(float(value)))
+
+    def forward(self, x, f):
+        return x + self.scale * f
+
+
+@register("rezero")
+class ReZero(_ScaledBranch):
+    """y = x + a*F, a a learned scalar initialised at 0 (Bachlechner et al. 2021, "ReZero is All You
+    Need"): every block is the identity at initialisation. The branch keeps the model's own norms."""
+
+    def __init__(self, dim, layout):
+        super().__init__(dim, layout)
+        self._init_scale(0.0)
+
+
+@register("skipinit")
+class SkipInit(_ScaledBranch):
+    """y = x + a*F, a a learned scalar initialised at `init`, by default 1/sqrt(d) with d the
+    model's residual branches (De and Smith 2020, "Batch Normalization Biases Residual Blocks
+    Towards the Identity Function in Deep Networks": "initialized to zero or a small constant
+    <= 1/sqrt(d)"; zero is ReZero's row)."""
+
+    def __init__(self, dim, layout, place, init):
+        super().__init__(dim, layout)
+        self._init_scale(1.0 / math.sqrt(place.branches) if init is None else init)
+
+
+def layerscale_init(depth: int) -> float:
+    """CaiT's initial diagonal (Touvron et al. 2021, Sec. 2.1): 0.1 up to depth 18, 1e-5 up to 24,
+    1e-6 deeper."""
+    return 0.1 if depth <= 18 else 1e-5 if depth <= 24 else 1e-6
+
+
+@register("layerscale")
+class LayerScale(Residual):
+    """y = x + diag(l)*F, l a learned vector (one entry per channel/feature) initialised at `init`,
+    by default CaiT's value for the depth of its stack (`layerscale_init`; Touvron et al. 2021,
+    "Going deeper with Image Transformers")."""
+
+    def __init__(self, dim, layout, place, init):
+        super().__init__(dim, layout)
+        self.diag = nn.Parameter(torch.full((dim,), layerscale_init(place.depth()) if init is None else init))
+
+    def forward(self, x, f):
+        return x + broadcast_vector(self.diag, self.layout) * f
+
+
+def deepnorm_constants(place: Place) -> tuple[float, float]:
+    """DeepNorm's (alpha, beta) from the model's depth (Wang et al. 2022, "DeepNet", Fig. 2 and
+    Table 1). An encoder-decoder of N + M layers: encoder alpha = 0.81 (N^4 M)^(1/16), beta = 0.87
+    (N^4 M)^(-1/16); decoder alpha = (3M)^(1/4), beta = (12M)^(-1/4). One stack of N layers of two
+    residual sublayers: alpha = (2N)^(1/4), beta = (8N)^(-1/4); a ResNet block is one residual
+    sublayer, so L blocks give alpha = L^(1/4), beta = (4L)^(-1/4) (our reading for ResNets, which
+    the paper does not cover)."""
+    layers = dict(place.layers)
+    if place.stack in ("encoder", "decoder") and set(layers) == {"encoder", "decoder"}:
+        n, m = layers["encoder"], layers["decoder"]
+        if place.stack == "encoder":
+            return 0.81 * (n**4 * m) ** (1 / 16), 0.87 * (n**4 * m) ** (-1 / 16)
+        return (3 * m) ** 0.25, (12 * m) ** -0.25
+    sublayers = place.depth()  # a ResNet block: one residual sublayer
+    return sublayers**0.25, (4 * sublayers) ** -0.25
+
+
+@register("deepnorm")
+class DeepNorm(Residual):
+    """y = LN(alpha*x + F), and the branch's value-path weights scaled by beta at initialisation
+    (Wang et al. 2022): alpha and beta from the model's depth (`deepnorm_constants`). beta multiplies
+    the weights as the model initialised them (the paper draws them from Xavier-normal with gain
+    beta), so that its rows differ from the others' only in the variant."""
+
+    def __init__(self, dim, layout, place):
+        super().__init__(dim, layout)
+        self.alpha, self.beta = deepnorm_constants(place)
+        self.norm = make_norm("ln", dim, layout)
+
+    def init_branch(self, weights):
+        with torch.no_grad():
+            for w in weights:
+                w.mul_(self.beta)
+
+    def forward(self, x, f):
+        return self.norm(self.alpha * x + f)
+
+
+@register("admin")
+class Admin(Residual):
+    """y = LN(w*x + F), w a learned vector initialised from the output-variance profile (Liu et al.
+    2020, "Understanding the Difficulty of Training Transformers", Admin). One forward pass at
+    initialisation (`initialize`) walks each stack in order: the first residual's w is 1, and each
+    next one's is sqrt(Var[w_i x_i] + Var[F_i]) of the one before, so w_i^2 grows as the variance its
+    skip has accumulated (the authors' profiling code, Transformer-Clinic, does the same per stack)."""
+
+    profiles = True
+
+    def __init__(self, dim, layout, place):
+        super().__init__(dim, layout)
+        self.stack = place.stack
+        self.w = nn.Parameter(torch.ones(dim))
+        self.norm = make_norm("ln", dim, layout)
+        self.profile: dict | None = None  # the running ratio of each stack, during `initialize` only
+
+    def forward(self, x, f):
+        if self.profile is not None:
+            self.w.data.fill_(self.profile.get(self.stack, 1.0))
+        y = broadcast_vector(self.w, self.layout) * x
+        if self.profile is not None:
+            self.profile[self.stack] = math.sqrt(y.float().var().item() + f.float().var().item())
+        return self.norm(y + f)
+
+
+def initialize(model: nn.Module, forward: Callable[[], object]) -> bool:
+    """The data-dependent initialisation of the variants that need one (`profiles`: Admin): calls
+    `forward()` (one training batch through the model) once, in training mode and without
+    gradients. Every buffer (BN's running statistics) is put back afterwards, so the profiled
+    weights are all that changes. Returns whether there was anything to initialise."""
+    profiled = [m for m in model.modules() if isinstance(m, Residual) and m.profiles]
+    if not profiled:
+        return False
+    buffers = {name: b.clone() for name, b in model.named_buffers()}
+    was_training, streams = model.training, {}
+    for m in profiled:
+        m.profile = streams
+    try:
+        model.train()
+        with torch.no_grad():
+            forward()
+    finally:
+        for m in profiled:
+            m.profile = None
+        model.train(was_training)
+        with torch.no_grad():
+            for name, b in model.named_buffers():
+                b.copy_(buffers[name])
+    return True
+
+
+def build(name: str, dim: int, layout: str, args: dict | None = None, place: Place | None = None) -> Residual:
+    """The variant's module; a placed variant (catalog.PLACED_VARIANTS) needs the model's `place`."""
+    cls, kwargs = REGISTRY[name], validate(name, args)
+    if not cls.placed:
+        return cls(dim, layout, **kwargs)
+    if place is None:
+        raise ConfigError(f"variant {name!r} needs its model's depth and hooks (a Place); this model does not supply them")
+    return cls(dim, layout, place=place, **kwargs)
 

@@ -53,10 +53,7 @@ class Captioner(Transformer):
         if features.dim() != 3:
             raise ValueError(f"features must be (N, regions, dim); got shape {tuple(features.shape)}")
         mask = self.src_mask(features)
-        x = self.project(features.to(self.project[0].weight.dtype))
-        for layer in self.encoder:
-            x = layer(x, mask)
-        return x, mask
+        return self.encode_stack(self.project(features.to(self.project[0].weight.dtype)), mask), mask
 
 
 @register("transformer_captioner")

@@ -10,6 +10,8 @@ only thing that differs between the rows of a table.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -31,7 +33,8 @@ class PreActBlock(nn.Module):
     """BN-ReLU-conv3x3-BN-ReLU-conv3x3 branch; the projection shortcut (when needed) reads the
     pre-activated input, as in He et al. 2016b's released code."""
 
-    def __init__(self, in_ch: int, out_ch: int, stride: int, variant: str, args: dict, bias: bool = False):
+    def __init__(self, in_ch: int, out_ch: int, stride: int, variant: str, args: dict, bias: bool = False,
+                 place: residual.Place | None = None):
         super().__init__()
         self.bn1 = nn.BatchNorm2d(in_ch)
         self.conv1 = nn.Conv2d(in_ch, out_ch, 3, stride, 1, bias=bias)
@@ -40,10 +43,12 @@ class PreActBlock(nn.Module):
         self.shortcut = None
         if stride != 1 or in_ch != out_ch:
             self.shortcut = nn.Conv2d(in_ch, out_ch, 1, stride, bias=False)
-        self.residual = residual.build(variant, out_ch, "conv", args)
+        if place is not None and in_ch != out_ch:
+            place = dataclasses.replace(place, input_dim=in_ch)
+        self.residual = residual.build(variant, out_ch, "conv", args, place)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.relu(self.bn1(x))
+        out = F.relu(self.bn1(self.residual.branch_input(x)))
         skip = self.shortcut(out) if self.shortcut is not None else x
         branch = self.conv2(F.relu(self.bn2(self.conv1(out))))
         return self.residual(skip, branch)
@@ -57,6 +62,7 @@ class PreActResNet(nn.Module):
     def _build(self, n: int, num_classes: int, variant: str, args: dict | None, in_channels: int) -> None:
         """stem, three stages of `stage_blocks`, BN and the classifier, then He init of every conv."""
         args = residual.validate(variant, args)
+        self.place = residual.Place("net", (("net", 3 * n),), 3 * n)  # what the placed variants need (residual.Place)
         self.stem = nn.Conv2d(in_channels, STAGE_CHANNELS[0], 3, 1, 1, bias=False)
         blocks, in_ch = [], STAGE_CHANNELS[0]
         for stage, out_ch in enumerate(STAGE_CHANNELS):
@@ -68,10 +74,14 @@ class PreActResNet(nn.Module):
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+        for m in self.modules():  # after He init, which would undo what a variant does to its branch
+            if isinstance(m, PreActBlock):
+                m.residual.init_branch([m.conv1.weight, m.conv2.weight])
 
     def stage_blocks(self, stage: int, in_ch: int, out_ch: int, n: int, variant: str, args: dict) -> list[nn.Module]:
         """A stage's n blocks; the first of stages 2 and 3 halves the resolution and projects."""
-        return [PreActBlock(in_ch if i == 0 else out_ch, out_ch, 2 if stage > 0 and i == 0 else 1, variant, args) for i in range(n)]
+        return [PreActBlock(in_ch if i == 0 else out_ch, out_ch, 2 if stage > 0 and i == 0 else 1, variant, args, place=self.place)
+                for i in range(n)]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.blocks(self.stem(x))

@@ -54,6 +54,11 @@ class TransformerConfig:
     max_positions: int = 1024
     pad_id: int = 0
 
+    def place(self, stack: str) -> residual.Place:
+        """What a placed residual of this stack needs: both stacks' layers, and d = 2N + 3M branches."""
+        return residual.Place(stack, (("encoder", self.encoder_layers), ("decoder", self.decoder_layers)),
+                              2 * self.encoder_layers + 3 * self.decoder_layers)
+
     @classmethod
     def preset(cls, name: str, vocab_size: int, **overrides) -> "TransformerConfig":
         if name not in PRESETS:
@@ -102,6 +107,10 @@ class MultiHeadAttention(nn.Module):
         n, _, length, _ = out.shape
         return self.o(out.transpose(1, 2).reshape(n, length, -1))
 
+    def value_path(self) -> list[torch.Tensor]:
+        """The weights DeepNorm scales (Wang et al. 2022: v_proj and out_proj; q and k keep theirs)."""
+        return [self.v.weight, self.o.weight]
+
 
 class FeedForward(nn.Module):
     def __init__(self, d: int, ffn: int, relu_dropout: float):
@@ -111,6 +120,9 @@ class FeedForward(nn.Module):
     def forward(self, x):
         return self.down(self.drop(F.relu(self.up(x))))
 
+    def value_path(self) -> list[torch.Tensor]:
+        return [self.up.weight, self.down.weight]
+
 
 class EncoderLayer(nn.Module):
     def __init__(self, cfg: TransformerConfig):
@@ -118,13 +130,17 @@ class EncoderLayer(nn.Module):
         d = cfg.d_model
         self.attn = MultiHeadAttention(d, cfg.heads, cfg.attention_dropout)
         self.ffn = FeedForward(d, cfg.ffn, cfg.relu_dropout)
-        self.res_attn = residual.build(cfg.variant, d, "seq", cfg.args)
-        self.res_ffn = residual.build(cfg.variant, d, "seq", cfg.args)
+        place = cfg.place("encoder")
+        self.res_attn = residual.build(cfg.variant, d, "seq", cfg.args, place)
+        self.res_ffn = residual.build(cfg.variant, d, "seq", cfg.args, place)
         self.drop = nn.Dropout(cfg.dropout)
+        self.res_attn.init_branch(self.attn.value_path())
+        self.res_ffn.init_branch(self.ffn.value_path())
 
     def forward(self, x, src_mask):
-        x = self.res_attn(x, self.drop(self.attn(x, x, src_mask)))
-        return self.res_ffn(x, self.drop(self.ffn(x)))
+        h = self.res_attn.branch_input(x)
+        x = self.res_attn(x, self.drop(self.attn(h, h, src_mask)))
+        return self.res_ffn(x, self.drop(self.ffn(self.res_ffn.branch_input(x))))
 
 
 class DecoderLayer(nn.Module):
@@ -134,17 +150,23 @@ class DecoderLayer(nn.Module):
         self.self_attn = MultiHeadAttention(d, cfg.heads, cfg.attention_dropout)
         self.cross_attn = MultiHeadAttention(d, cfg.heads, cfg.attention_dropout)
         self.ffn = FeedForward(d, cfg.ffn, cfg.relu_dropout)
-        self.res_self = residual.build(cfg.variant, d, "seq", cfg.args)
-        self.res_cross = residual.build(cfg.variant, d, "seq", cfg.args)
-        self.res_ffn = residual.build(cfg.variant, d, "seq", cfg.args)
+        place = cfg.place("decoder")
+        self.res_self = residual.build(cfg.variant, d, "seq", cfg.args, place)
+        self.res_cross = residual.build(cfg.variant, d, "seq", cfg.args, place)
+        self.res_ffn = residual.build(cfg.variant, d, "seq", cfg.args, place)
         self.drop = nn.Dropout(cfg.dropout)
+        self.res_self.init_branch(self.self_attn.value_path())
+        self.res_cross.init_branch(self.cross_attn.value_path())
+        self.res_ffn.init_branch(self.ffn.value_path())
 
     def forward(self, y, memory, self_mask, src_mask, cache: dict | None = None):
         self_cache = None if cache is None else cache.setdefault("self", {})
         cross_cache = None if cache is None else cache.setdefault("cross", {})
-        y = self.res_self(y, self.drop(self.self_attn(y, y, self_mask, self_cache)))
-        y = self.res_cross(y, self.drop(self.cross_attn(y, memory, src_mask, cross_cache, static=True)))
-        return self.res_ffn(y, self.drop(self.ffn(y)))
+        h = self.res_self.branch_input(y)
+        y = self.res_self(y, self.drop(self.self_attn(h, h, self_mask, self_cache)))
+        h = self.res_cross.branch_input(y)
+        y = self.res_cross(y, self.drop(self.cross_attn(h, memory, src_mask, cross_cache, static=True)))
+        return self.res_ffn(y, self.drop(self.ffn(self.res_ffn.branch_input(y))))
 
 
 class Transformer(nn.Module):
@@ -158,6 +180,16 @@ class Transformer(nn.Module):
         self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
         self.drop = nn.Dropout(cfg.dropout)
+        # a variant that never normalises the stream (Pre-LN) ends each stack with a LayerNorm
+        final = residual.REGISTRY[cfg.variant].final_norm
+        self.encoder_norm = nn.LayerNorm(cfg.d_model) if final else None
+        self.decoder_norm = nn.LayerNorm(cfg.d_model) if final else None
+
+    def encode_stack(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The encoder layers over embedded inputs, and the final norm where the variant has one."""
+        for layer in self.encoder:
+            x = layer(x, mask)
+        return x if self.encoder_norm is None else self.encoder_norm(x)
 
     def _embed(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
         length = tokens.shape[1]
@@ -175,12 +207,12 @@ class Transformer(nn.Module):
 
     def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mask = self.src_mask(src)
-        x = self._embed(src)
-        for layer in self.encoder:
-            x = layer(x, mask)
-        return x, mask
+        return self.encode_stack(self._embed(src), mask), mask
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """The decoder's last states to the vocabulary, through the final norm where the variant has one."""
+        if self.decoder_norm is not None:
+            h = self.decoder_norm(h)
         return h @ self.embed.weight.t()
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:

@@ -26,7 +26,7 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from .. import files, models, provenance
+from .. import files, models, provenance, residual
 from ..data.images import augment_batch, iterate_batches, load_prepared, normalize
 from ..devices import pick_device, use_deterministic_algorithms
 from ..evaluate.classification import evaluate
@@ -98,6 +98,9 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
         for _, stale in models.snapshots(out_dir):
             stale.unlink()
         state = LoopState(generator=gen.get_state())
+        first = data["train_x"][: spec["batch_size"]]
+        with speed.autocast(device):  # Admin's profile: one batch through the fresh net (a no-op for other variants)
+            residual.initialize(model, lambda: forward(speed.layout(normalize(first.to(device).float(), data["mean"], data["std"]))))
     gen.set_state(state.generator)
     keep = snapshot_epochs(spec["epochs"], spec.get("snapshots", 0))
     if state.epoch == 0 and 0 in keep:

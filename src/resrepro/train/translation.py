@@ -31,7 +31,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from .. import files, models, provenance
+from .. import files, models, provenance, residual
 from ..devices import pick_device, use_deterministic_algorithms
 from ..models.transformer import label_smoothed_loss
 from ..speed import Speed, speed_of
@@ -147,7 +147,17 @@ def train_sequences(spec: dict, train_data, dev_data, model_inputs: dict, out_di
     model_spec = models.model_spec(spec, **model_inputs)
     model = models.build(model_spec).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9, **speed.optimizer_options())
-    state = resume(ckpt_dir / "last.pt", spec, model, opt, device, rank) or LoopState(generator=gen.get_state())
+    state = resume(ckpt_dir / "last.pt", spec, model, opt, device, rank)
+    if state is None:
+        state = LoopState(generator=gen.get_state())
+        # Admin's profile (a no-op for other variants): one batch through the fresh model, before DDP,
+        # whose construction gives every rank rank 0's result
+        def first_batch():
+            src, tin, _ = (t.to(device) for t in train_data.collate(train_data.batches(torch.Generator().manual_seed(spec["seed"]))[0]))
+            return model(src, tin)
+
+        with speed.autocast(device):
+            residual.initialize(model, first_batch)
     # positions is a constant buffer: nothing to broadcast before each forward
     ddp_model = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False) if world > 1 else model
     forward = speed.compiled(ddp_model)
