@@ -346,3 +346,29 @@ def test_reference_rows_name_the_tables_metrics_and_numbers(tmp_path, references
     table["references"] = [{"label": "GLIED", "source": "s", "paper": {"test_error": None}}]
     (tmp_path / "t.yaml").write_text(yaml.safe_dump({"ok-t1": table}))
     assert experiments.load_tables(tmp_path)["ok-t1"]["references"][0]["paper"] == {"test_error": None}
+
+
+def test_the_tables_beyond_the_papers_are_opt_in(mini):
+    """`tables: all` leaves beyond-t1/t2 out (the default run's budget); `beyond: true` or naming
+    them selects them; their rows carry no paper value."""
+    assert not [t for t in experiments.make_plan(mini).tables if t.startswith("beyond")]
+    both = experiments.make_plan({**mini, "beyond": True})
+    assert {"beyond-t1", "beyond-t2"} <= set(both.tables) and "rskip-t1" in both.tables
+    named = experiments.make_plan({**mini, "tables": ["beyond-t2"]})
+    assert list(named.tables) == ["beyond-t2"]
+    assert all(row["paper"] is None for row in named.tables["beyond-t2"]["rows"])
+    variants = {row["variant"] for row in both.tables["beyond-t1"]["rows"]}
+    assert {"pre_ln", "rezero", "skipinit", "layerscale", "deepnorm", "admin", "rskip_ln", "sas", "add"} <= variants
+
+
+@pytest.mark.parametrize("table, message", [
+    ({"paper": "beyond", "rows": [{**GOOD_ROW, "paper": 6.0}]}, "rows[0]: a table beyond the papers has no paper values"),
+    ({"paper": "noise", "rows": [{**GOOD_ROW, "arch": "simple_net", "depth": 20, "variant": "deepnorm"}]},
+     "rows[0]: variant 'deepnorm' needs its model's depth and hooks, which simple_net does not supply"),
+])
+def test_beyond_rows_and_placed_variants_are_checked_when_parsed(tmp_path, table, message):
+    table = {"caption": "c", "source": "s", "task": "classification", "metric": "test_error", **table}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump({"bad-t1": table}))
+    with pytest.raises(ConfigError) as err:
+        experiments.make_plan(snakefile_config(f"tables_dir={tmp_path}", "tables=all"))
+    assert message in str(err.value) and "bad-t1" in str(err.value)

@@ -308,3 +308,16 @@ def test_aggregate_gives_each_compared_row_its_seeds_needed_and_the_papers_runs(
         assert bool(row["paper_resolved"]) == (stats.detectable((scipy_stats.tvar(T1_ERRORS[variant]), scipy_stats.tvar(base)), 5) <= abs(paper - 6.31))
     assert not rows.loc["2xSkip+LN", "paper_resolved"]
     assert math.isnan(rows.loc["1xSkip", "seeds_needed"])  # the baseline: nothing to compare
+
+
+def test_a_row_beyond_the_papers_is_better_worse_or_no_different_from_its_baseline():
+    """No paper value: the direction is the data's. Errors 1.0-1.2 against 2.0-2.2 are better when
+    lower is better and worse when higher is; overlapping seeds are no difference."""
+    lower = stats.compare_new([1.0, 1.2, 1.1], [2.0, 2.1, 2.2], higher_is_better=False)
+    assert lower.verdict == "better" and lower.difference == pytest.approx(-1.0) and lower.p_value < 0.05
+    assert lower.p_value == pytest.approx(scipy_stats.ttest_ind([1.0, 1.2, 1.1], [2.0, 2.1, 2.2], equal_var=False).pvalue)
+    assert stats.compare_new([1.0, 1.2, 1.1], [2.0, 2.1, 2.2], higher_is_better=True).verdict == "worse"
+    assert stats.compare_new([2.0, 2.1, 2.2], [1.0, 1.2, 1.1], higher_is_better=True).verdict == "better"
+    same = stats.compare_new([1.0, 2.0], [1.1, 2.1], higher_is_better=False)
+    assert same.verdict == "no difference" and same.p_value > 0.05
+    assert stats.compare_new([1.0], [2.0, 2.1], higher_is_better=False).verdict == "inconclusive"

@@ -19,6 +19,10 @@ from . import catalog, recipes
 from .catalog import ConfigError
 
 TASKS = ("classification", "translation", "captioning")
+# The tables beyond the papers (config/tables/beyond.yaml, issue 16): their rows have no paper value
+# (the report says "new") and their verdicts say better or worse than the baseline. Opt-in: `tables:
+# all` leaves them out unless the scale sets `beyond: true`; naming them in `tables` selects them too.
+BEYOND = "beyond"
 # metric -> higher is better; train_loss: the last (or best) epoch's mean cross-entropy over its
 # batches; the COCO toolkit's metrics x 100 (evaluate/captioning.py)
 CAPTION_METRICS = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l", "cider", "spice")
@@ -49,7 +53,7 @@ DIFFERENCE_KEYS = {"label", "of", "minus", "abs"}
 NOT_REPRODUCED_KEYS = {"paper", "caption", "source", "claim", "not_reproduced"}
 # The version of the aggregate's tidy tables (analysis/aggregate.py): a parameter of the aggregate
 # rule, so that a release that adds or changes their columns rewrites them, without retraining.
-TIDY_FORMAT = 2
+TIDY_FORMAT = 3
 CELL_KEYS = {"label", "dataset", "arch", "depth", "size", "variant", "args"}
 
 
@@ -91,10 +95,16 @@ def _check_table(table_id: str, table: dict, path: Path) -> dict:
     _check_references(table, where)
     _check_paper_runs(table, where)
     labels = [row.get("label") for row in table["rows"]]
+    new = table["paper"] == BEYOND
     for i, row in enumerate(table["rows"]):
         rwhere = f"{where}.rows[{i}]"
+        if new:  # no paper reports these rows
+            if "paper" in row or "quantity" in row:
+                raise ConfigError(f"{rwhere}: a table beyond the papers has no paper values or measured rows; drop 'paper'/'quantity'")
+            row = table["rows"][i] = {**row, "paper": None}
         _check_cell(table["task"], row, rwhere, ("paper",), ROW_KEYS)
-        _check_measured_row(table, row, rwhere)
+        if not new:
+            _check_measured_row(table, row, rwhere)
         if "paper_parameters" in row and not (isinstance(row["paper_parameters"], int) and row["paper_parameters"] > 0):
             raise ConfigError(f"{rwhere}: paper_parameters must be a positive whole count, e.g. 65_000_000; got {row['paper_parameters']!r}")
         if "paper_train_error" in row and not (table["task"] == "classification" and _is_percent(row["paper_train_error"])):
@@ -199,6 +209,7 @@ def _check_cell(task: str, cell: dict, where: str, also_required: tuple[str, ...
     if unknown := set(cell) - allowed:
         raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r}; allowed: {sorted(allowed)}")
     catalog.validate(cell["variant"], cell.get("args"), where=f"{where}.args")
+    catalog.check_placed(cell["variant"], arch, where)
 
 
 def architecture_of(task: str, row: dict, where: str) -> catalog.Architecture:
@@ -354,7 +365,8 @@ def seeds_for(config: dict, table_id: str, task: str) -> list[int]:
 
 def make_plan(config: dict) -> Plan:
     all_tables = load_tables(config["tables_dir"])
-    selected = list(all_tables) if config["tables"] == "all" else config["tables"]
+    beyond = config.get("beyond", False)
+    selected = [t for t, table in all_tables.items() if beyond or table["paper"] != BEYOND] if config["tables"] == "all" else config["tables"]
     for table_id in selected:
         if table_id not in all_tables:
             raise ConfigError(f"tables: unknown table {table_id!r}; allowed: all, {', '.join(all_tables)}")

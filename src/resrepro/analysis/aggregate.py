@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..data.subword import VOCAB_SIZES
-from ..experiments import CAPTION_METRICS, METRICS, higher_is_better, load_tables, row_metric
+from ..experiments import BEYOND, CAPTION_METRICS, METRICS, higher_is_better, load_tables, row_metric
 from . import stats
 
 UNFINISHED = ("failed", "incomplete", "missing")
@@ -217,7 +217,7 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
             "paper_dataset": spec["dataset"], "paper_arch": spec.get("depth", spec.get("size")),
             "paper_model": f"depth {spec['depth']}" if "depth" in spec else f"size {spec['size']}",  # what the caption says it stands for
             "dataset": first["dataset"], "arch": first["arch"], "recipe": first["recipe"], "variant_id": first["variant_id"],
-            "metric": metric, "higher_is_better": higher, "epoch_basis": epoch_basis, "paper": spec["paper"],
+            "metric": metric, "higher_is_better": higher, "epoch_basis": epoch_basis, "paper": spec["paper"], "new": table["paper"] == BEYOND,
             "at": spec.get("at", ""), "n": len(values), "n_runs": len(plan_row["runs"]),
             "n_diverged": shown.count("diverged"), "n_unfinished": sum(shown.count(s) for s in UNFINISHED),
             # NaN (an empty cell in rows.csv) without a finished seed; std also with only one
@@ -236,7 +236,9 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
             if table.get("ratio"):  # the row against its baseline as a factor, beside the paper's
                 line["ratio"] = line["mean"] / pd.Series(base_values, dtype=float).mean()
                 line["paper_ratio"] = spec["paper"] / base_spec["paper"] if None not in (spec["paper"], base_spec["paper"]) else float("nan")
-            if None in (spec["paper"], base_spec["paper"]):
+            if table["paper"] == BEYOND:  # no paper value: better or worse than the baseline
+                v = stats.compare_new(values, base_values, higher)
+            elif None in (spec["paper"], base_spec["paper"]):
                 v = stats.Verdict("no claim", None, stats.difference_of_means(values, base_values), None, "the paper's value is not in our copy of its text")
             elif spec.get("claim") == "same":  # seed by seed (paper 002's equivalent training)
                 v = stats.compare_same(each, base_each, spec["paper"], base_spec["paper"])

@@ -38,14 +38,7 @@ def compare(row: list[float], baseline: list[float], paper_row: float, paper_bas
         return Verdict("no claim", None, None, None, "the paper reports the same value as its baseline")
     if len(row) < 2 or len(baseline) < 2:
         return Verdict("inconclusive", None, difference_of_means(row, baseline), None, "needs at least 2 finished seeds on each side")
-    a, b = np.asarray(row, float), np.asarray(baseline, float)
-    diff = float(a.mean() - b.mean())
-    if a.var(ddof=1) + b.var(ddof=1) == 0:  # identical runs on both sides (e.g. a deterministic tie): nothing to test
-        p = 1.0 if diff == 0 else 0.0
-        resolvable = 0.0
-    else:
-        p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
-        resolvable = welch_detectable(float(a.var(ddof=1)), len(a), float(b.var(ddof=1)), len(b))
+    diff, p, resolvable = welch(row, baseline)
     if higher_is_better is None:  # a measured quantity (a weight mass): larger or smaller, not better or worse
         direction = "larger" if paper_diff > 0 else "smaller"
     else:
@@ -55,6 +48,28 @@ def compare(row: list[float], baseline: list[float], paper_row: float, paper_bas
     if p < ALPHA:
         return Verdict("contradicted", p, diff, resolvable, f"the paper reports {direction}; reproduced the opposite")
     return Verdict("inconclusive", p, diff, resolvable, f"the paper reports {direction}; difference not significant at {ALPHA}")
+
+
+def welch(row: list[float], baseline: list[float]) -> tuple[float, float, float]:
+    """(mean(row) - mean(baseline), Welch's two-sided p, the smallest difference these seeds resolve);
+    at least 2 values a side."""
+    a, b = np.asarray(row, float), np.asarray(baseline, float)
+    diff = float(a.mean() - b.mean())
+    if a.var(ddof=1) + b.var(ddof=1) == 0:  # identical runs on both sides (e.g. a deterministic tie): nothing to test
+        return diff, 1.0 if diff == 0 else 0.0, 0.0
+    return diff, float(stats.ttest_ind(a, b, equal_var=False).pvalue), welch_detectable(float(a.var(ddof=1)), len(a), float(b.var(ddof=1)), len(b))
+
+
+def compare_new(row: list[float], baseline: list[float], higher_is_better: bool) -> Verdict:
+    """A row no paper reports (the tables beyond the papers): "better" or "worse" than its baseline
+    where Welch's test separates them at ALPHA, else "no difference"."""
+    if len(row) < 2 or len(baseline) < 2:
+        return Verdict("inconclusive", None, difference_of_means(row, baseline), None, "needs at least 2 finished seeds on each side")
+    diff, p, resolvable = welch(row, baseline)
+    if p >= ALPHA:
+        return Verdict("no difference", p, diff, resolvable, f"no paper value; the difference from the baseline is not significant at {ALPHA}")
+    verdict = "better" if (diff > 0) == higher_is_better else "worse"
+    return Verdict(verdict, p, diff, resolvable, f"no paper value; {verdict} than the baseline at {ALPHA}")
 
 
 def welch_detectable(va: float, na: int, vb: float, nb: int) -> float:

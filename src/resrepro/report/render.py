@@ -32,6 +32,8 @@ PAPERS = {
     "rskip": "Liu et al., Rethinking Skip Connection with Layer Normalization in Transformers and ResNets, COLING 2020",
     "noise": "Identity Connections in Residual Nets Improve Noise Stability",
     "iter": "Jastrzebski et al., Residual Connections Encourage Iterative Inference, ICLR 2018",
+    # opt-in (experiments.BEYOND): what came after the papers, on their recipes; no paper values
+    "beyond": "Beyond the papers: Pre-LN, ReZero, SkipInit, LayerScale, DeepNorm and Admin beside the papers' winners",
 }
 
 
@@ -325,7 +327,7 @@ def _row_view(r: pd.Series) -> dict:
     else:
         reproduced = f"{fmt_metric(r['mean'], metric)} ± {fmt_metric(r['std'], metric)}"
     return {
-        "label": r["label"], "formula": r["formula"], "metric": metric.replace("_", " "), "paper": fmt_metric(r["paper"], metric),
+        "label": r["label"], "formula": r["formula"], "metric": metric.replace("_", " "), "paper": "new" if r.get("new") in (True,) else fmt_metric(r["paper"], metric),
         "reproduced": reproduced, "at": r["at"] if isinstance(r.get("at"), str) else "",
         "ratio": fmt_metric(r.get("ratio"), "ratio"), "paper_ratio": fmt_metric(r.get("paper_ratio"), "ratio"),
         "note": r["note"] if isinstance(r["note"], str) else "",  # rows.csv: an empty note reads back as NaN
