@@ -4,6 +4,7 @@
 from snakemake.utils import min_version, validate
 
 from resrepro.config_types import coerce_overrides, validate_refinements
+from resrepro.plugins import use as use_variant_modules
 from resrepro.preload import start_server, stop_server
 
 min_version("9.0")
@@ -22,6 +23,8 @@ coerce_overrides(config, "workflow/schemas/config.schema.yaml")
 
 validate(config, "workflow/schemas/config.schema.yaml")
 validate_refinements(config, "workflow/schemas/config.schema.yaml")
+if config.get("variant_modules"):  # residual variants from files outside the package (src/resrepro/plugins.py)
+    use_variant_modules(config["variant_modules"])
 
 
 report: "workflow/report/workflow.rst"

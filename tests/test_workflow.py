@@ -471,6 +471,26 @@ def test_download_rule_rejects_a_file_with_the_wrong_checksum(workdir, cifar100_
     assert not (workdir / target).exists()
 
 
+def test_beyond_the_papers_and_a_residual_from_outside_the_package_run_end_to_end(workdir):
+    """Issue 16 through Snakemake: the opt-in table beyond-t1 and a variant registered from a file
+    outside src/ (the README's example), added to every selected table by `extra_rows`, all given
+    on the command line; in a scale of their own, so the tiny report is left as it is."""
+    module = REPO / "examples" / "residuals" / "gated_add.py"
+    snakemake(workdir, "--cores", "2", "--configfile", "tiny.yaml", "--config", "scale=tiny-beyond", "tables=[beyond-t1, rskip-t3]",
+              "extra_rows=[{variant: gated_add, args: {logit: 0}}]", f"variant_modules=[{module}]")
+    rows = pd.read_csv(workdir / "results" / "tiny-beyond" / "aggregate" / "rows.csv")
+    beyond = rows[rows["table"] == "beyond-t1"]
+    assert len(beyond) == 11 and beyond["new"].all() and beyond["paper"].isna().all()  # 10 rows and the extra one
+    assert set(beyond["variant_id"]) >= {"pre_ln", "rezero", "skipinit", "layerscale", "deepnorm", "admin", "gated_add-logit0"}
+    assert beyond["n"].eq(1).all() and set(beyond["verdict"]) == {"baseline", "inconclusive"}  # one seed: nothing to test
+    extra = rows[(rows["table"] == "rskip-t3") & (rows["label"] == "+ gated_add-logit0")].iloc[0]
+    assert bool(extra["new"]) and extra["baseline"] == "x + F" and extra["n"] == 1
+    assert not rows[(rows["table"] == "rskip-t3") & (rows["label"] != "+ gated_add-logit0")]["new"].any()
+    html = (workdir / "report" / "tiny-beyond" / "index.html").read_text()
+    assert "Beyond the papers" in html and ">new<" in html and "+ gated_add-logit0" in html
+    assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {}  # the tiny scale's own run is untouched
+
+
 def test_a_failed_run_is_listed_in_a_partial_report_and_a_rerun_completes(tmp_path):
     """One run fails for real (its checkpoint is corrupt); with keep-going the other runs finish,
     `--config partial=true` renders a report that lists the failure, and after the fault is

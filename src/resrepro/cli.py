@@ -449,6 +449,10 @@ def main(argv: list[str] | None = None) -> None:
     s.set_defaults(run=cmd_preload)
 
     a = p.parse_args(argv)
+    if os.environ.get("RESREPRO_VARIANT_MODULES"):  # residual variants from outside the package (plugins.py)
+        from .plugins import load
+
+        load()
     a.command_line = list(sys.argv[1:] if argv is None else argv)  # as given: --parallel reruns it per seed
     a.run(a)
 

@@ -400,6 +400,12 @@ def make_plan(config: dict) -> Plan:
             plan.rows.append({"table": table_id, "row": i, "label": row["label"],
                               "baseline": row.get("baseline", table.get("baseline")), "runs": runs,
                               **({"measurement": table["measurement"], "settings": table["settings"]} if "quantity" in row else {})})
+        for k, entry in enumerate(config.get("extra_rows") or []):
+            row = extra_row(table, entry, f"extra_rows[{k}]")
+            if row is not None:
+                runs = _plan_cell(config, plan, table["task"], table["paper"], table_id, row, f"{table_id} (extra_rows[{k}])", "table")
+                plan.rows.append({"table": table_id, "row": len(table["rows"]) + k, "label": row["label"], "baseline": row["baseline"],
+                                  "runs": runs, "spec": row})
     for figure_id, figure in plan.figures.items():
         for i, cell in enumerate(figure["cells"]):
             runs = _plan_cell(config, plan, figure["task"], figure["paper"], figure_id, cell, f"{figure_id}.cells[{i}]", "figure")
@@ -412,6 +418,27 @@ def make_plan(config: dict) -> Plan:
         load_claims(config["claims"], all_tables, all_figures)
     plan.jobs = group_into_jobs(plan.runs, config.get("seeds_per_job", 1))
     return plan
+
+
+def extra_row(table: dict, entry: dict, where: str) -> dict | None:
+    """A row of `extra_rows` for this table: the variant (and args) on the cell of the table's
+    baseline row, judged against that baseline with no paper value (`new`). None where the table
+    has no baseline to stand on (a table of measured quantities), or where its architecture cannot
+    build the variant (catalog.check_placed: e.g. Pre-LN in paper 002's simplified nets)."""
+    label = table.get("baseline") or next((r["baseline"] for r in table["rows"] if "baseline" in r), None)
+    base = next((r for r in table["rows"] if r["label"] == label), None)
+    if base is None or "quantity" in base:
+        return None
+    if entry["variant"] in catalog.PLACED_VARIANTS and not architecture_of(table["task"], base, where).places_residuals:
+        return None
+    # from the command line (--config extra_rows='[{variant: v, args: {k: 0}}]') each arg is a string: read it as YAML
+    given = {k: yaml.safe_load(v) if isinstance(v, str) else v for k, v in (entry.get("args") or {}).items()}
+    args = catalog.validate(entry["variant"], given, where=where)
+    row = {k: base[k] for k in ("dataset", "arch", "depth", "size", "metric") if k in base}
+    name = catalog.variant_id(entry["variant"], args)
+    return {**row, "label": entry.get("label") or f"+ {name}", "formula": entry.get("formula", ""), "variant": entry["variant"],
+            "args": given, "paper": None, "new": True, "baseline": label,
+            "note": "an extra row (extra_rows): no paper reports it"}
 
 
 def group_into_jobs(runs: dict[str, Run], seeds_per_job: int | str) -> dict[str, list[str]]:

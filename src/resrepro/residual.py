@@ -54,6 +54,18 @@ def register(name: str):
     return add
 
 
+def register_external(name: str, params: dict[str, Param]):
+    """Declare and register a variant from a file outside the package (plugins.py): its arguments
+    (catalog.Param each) join catalog.VARIANTS, its class the registry. A name the package already
+    has is refused."""
+    if name in VARIANTS:
+        raise ValueError(f"variant {name!r} exists already; choose another name")
+    if not isinstance(params, dict) or not all(isinstance(p, Param) for p in params.values()):
+        raise TypeError(f"variant {name!r}: params must map each argument to a catalog.Param")
+    VARIANTS[name] = dict(params)
+    return register(name)
+
+
 def make_norm(kind: str, dim: int, layout: str) -> nn.Module:
     """"ln" or "bn" for this layout (see the module docstring)."""
     if kind == "ln":

@@ -202,7 +202,8 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
     out_rows = []
     for plan_row in plan_rows:
         table = tables[plan_row["table"]]
-        spec = table["rows"][plan_row["row"]]
+        spec = plan_row.get("spec") or table["rows"][plan_row["row"]]  # an extra row (extra_rows) carries its own
+        new = table["paper"] == BEYOND or bool(spec.get("new"))  # no paper value: better or worse than the baseline
         metric = row_metric(table, spec)
         higher = higher_is_better(table, spec)
         each = row_seed_values(results_dir, runs, plan_row["runs"], spec, metric, table.get("measurement"), epoch_basis)
@@ -217,7 +218,7 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
             "paper_dataset": spec["dataset"], "paper_arch": spec.get("depth", spec.get("size")),
             "paper_model": f"depth {spec['depth']}" if "depth" in spec else f"size {spec['size']}",  # what the caption says it stands for
             "dataset": first["dataset"], "arch": first["arch"], "recipe": first["recipe"], "variant_id": first["variant_id"],
-            "metric": metric, "higher_is_better": higher, "epoch_basis": epoch_basis, "paper": spec["paper"], "new": table["paper"] == BEYOND,
+            "metric": metric, "higher_is_better": higher, "epoch_basis": epoch_basis, "paper": spec["paper"], "new": new,
             "at": spec.get("at", ""), "n": len(values), "n_runs": len(plan_row["runs"]),
             "n_diverged": shown.count("diverged"), "n_unfinished": sum(shown.count(s) for s in UNFINISHED),
             # NaN (an empty cell in rows.csv) without a finished seed; std also with only one
@@ -236,7 +237,7 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
             if table.get("ratio"):  # the row against its baseline as a factor, beside the paper's
                 line["ratio"] = line["mean"] / pd.Series(base_values, dtype=float).mean()
                 line["paper_ratio"] = spec["paper"] / base_spec["paper"] if None not in (spec["paper"], base_spec["paper"]) else float("nan")
-            if table["paper"] == BEYOND:  # no paper value: better or worse than the baseline
+            if new:
                 v = stats.compare_new(values, base_values, higher)
             elif None in (spec["paper"], base_spec["paper"]):
                 v = stats.Verdict("no claim", None, stats.difference_of_means(values, base_values), None, "the paper's value is not in our copy of its text")
