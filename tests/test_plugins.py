@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -10,9 +11,10 @@ import pytest
 import torch
 from fake_runs import config_for, write_metrics
 
-from resrepro import catalog, experiments, plugins, residual
+from resrepro import catalog, experiments, models, plugins, residual
 from resrepro.analysis.aggregate import aggregate
 from resrepro.catalog import ConfigError
+from resrepro.report import render
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "residuals" / "gated_add.py"
 
@@ -77,10 +79,19 @@ def test_an_extra_row_is_judged_against_its_baseline_without_a_paper_value(gated
     config["extra_rows"] = [{"variant": "gated_add"}]
     plan = experiments.make_plan(config)
     errors = {"add": [6.0, 6.2, 6.4], "gated_add": [5.0, 5.1, 5.2]}
+    seconds = {"add": [10.0, 12.0, 14.0], "gated_add": [15.0, 18.0, 21.0]}
     for path, run in plan.runs.items():
         write_metrics(tmp_path, path, errors.get(run.variant_id, [9.0, 9.5, 10.0])[run.seed])
+        metrics = json.loads((tmp_path / path / "metrics.json").read_text())
+        metrics["wall_time_s"] = seconds.get(run.variant_id, [1.0, 1.0, 1.0])[run.seed]
+        (tmp_path / path / "metrics.json").write_text(json.dumps(metrics))
     rows = aggregate(plan.rows, tmp_path, "config/tables", "final")["rows"].set_index("label")
     extra = rows.loc["+ gated_add"]
+    assert extra["loop_time_ratio"] == pytest.approx(18.0 / 12.0)  # the cost beside the gain: this run's loops
+    assert extra["parameters_at_paper_size"] == models.parameters_of(
+        {"arch": "preact_resnet", "depth": 110, "variant": "gated_add", "args": {}, "classes": 10, "in_channels": 3})
+    assert render._row_view(extra.rename("+ gated_add").to_frame().T.reset_index(names="label").iloc[0])["loop_time_ratio"] == "1.50x"
+    assert rows.loc["0.5x + F", "loop_time_ratio"] != rows.loc["0.5x + F", "loop_time_ratio"]  # the paper's rows: none (NaN)
     assert extra["verdict"] == "better" and bool(extra["new"]) and extra["baseline"] == "x + F"
     assert extra["difference"] == pytest.approx(-1.1) and extra["paper"] != extra["paper"]  # NaN: no paper value
     assert not bool(rows.loc["0.5x + F", "new"]) and rows.loc["0.5x + F", "verdict"] == "supported"  # the paper's rows keep theirs

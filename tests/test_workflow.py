@@ -59,13 +59,18 @@ def workdir(tmp_path_factory):
     return root
 
 
+def selected_tables(workdir) -> dict:
+    """The tables `tables: all` selects: every paper's, not the opt-in ones beyond the papers."""
+    return {t: table for t, table in experiments.load_tables(workdir / "config" / "tables").items() if table["paper"] != experiments.BEYOND}
+
+
 def tiny_config(workdir):
     return yaml.safe_load((workdir / "tiny.yaml").read_text())
 
 
 def test_report_holds_every_table_with_paper_and_reproduced_values(workdir):
     html = (workdir / "report" / "tiny" / "index.html").read_text()
-    tables = experiments.load_tables(workdir / "config" / "tables")
+    tables = selected_tables(workdir)
     rows = pd.read_csv(workdir / "results" / "tiny" / "aggregate" / "rows.csv")
     assert len(rows) == sum(len(t["rows"]) for t in tables.values())
     spice, _ = spice_status()
@@ -148,7 +153,7 @@ def test_report_holds_every_table_with_paper_and_reproduced_values(workdir):
     assert "data:image/png;base64," in html  # learning curves are embedded
     assert "Provenance" in html and "final-epoch" in html
     costed = [row["table"] for row in table_rows(html, "gpu-hours")]  # the paper scale's cost, every table and the total
-    assert costed == [*experiments.load_tables(workdir / "config" / "tables"), "total"]
+    assert costed == [*selected_tables(workdir), "total"]  # the opt-in tables beyond the papers are not costed
     metrics = list((workdir / "results" / "tiny").glob("*/*/*/*/*/seed0/metrics.json"))
     plan = experiments.make_plan(tiny_config(workdir) | {"tables_dir": str(workdir / "config" / "tables")})
     assert len(metrics) == len(plan.runs)
@@ -175,7 +180,7 @@ def test_the_report_in_headless_chromium(workdir, tmp_path):
         pytest.skip(why)
     from selenium.webdriver.common.by import By
 
-    ids = ["summary", *experiments.load_tables(workdir / "config" / "tables"), *experiments.load_figures(workdir / "config" / "figures")]
+    ids = ["summary", *selected_tables(workdir), *experiments.load_figures(workdir / "config" / "figures")]
     driver = browser.start()
     try:
         driver.get((workdir / "report" / "tiny" / "index.html").as_uri())
@@ -476,7 +481,7 @@ def test_beyond_the_papers_and_a_residual_from_outside_the_package_run_end_to_en
     outside src/ (the README's example), added to every selected table by `extra_rows`, all given
     on the command line; in a scale of their own, so the tiny report is left as it is."""
     module = REPO / "examples" / "residuals" / "gated_add.py"
-    snakemake(workdir, "--cores", "2", "--configfile", "tiny.yaml", "--config", "scale=tiny-beyond", "tables=[beyond-t1, rskip-t3]",
+    snakemake(workdir, "--cores", "2", "--configfile", "tiny.yaml", "--config", "scale=tiny-beyond", "tables=[beyond-t1, beyond-t3, rskip-t3]",
               "extra_rows=[{variant: gated_add, args: {logit: 0}}]", f"variant_modules=[{module}]")
     rows = pd.read_csv(workdir / "results" / "tiny-beyond" / "aggregate" / "rows.csv")
     beyond = rows[rows["table"] == "beyond-t1"]
@@ -487,7 +492,10 @@ def test_beyond_the_papers_and_a_residual_from_outside_the_package_run_end_to_en
     assert bool(extra["new"]) and extra["baseline"] == "x + F" and extra["n"] == 1
     assert not rows[(rows["table"] == "rskip-t3") & (rows["label"] != "+ gated_add-logit0")]["new"].any()
     html = (workdir / "report" / "tiny-beyond" / "index.html").read_text()
-    assert "Beyond the papers" in html and ">new<" in html and "+ gated_add-logit0" in html
+    assert "Beyond the papers" in html and ">new<" in html and "+ gated_add-logit0" in html and "loop time vs baseline" in html
+    depth = rows[rows["table"] == "beyond-t3"]
+    assert len(depth) == 16 and depth["layers"].notna().all() and "gated_add-logit0" in set(depth["series"])  # 15 and the extra row
+    assert (workdir / "report" / "tiny-beyond" / "figures" / "beyond-t3.png").stat().st_size > 0  # BLEU against depth
     assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {}  # the tiny scale's own run is untouched
 
 

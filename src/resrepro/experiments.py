@@ -38,7 +38,7 @@ METRICS = {"test_error": False, "test_accuracy": True, "bleu": True, "train_loss
 # 002's weight masses), its quantity on the snapshot at initialisation (`init`) or after training
 # (`final`); paper: null where our copy of the paper lost the number (its note says so)
 ROW_KEYS = {"label", "formula", "dataset", "arch", "depth", "size", "variant", "args", "paper", "baseline", "note", "paper_parameters",
-            "paper_train_error", "metric", "claim", "quantity", "at"}
+            "paper_train_error", "metric", "claim", "quantity", "at", "series", "layers"}
 CLAIMS = ("direction", "same")
 AT = ("init", "final")
 # measurement and settings: what computes the rows that name a `quantity` (a registered
@@ -47,7 +47,10 @@ AT = ("init", "final")
 # ([{label, source, paper: {metric: value or null}}], e.g. paper 000 Table 5's GLIED);
 # paper_runs: how many runs the paper says each value averages, in its words ({runs, quote, where})
 TABLE_KEYS = {"paper", "caption", "source", "task", "metric", "baseline", "rows", "measurement", "settings", "ratio", "references",
-              "paper_runs"}
+              "paper_runs", "plot"}
+# plot: layers: the report draws the table's metric against each row's `layers` (a side of the
+# encoder-decoder), one line per `series` (the depth study beyond the papers), not its learning curves
+PLOTS = ("layers",)
 FIGURE_KEYS = {"paper", "caption", "source", "measurement", "settings", "quantities", "claim", "cells", "checks", "differences"}
 DIFFERENCE_KEYS = {"label", "of", "minus", "abs"}
 NOT_REPRODUCED_KEYS = {"paper", "caption", "source", "claim", "not_reproduced"}
@@ -94,6 +97,7 @@ def _check_table(table_id: str, table: dict, path: Path) -> dict:
         table = {**table, "settings": _check_table_measurement(table, where)}
     _check_references(table, where)
     _check_paper_runs(table, where)
+    _check_plot(table, where)
     labels = [row.get("label") for row in table["rows"]]
     new = table["paper"] == BEYOND
     for i, row in enumerate(table["rows"]):
@@ -122,6 +126,19 @@ def _check_table(table_id: str, table: dict, path: Path) -> dict:
             raise ConfigError(f"{rwhere}: its metric is {row_metric(table, row)}, its baseline {baseline!r}'s is "
                               f"{row_metric(table, table['rows'][labels.index(baseline)])}: a verdict compares one metric")
     return table
+
+
+def _check_plot(table: dict, where: str) -> None:
+    """plot: layers needs every row's `series` (a name) and `layers` (a positive whole number)."""
+    if "plot" not in table:
+        return
+    if table["plot"] not in PLOTS:
+        raise ConfigError(f"{where}.plot: {table['plot']!r} unknown; allowed: {', '.join(PLOTS)}")
+    for i, row in enumerate(table["rows"]):
+        layers = row.get("layers")
+        if not isinstance(row.get("series"), str) or not (isinstance(layers, int) and not isinstance(layers, bool) and layers > 0):
+            raise ConfigError(f"{where}.rows[{i}]: plot: layers needs a series (a name) and layers (a whole number > 0); "
+                              f"got series={row.get('series')!r}, layers={layers!r}")
 
 
 def _check_paper_runs(table: dict, where: str) -> None:
@@ -436,6 +453,8 @@ def extra_row(table: dict, entry: dict, where: str) -> dict | None:
     args = catalog.validate(entry["variant"], given, where=where)
     row = {k: base[k] for k in ("dataset", "arch", "depth", "size", "metric") if k in base}
     name = catalog.variant_id(entry["variant"], args)
+    if "plot" in table:  # the depth study: a line of its own, at the baseline's depth
+        row.update(series=entry.get("label") or name, layers=base["layers"])
     return {**row, "label": entry.get("label") or f"+ {name}", "formula": entry.get("formula", ""), "variant": entry["variant"],
             "args": given, "paper": None, "new": True, "baseline": label,
             "note": "an extra row (extra_rows): no paper reports it"}

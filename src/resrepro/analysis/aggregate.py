@@ -168,6 +168,18 @@ def bootstrap_p_values(results_dir: Path, runs: pd.DataFrame, row_runs: list[str
     return out
 
 
+def loop_time_ratio(runs: pd.DataFrame, row_runs: list[str], baseline_runs: list[str]) -> float:
+    """The row's training-loop time over its baseline's, each the mean of its finished runs'
+    wall_time_s: the same recipe, so the same updates, so the ratio of their step times (evaluation
+    inside the loop included), measured in this run on this run's machine. NaN without a finished
+    run on either side."""
+    def mean_time(ids):
+        ok = runs.loc[ids]
+        return ok.loc[ok["status"] == "ok", "wall_time_s"].astype(float).mean()
+
+    return float(mean_time(row_runs) / mean_time(baseline_runs))
+
+
 def parameters_at_paper_size(row: dict, task: str) -> int:
     """Parameters of the row's model at the paper's size, counted on the meta device (no memory):
     our side of the papers' parameter columns (docs/parameters.md). A Transformer's count uses the
@@ -224,6 +236,7 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
             # NaN (an empty cell in rows.csv) without a finished seed; std also with only one
             "mean": pd.Series(values, dtype=float).mean(), "std": pd.Series(values, dtype=float).std(ddof=1),
             "values": json.dumps(shown), "baseline": plan_row["baseline"],
+            **({"series": spec["series"], "layers": spec["layers"]} if "plot" in table else {}),  # the table's plot (experiments.PLOTS)
         }
         line["delta"] = line["mean"] - spec["paper"] if spec["paper"] is not None else float("nan")
         baseline = by_label.get((plan_row["table"], plan_row["baseline"]))
@@ -256,6 +269,9 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
                 line.update(verdict="no result", reason=unscored or "no finished seed in this row or its baseline")
             if table["task"] == "translation":
                 line["bootstrap_p"] = json.dumps(bootstrap_p_values(results_dir, runs, plan_row["runs"], baseline["runs"]))
+        if new and table["task"] in ("classification", "translation"):  # what the row's design costs, beside what it gains
+            line["parameters_at_paper_size"] = parameters_at_paper_size(spec, table["task"])
+            line["loop_time_ratio"] = loop_time_ratio(runs, plan_row["runs"], (baseline or plan_row)["runs"])
         ok = [r for r in plan_row["runs"] if runs.loc[r, "status"] == "ok"]
         if table["task"] == "translation":
             line["sacrebleu"] = runs.loc[ok, "sacrebleu"].astype(float).mean()

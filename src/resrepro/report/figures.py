@@ -193,6 +193,30 @@ def learning_curves(table_rows: pd.DataFrame, curves: pd.DataFrame, runs_by_row:
     return to_png(fig)
 
 
+def metric_against_layers(table_rows: pd.DataFrame, title: str) -> bytes | None:
+    """A table's metric (mean over seeds, a bar of one standard deviation) against `layers`, one
+    line per `series` (the depth study: which variants train as the stack deepens). A depth whose
+    seeds all diverged is a cross on the axis, labelled so."""
+    if table_rows.empty or not table_rows["n"].add(table_rows["n_diverged"]).any():
+        return None
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    metric = table_rows["metric"].iloc[0]
+    for series, rows in table_rows.groupby("series", sort=False):
+        rows = rows.sort_values("layers")
+        done = rows[rows["n"] > 0]
+        line = ax.errorbar(done["layers"], done["mean"], yerr=done["std"].fillna(0.0), marker="o", capsize=3, label=series)
+        lost = rows[(rows["n"] == 0) & (rows["n_diverged"] > 0)]
+        if not lost.empty:
+            ax.scatter(lost["layers"], [0.0] * len(lost), marker="x", s=60, color=line[0].get_color(), label=f"{series}: diverged")
+    ax.set(xscale="log", xlabel="layers a side (encoder = decoder; the paper scale's, which each scale's sizes map)", ylabel=metric.replace("_", " "), title=f"{title}: {metric} against depth")
+    ticks = sorted(table_rows["layers"].unique())
+    ax.set_xticks(ticks, [str(int(t)) for t in ticks])
+    ax.minorticks_off()
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return to_png(fig)
+
+
 # One colour per verdict, as the report's text colours them; a row without a verdict in grey.
 VERDICT_COLOURS = {"supported": "#1a7f37", "contradicted": "#b42318", "inconclusive": "#d4a017", "baseline": "#444444"}
 NO_VERDICT_COLOUR = "#aaaaaa"

@@ -168,8 +168,11 @@ def _context(agg_dir: Path, tables, scale: str, recipe: dict, note: str, figure_
             if table["paper"] != paper_id:
                 continue
             trows = rows[rows["table"] == table_id]
-            figure = None if "measurement" in table else pool.submit(  # a measured table's runs: another table's curves
-                figures.learning_curves, trows, curves, {lbl: runs_by_row[(table_id, lbl)] for lbl in trows["label"]}, table_id, table["task"])
+            if table.get("plot") == "layers":  # the depth study: the metric against layers a side, a line per variant
+                figure = pool.submit(figures.metric_against_layers, trows, table_id)
+            else:
+                figure = None if "measurement" in table else pool.submit(  # a measured table's runs: another table's curves
+                    figures.learning_curves, trows, curves, {lbl: runs_by_row[(table_id, lbl)] for lbl in trows["label"]}, table_id, table["task"])
             views = with_references([{**_row_view(r), "run_links": run_links(runs_by_row[(table_id, r["label"])], results_dir, report_dir)}
                                      for _, r in trows.iterrows()], table)
             table_runs = runs[runs["run"].isin({r for lbl in trows["label"] for r in runs_by_row[(table_id, lbl)]})]
@@ -330,6 +333,7 @@ def _row_view(r: pd.Series) -> dict:
         "label": r["label"], "formula": r["formula"], "metric": metric.replace("_", " "), "paper": "new" if r.get("new") in (True,) else fmt_metric(r["paper"], metric),
         "reproduced": reproduced, "at": r["at"] if isinstance(r.get("at"), str) else "",
         "ratio": fmt_metric(r.get("ratio"), "ratio"), "paper_ratio": fmt_metric(r.get("paper_ratio"), "ratio"),
+        "loop_time_ratio": f"{r['loop_time_ratio']:.2f}x" if _is_number(r.get("loop_time_ratio")) and not math.isnan(r["loop_time_ratio"]) else "",
         "note": r["note"] if isinstance(r["note"], str) else "",  # rows.csv: an empty note reads back as NaN
         "n": int(r["n"]), "n_runs": int(r["n_runs"]), "n_diverged": int(r["n_diverged"]), "n_unfinished": int(r["n_unfinished"]),
         "values": ", ".join(str(v) for v in values), "delta": fmt_metric(r["delta"], metric),
