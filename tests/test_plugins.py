@@ -74,6 +74,14 @@ def test_extra_rows_add_the_variant_on_each_tables_baseline_cell(gated_add):
         experiments.make_plan({**config, "extra_rows": [{"variant": "nope"}]})
 
 
+def test_an_extra_row_in_the_depth_study_is_a_line_of_its_own_at_its_baselines_depth(gated_add):
+    config = config_for(["beyond-t3"], seeds=2)
+    config["extra_rows"] = [{"variant": "gated_add"}]
+    (row,) = [r for r in experiments.make_plan(config).rows if "spec" in r]
+    assert row["baseline"] == "Post-LN, 6 layers" and row["spec"]["size"] == "base"
+    assert (row["spec"]["series"], row["spec"]["layers"]) == ("gated_add", 6)
+
+
 def test_an_extra_row_is_judged_against_its_baseline_without_a_paper_value(gated_add, tmp_path):
     config = config_for(["rskip-t3"], seeds=3)
     config["extra_rows"] = [{"variant": "gated_add"}]

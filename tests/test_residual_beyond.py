@@ -129,36 +129,40 @@ def test_every_other_variant_leaves_the_hooks_alone():
 
 
 class TwoStacks(nn.Module):
-    """Two Admin residuals in an "encoder", one in a "decoder", with fixed branches, and a BN whose
+    """Three Admin residuals in an "encoder", one in a "decoder", with fixed branches, and a BN whose
     running statistics the profile must not move."""
 
     def __init__(self, fs):
         super().__init__()
         self.fs = fs
         self.bn = nn.BatchNorm1d(DIM)
-        self.enc = nn.ModuleList(build("admin", DIM, "seq", place=transformer_place("encoder", 2, 1)) for _ in range(2))
+        self.enc = nn.ModuleList(build("admin", DIM, "seq", place=transformer_place("encoder", 3, 1)) for _ in range(3))
         self.dec = build("admin", DIM, "seq", place=transformer_place("decoder", 2, 1))
 
     def forward(self, x):
         h = self.bn(x.transpose(1, 2)).transpose(1, 2)
         for admin, f in zip(self.enc, self.fs):
             h = admin(h, f)
-        return self.dec(x, self.fs[2])
+        return self.dec(x, self.fs[3])
 
 
 def test_admin_profile_sets_each_w_from_the_variance_before_it_per_stack():
     x, f1 = pair("seq", seed=1)
     _, f2 = pair("seq", 3.0, seed=2)
     _, f3 = pair("seq", 2.0, seed=3)
-    model = TwoStacks([f1, f2, f3])
+    _, f4 = pair("seq", 0.5, seed=4)
+    model = TwoStacks([f1, f2, f4, f3])
     model.eval()
     with torch.no_grad():
         h0 = (x - x.mean(dim=(0, 1))) / torch.sqrt(x.var(dim=(0, 1), unbiased=False) + 1e-5)  # BN in training mode
     assert residual.initialize(model, lambda: model(x))
-    first, second = model.enc
+    first, second, third = model.enc
     assert torch.all(first.w == 1.0)  # the first residual of a stack
     expected = math.sqrt(h0.var().item() + f1.var().item())  # Var[1 * x_1] + Var[F_1]
     close(second.w, torch.full((DIM,), expected))
+    with torch.no_grad():
+        h1 = ln_ref(h0 + f1, "seq")
+    close(third.w, torch.full((DIM,), math.sqrt((expected * h1).var().item() + f2.var().item())))  # Var[w_2 x_2] + Var[F_2]
     assert torch.all(model.dec.w == 1.0)  # the decoder is a stack of its own
     assert torch.equal(model.bn.running_mean, torch.zeros(DIM)) and model.bn.num_batches_tracked == 0
     assert not model.training and first.profile is None
