@@ -57,3 +57,10 @@ def test_the_depth_figure_draws_each_series_and_marks_a_depth_that_diverged(monk
     assert ((6, 12), (30.0, 31.0)) in drawn["lines"]
     assert drawn["crosses"] == [((12.0, 0.0),)] and "B: diverged" in drawn["labels"]
     assert figures.metric_against_layers(rows.iloc[0:0], "beyond-t3") is None
+
+
+def test_the_config_schema_allows_every_transformer_preset_as_a_size():
+    """A scale maps the tables' sizes to presets; the schema's list is the presets' (a new preset
+    left out of it fails every scale that names it, as the depth study's did)."""
+    schema = yaml.safe_load(open("workflow/schemas/config.schema.yaml"))
+    assert set(schema["properties"]["translation"]["properties"]["sizes"]["additionalProperties"]["enum"]) == set(PRESETS)
