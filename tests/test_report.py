@@ -652,3 +652,24 @@ def test_listed_reads_as_a_sentence_and_unknown_datasets_keep_their_name():
     assert render_module.ran_as(trows, pd.DataFrame(), "custom") == "Ran at custom scale on my_data standing for CIFAR-10; net for the paper's depth 20; 2 seeds per row."
     theirs = trows.assign(paper_dataset="imagenet")
     assert render_module.ran_as(theirs, pd.DataFrame(), "custom").startswith("Ran at custom scale on my_data standing for imagenet; ")
+
+
+def test_the_section_beyond_the_papers_shows_only_when_selected(tmp_path):
+    """The tables beyond the papers are opt-in: a report without them has no heading for them."""
+    from fake_runs import plan_for, write_metrics
+
+    from resrepro.analysis.aggregate import aggregate
+
+    for tables, expected in ((["rskip-t3"], False), (["rskip-t3", "beyond-t1"], True)):
+        results = tmp_path / "-".join(tables) / "results"
+        plan = plan_for(tables, seeds=2)
+        for path, run in plan.runs.items():
+            write_metrics(results, path, 5.0 + run.seed)
+        agg_dir = tmp_path / "-".join(tables) / "agg"
+        out = aggregate(plan.rows, results, "config/tables", "final")
+        agg_dir.mkdir()
+        for name in ("rows", "runs", "curves", "caption_samples"):
+            out[name].to_csv(agg_dir / f"{name}.csv", index=False)
+        (agg_dir / "plan.json").write_text(json.dumps(plan.rows))
+        context = render_module.build_context(agg_dir, "config/tables", "tiny", {}, results_dir=results, report_dir=tmp_path)
+        assert ("beyond" in [p["id"] for p in context["papers"]]) == expected

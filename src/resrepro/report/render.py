@@ -23,7 +23,7 @@ from .. import files, provenance
 from ..analysis import claims as claims_of_papers
 from ..analysis import figure_checks
 from ..analysis.aggregate import DIGITS, UNFINISHED, difference_summaries, figure_differences
-from ..experiments import METRICS, load_figures, load_tables
+from ..experiments import BEYOND, METRICS, load_figures, load_tables
 from . import figures
 
 # The four papers, in the report's order (docs/design.md: sas 000, rskip 001, noise 002, iter 003).
@@ -181,6 +181,8 @@ def _context(agg_dir: Path, tables, scale: str, recipe: dict, note: str, figure_
                              "features": sorted(table_runs["features"].dropna().unique()) if "features" in table_runs else [],
                              "self_critical": sorted(int(n) for n in table_runs["scst_updates"].dropna().unique()) if "scst_updates" in table_runs else [],
                              "gallery": caption_gallery(samples, table_id)})
+        if paper_id == BEYOND and not sections:  # opt-in: no heading for what the run did not select
+            continue
         papers.append({"id": paper_id, "title": title, "sections": sections, "figures": _figure_sections(agg_dir, figure_config, paper_id, pool)})
 
     judged = {f["id"]: f["verdicts"] for p in papers for f in p["figures"] if "verdicts" in f}
