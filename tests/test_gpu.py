@@ -28,8 +28,10 @@ from test_train import digits  # noqa: F401 (a fixture: the prepared digits data
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
-IMAGE_VARIANTS = [("add", {}), ("sas", {}), ("highway", {}), ("rskip_ln", {"lam": 2}), ("xskip_bn", {"lam": 2})]
-TEXT_VARIANTS = [("rskip_ln", {"lam": 1}), ("rskip_ln", {"lam": 2}), ("sas", {}), ("highway", {})]
+IMAGE_VARIANTS = [("add", {}), ("sas", {}), ("highway", {}), ("rskip_ln", {"lam": 2}), ("xskip_bn", {"lam": 2}),
+                  ("pre_ln", {}), ("deepnorm", {}), ("admin", {})]  # beyond the papers: the hooks and Admin's profile on CUDA
+TEXT_VARIANTS = [("rskip_ln", {"lam": 1}), ("rskip_ln", {"lam": 2}), ("sas", {}), ("highway", {}), ("pre_ln", {}), ("deepnorm", {}),
+                 ("admin", {})]
 LAUNCHER_ENV = ("SLURM_JOB_ID", "LOCAL_RANK", "RESREPRO_GPUS_HELD_BY_LAUNCH")
 TINY_PRESET = dict(d_model=32, heads=4, ffn=64, encoder_layers=2, decoder_layers=2, dropout=0.1)
 

@@ -99,8 +99,10 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
             stale.unlink()
         state = LoopState(generator=gen.get_state())
         first = data["train_x"][: spec["batch_size"]]
-        with speed.autocast(device):  # Admin's profile: one batch through the fresh net (a no-op for other variants)
-            residual.initialize(model, lambda: forward(speed.layout(normalize(first.to(device).float(), data["mean"], data["std"]))))
+        # Admin's profile (a no-op for other variants): one batch through the fresh, uncompiled net (its
+        # profiling branch would cost torch.compile a graph of its own)
+        with speed.autocast(device):
+            residual.initialize(model, lambda: model(speed.layout(normalize(first.to(device).float(), data["mean"], data["std"]))))
     gen.set_state(state.generator)
     keep = snapshot_epochs(spec["epochs"], spec.get("snapshots", 0))
     if state.epoch == 0 and 0 in keep:
