@@ -114,5 +114,5 @@ def test_parameter_counts_match_paper_001_table_7():
 def test_two_block_preset_and_unknown_size():
     cfg = TransformerConfig.preset("base_2block", 100)
     assert (cfg.encoder_layers, cfg.decoder_layers, cfg.d_model) == (2, 2, 512)
-    with pytest.raises(residual.ConfigError, match="allowed: base, big, base_2block, mini_base"):
+    with pytest.raises(residual.ConfigError, match="allowed: base, big, base_2block, deep12, deep24, mini_base"):
         TransformerConfig.preset("huge", 100)
