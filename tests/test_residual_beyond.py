@@ -96,10 +96,13 @@ def test_deepnorm_is_layer_norm_of_alpha_x_plus_f_and_scales_the_branch_by_beta(
     m = build("deepnorm", DIM, layout, place=NET9)
     x, f = pair(layout)
     close(m(x, f), ln_ref(math.sqrt(3) * x + f, layout))
-    w = torch.randn(3, 5)
+    w = torch.randn(200, 300)
     before = w.clone()
     m.init_branch([w])
-    close(w, before / 6**0.5)
+    if layout == "conv":  # He's draw times beta
+        close(w, before / 6**0.5)
+    else:  # drawn again: Xavier-normal with gain beta
+        assert w.std().item() == pytest.approx(math.sqrt(2 / 500) / 6**0.5, rel=0.02)
 
 
 @pytest.mark.parametrize("layout", residual.LAYOUTS)
@@ -198,17 +201,22 @@ def small_transformer(variant: str, seed: int = 0, layers: int = 2) -> Transform
                                          dropout=0.0, variant=variant))
 
 
-def test_deepnorm_transformer_scales_the_value_path_by_beta_and_leaves_queries_and_keys():
-    """Same seed, same draws (LayerNorm draws nothing): DeepNorm's weights are the post-LN model's,
-    its value and output projections and FFN times beta of their stack; q and k unchanged."""
-    base, deep = small_transformer("xskip_ln"), small_transformer("deepnorm")
+def test_deepnorm_transformer_draws_the_value_path_from_xavier_normal_with_gain_beta():
+    """DeepNet's pseudocode: xavier_normal_(w, gain=beta) for the FFN, v and out projections, so
+    their spread is beta * sqrt(2 / (fan_in + fan_out)); q and k keep the model's draw (same seed,
+    same draws as the post-LN model: LayerNorm draws nothing)."""
+    torch.manual_seed(0)
+    base = Transformer(TransformerConfig(vocab_size=30, d_model=64, heads=4, ffn=256, encoder_layers=2, decoder_layers=2, variant="xskip_ln"))
+    torch.manual_seed(0)
+    deep = Transformer(TransformerConfig(vocab_size=30, d_model=64, heads=4, ffn=256, encoder_layers=2, decoder_layers=2, variant="deepnorm"))
     beta_enc, beta_dec = deepnorm_constants(transformer_place("encoder", 2, 2))[1], deepnorm_constants(transformer_place("decoder", 2, 2))[1]
-    close(deep.encoder[1].attn.v.weight, beta_enc * base.encoder[1].attn.v.weight)
-    close(deep.encoder[0].ffn.down.weight, beta_enc * base.encoder[0].ffn.down.weight)
-    close(deep.decoder[0].cross_attn.o.weight, beta_dec * base.decoder[0].cross_attn.o.weight)
-    close(deep.decoder[1].ffn.up.weight, beta_dec * base.decoder[1].ffn.up.weight)
-    assert torch.equal(deep.decoder[0].self_attn.q.weight, base.decoder[0].self_attn.q.weight)
-    assert torch.equal(deep.encoder[0].attn.k.weight, base.encoder[0].attn.k.weight)
+    for w, beta, fans in [(deep.encoder[1].attn.v.weight, beta_enc, 128), (deep.encoder[0].ffn.down.weight, beta_enc, 320),
+                          (deep.decoder[0].cross_attn.o.weight, beta_dec, 128), (deep.decoder[1].ffn.up.weight, beta_dec, 320)]:
+        assert w.std().item() == pytest.approx(beta * math.sqrt(2 / fans), rel=0.05)
+    assert base.encoder[1].attn.v.weight.std().item() == pytest.approx(1 / math.sqrt(3 * 64), rel=0.05)  # torch's own draw differs
+    assert torch.equal(deep.encoder[0].attn.q.weight, base.encoder[0].attn.q.weight)  # drawn before any value path
+    for layer in (deep.encoder[1].attn, deep.decoder[1].cross_attn):  # torch's draw, U(-1/sqrt(d), 1/sqrt(d))
+        assert layer.k.weight.std().item() == pytest.approx(1 / math.sqrt(3 * 64), rel=0.05) and layer.k.weight.abs().max() <= 1 / 8
     assert deep.encoder[0].res_attn.alpha == pytest.approx(0.81 * 32 ** (1 / 16))
 
 

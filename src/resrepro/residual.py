@@ -475,9 +475,11 @@ def deepnorm_constants(place: Place) -> tuple[float, float]:
 @register("deepnorm")
 class DeepNorm(Residual):
     """y = LN(alpha*x + F), and the branch's value-path weights scaled by beta at initialisation
-    (Wang et al. 2022): alpha and beta from the model's depth (`deepnorm_constants`). beta multiplies
-    the weights as the model initialised them (the paper draws them from Xavier-normal with gain
-    beta), so that its rows differ from the others' only in the variant."""
+    (Wang et al. 2022): alpha and beta from the model's depth (`deepnorm_constants`). In a
+    Transformer ("seq") they are drawn again from Xavier-normal with gain beta, as the paper's
+    pseudocode does for the FFN and the value and output projections (its queries and keys, gain
+    1, keep the model's own draw). A ResNet's convolutions, which the paper does not cover, keep
+    their He draw times beta."""
 
     def __init__(self, dim, layout, place):
         super().__init__(dim, layout)
@@ -487,7 +489,10 @@ class DeepNorm(Residual):
     def init_branch(self, weights):
         with torch.no_grad():
             for w in weights:
-                w.mul_(self.beta)
+                if self.layout == "seq":
+                    nn.init.xavier_normal_(w, gain=self.beta)
+                else:  # conv: He's draw, scaled
+                    w.mul_(self.beta)
 
     def forward(self, x, f):
         return self.norm(self.alpha * x + f)
