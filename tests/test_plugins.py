@@ -72,6 +72,8 @@ def test_extra_rows_add_the_variant_on_each_tables_baseline_cell(gated_add):
     assert translation["baseline"] == "EN-VI Base" and translation["spec"]["size"] == "base"
     with pytest.raises(ConfigError, match=r"extra_rows\[0\]: unknown variant 'nope'"):
         experiments.make_plan({**config, "extra_rows": [{"variant": "nope"}]})
+    with pytest.raises(ConfigError, match=r"extra_rows\[0\]: label '1xSkip' is already a row of this table"):
+        experiments.make_plan({**config, "extra_rows": [{"variant": "rezero", "label": "1xSkip"}]})
 
 
 def test_an_extra_row_in_the_depth_study_is_a_line_of_its_own_at_its_baselines_depth(gated_add):

@@ -418,7 +418,7 @@ def make_plan(config: dict) -> Plan:
                               "baseline": row.get("baseline", table.get("baseline")), "runs": runs,
                               **({"measurement": table["measurement"], "settings": table["settings"]} if "quantity" in row else {})})
         for k, entry in enumerate(config.get("extra_rows") or []):
-            row = extra_row(table, entry, f"extra_rows[{k}]")
+            row = extra_row(table, entry, f"{table_id}: extra_rows[{k}]")
             if row is not None:
                 runs = _plan_cell(config, plan, table["task"], table["paper"], table_id, row, f"{table_id} (extra_rows[{k}])", "table")
                 plan.rows.append({"table": table_id, "row": len(table["rows"]) + k, "label": row["label"], "baseline": row["baseline"],
@@ -453,9 +453,12 @@ def extra_row(table: dict, entry: dict, where: str) -> dict | None:
     args = catalog.validate(entry["variant"], given, where=where)
     row = {k: base[k] for k in ("dataset", "arch", "depth", "size", "metric") if k in base}
     name = catalog.variant_id(entry["variant"], args)
+    label_of_row = entry.get("label") or f"+ {name}"
+    if label_of_row in {r["label"] for r in table["rows"]}:  # rows are found by label: two would be one
+        raise ConfigError(f"{where}: label {label_of_row!r} is already a row of this table; give the extra row another")
     if "plot" in table:  # the depth study: a line of its own, at the baseline's depth
         row.update(series=entry.get("label") or name, layers=base["layers"])
-    return {**row, "label": entry.get("label") or f"+ {name}", "formula": entry.get("formula", ""), "variant": entry["variant"],
+    return {**row, "label": label_of_row, "formula": entry.get("formula", ""), "variant": entry["variant"],
             "args": given, "paper": None, "new": True, "baseline": label,
             "note": "an extra row (extra_rows): no paper reports it"}
 
