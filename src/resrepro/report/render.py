@@ -335,7 +335,7 @@ def _row_view(r: pd.Series) -> dict:
         "label": r["label"], "formula": r["formula"], "metric": metric.replace("_", " "), "paper": "new" if r.get("new") in (True,) else fmt_metric(r["paper"], metric),
         "reproduced": reproduced, "at": r["at"] if isinstance(r.get("at"), str) else "",
         "ratio": fmt_metric(r.get("ratio"), "ratio"), "paper_ratio": fmt_metric(r.get("paper_ratio"), "ratio"),
-        "loop_time_ratio": f"{r['loop_time_ratio']:.2f}x" if _is_number(r.get("loop_time_ratio")) and not math.isnan(r["loop_time_ratio"]) else "",
+        "loop_time_ratio": f"{r['loop_time_ratio']:.2f}x" if _is_number(r.get("loop_time_ratio")) else "",
         "note": r["note"] if isinstance(r["note"], str) else "",  # rows.csv: an empty note reads back as NaN
         "n": int(r["n"]), "n_runs": int(r["n_runs"]), "n_diverged": int(r["n_diverged"]), "n_unfinished": int(r["n_unfinished"]),
         "values": ", ".join(str(v) for v in values), "delta": fmt_metric(r["delta"], metric),
