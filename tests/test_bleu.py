@@ -148,6 +148,20 @@ def test_paired_bootstrap_identical_systems_not_significant():
     assert out["baseline_bleu"] == out["system_bleu"]
 
 
+def test_paired_bootstrap_identical_statistics_from_different_words():
+    """Two systems that write different wrong words where the other does have the same statistics
+    on every sentence: there is no difference to test, though no sentence is the same."""
+    refs = _corpus()
+    baseline = ["zzz " + r.split(" ", 1)[1] for r in refs]  # the first word wrong, differently
+    system = ["qqq " + r.split(" ", 1)[1] for r in refs]
+    assert all(b != s for b, s in zip(baseline, system))
+    out = paired_bootstrap(baseline, system, refs, n=200)
+    assert out["identical"] and out["p_value"] == 1.0
+    # one sentence the system gets right is a difference
+    system[7] = refs[7]
+    assert not paired_bootstrap(baseline, system, refs, n=200)["identical"]
+
+
 def test_paired_bootstrap_better_system_significant_and_deterministic():
     refs = _corpus()
     baseline = [" ".join(r.split()[:3]) + " something ." for r in refs]  # truncated, wrong

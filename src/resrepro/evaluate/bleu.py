@@ -138,17 +138,20 @@ def _sacrebleu_seed(seed: int):
             os.environ["SACREBLEU_SEED"] = old
 
 
-def _segment_stats(metric_factory, hyps: Sequence[str], refs: Sequence[str]) -> list[tuple]:
-    """Per-sentence BLEU sufficient statistics via the public sentence_score API
-    (hyp length, ref length, matches and totals per order). effective_order only changes
-    the final score, not these statistics; it is set to keep sacrebleu from warning."""
+def _same_segment_stats(metric_factory, hyps_a: Sequence[str], hyps_b: Sequence[str], refs: Sequence[str]) -> bool:
+    """Whether two systems have the same BLEU sufficient statistics (hyp length, ref length,
+    matches and totals per order) on every sentence, via the public sentence_score API. A sentence
+    both systems translate alike has the same statistics without scoring it, and the first sentence
+    that differs answers: two real systems differ within a few sentences. effective_order only
+    changes the final score, not these statistics; it is set to keep sacrebleu from warning."""
     metric = metric_factory()
     metric.effective_order = True
-    stats = []
-    for h, r in zip(hyps, refs):
-        s = metric.sentence_score(h, [r])
-        stats.append((s.sys_len, s.ref_len, tuple(s.counts), tuple(s.totals)))
-    return stats
+
+    def stats(hyp: str, ref: str) -> tuple:
+        s = metric.sentence_score(hyp, [ref])
+        return s.sys_len, s.ref_len, tuple(s.counts), tuple(s.totals)
+
+    return all(a == b or stats(a, r) == stats(b, r) for a, b, r in zip(hyps_a, hyps_b, refs))
 
 
 def paired_bootstrap(
@@ -201,9 +204,7 @@ def paired_bootstrap(
 
     (name,) = [k for k in scores if k != "System"]
     baseline, system = scores[name]
-    identical = _segment_stats(factory, baseline_hyps, refs) == _segment_stats(
-        factory, system_hyps, refs
-    )
+    identical = _same_segment_stats(factory, baseline_hyps, system_hyps, refs)
     p_raw = float(system.p_value)
     return {
         "p_value": 1.0 if identical else p_raw,
