@@ -90,6 +90,19 @@ def test_parameters_of_counts_on_the_meta_device_as_the_built_model():
     assert models.parameters_of(spec) == models.count_parameters(models.build(spec)) == 272_282  # He et al.: 0.27M
 
 
+def test_parameters_of_skips_initialization_and_gives_torch_its_initializers_back():
+    """Counting skips nn.init (shapes only), even for a model whose build fails, and a model built
+    afterwards is initialised as ever."""
+    spec = {"arch": "transformer", "size": "mini_2block", "variant": "deepnorm", "args": {}, "pad_id": 0, "vocab_size": 50}
+    kept = torch.nn.init.normal_
+    assert models.parameters_of(spec) == models.count_parameters(models.build(spec))
+    with pytest.raises(ConfigError):
+        models.parameters_of({**spec, "size": "nonesuch"})
+    assert torch.nn.init.normal_ is kept
+    torch.manual_seed(0)
+    assert models.build(spec).embed.weight.std().item() == pytest.approx(64**-0.5, rel=0.1)
+
+
 def test_unknown_or_foreign_architecture_is_refused_naming_the_allowed():
     with pytest.raises(ConfigError, match="architecture 'resnext' unknown; allowed: preact_resnet, transformer"):
         models.build({"arch": "resnext"})
