@@ -190,6 +190,36 @@ def test_bootstrap_is_skipped_where_either_seed_has_no_result(tmp_path):
     assert json.loads(rows.loc["2rSkip+LN, 6 blocks", "bootstrap_p"]) == [1.0, None, None]
 
 
+def test_bootstrap_runs_once_per_pair_of_runs_and_afresh_in_each_call(tmp_path, monkeypatch):
+    """rskip-t2 and rskip-t7 compare the same mini runs (one corpus, one model): each pair is tested
+    once in an aggregate call, every table gets its p-value, and a later call reads the files again."""
+    from fake_runs import plan_for, write_translation_run
+
+    from resrepro.evaluate import bleu
+
+    plan = plan_for(["rskip-t2", "rskip-t7"], seeds=2)
+    refs = [f"the cat number {i} sat on the mat today" for i in range(20)]
+    bad = [r.replace("sat on", "ate") for r in refs]
+    for path, run in plan.runs.items():
+        write_translation_run(tmp_path, path, 30.0, 27.0, refs if run.variant_id == "xskip_ln" else bad, refs)
+    calls = []
+    real = bleu.paired_bootstrap
+    monkeypatch.setattr(bleu, "paired_bootstrap", lambda *a, **k: calls.append(a) or real(*a, **k))
+    rows = aggregate(plan.rows, tmp_path, "config/tables", "final")["rows"]
+    tested = rows[rows["bootstrap_p"].apply(lambda p: isinstance(p, str))]
+    by_label = {(row["table"], row["label"]): row for row in plan.rows}
+    pairs = {(r, b) for row in plan.rows if (row["table"], row["baseline"]) in by_label and row["baseline"] != row["label"]
+             for r, b in zip(row["runs"], by_label[row["table"], row["baseline"]]["runs"])}
+    assert len(calls) == len(pairs) < 2 * len(tested)  # a p-value per row and seed, a test per pair
+    for label, ps in zip(tested["label"], tested["bootstrap_p"]):  # 1xSkip+LN and 1rSkip+LN are the baseline's own runs
+        assert all(p == 1.0 if label in ("1xSkip+LN", "1rSkip+LN") else p < 0.05 for p in json.loads(ps))
+    for path, run in plan.runs.items():  # the systems now translate alike: a new call sees it
+        write_translation_run(tmp_path, path, 30.0, 27.0, refs, refs)
+    again = aggregate(plan.rows, tmp_path, "config/tables", "final")["rows"]
+    assert len(calls) == 2 * len(pairs)
+    assert all(p == 1.0 for ps in again["bootstrap_p"] if isinstance(ps, str) for p in json.loads(ps))
+
+
 def test_read_run_fills_every_runs_csv_column(tmp_path):
     """runs.csv, one line per run: each status's line in full, read from the files train and
     evaluate write (a field lost or misnamed here is a blank column in the report's run list)."""

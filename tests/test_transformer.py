@@ -1,5 +1,7 @@
 """The Transformer: residuals from the registry, incremental decoding, the papers' parameter counts."""
 
+import math
+
 import pytest
 import torch
 
@@ -116,3 +118,14 @@ def test_two_block_preset_and_unknown_size():
     assert (cfg.encoder_layers, cfg.decoder_layers, cfg.d_model) == (2, 2, 512)
     with pytest.raises(residual.ConfigError, match="allowed: base, big, base_2block, deep12, deep24, mini_base"):
         TransformerConfig.preset("huge", 100)
+
+
+def test_sinusoid_positions_are_real_values_under_a_meta_device_context():
+    """Parameter counts build models under torch.device("meta"): the position table is still the
+    CPU's (sin of the first half, cos of the second), and a counted model has its real positions."""
+    from resrepro.models.transformer import sinusoid_positions
+
+    table = sinusoid_positions(5, 4)
+    assert table[3].tolist() == pytest.approx([math.sin(3.0), math.sin(3e-4), math.cos(3.0), math.cos(3e-4)])
+    with torch.device("meta"):
+        assert torch.equal(sinusoid_positions(5, 4), table)

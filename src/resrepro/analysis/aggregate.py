@@ -155,17 +155,18 @@ def round_for(value: float, metric: str) -> float:
 def bootstrap_p_values(results_dir: Path, runs: pd.DataFrame, row_runs: list[str], baseline_runs: list[str]) -> list:
     """sacreBLEU's paired bootstrap of each seed's system against the baseline of the same seed,
     on the detokenized test hypotheses each evaluate job keeps (None where either is missing)."""
+    return [_bootstrap_p(results_dir, run, base) if runs.loc[run, "status"] == runs.loc[base, "status"] == "ok" else None
+            for run, base in zip(row_runs, baseline_runs)]
+
+
+@functools.lru_cache(maxsize=None)
+def _bootstrap_p(results_dir: Path, run: str, base: str) -> float:
+    """The paired bootstrap's p-value of one run against one baseline run, once per pair: the
+    tables of one corpus share their runs (at mini every translation table compares the same few)."""
     from ..evaluate.bleu import paired_bootstrap, read_lines
 
-    out = []
-    for run, base in zip(row_runs, baseline_runs):
-        if runs.loc[run, "status"] != "ok" or runs.loc[base, "status"] != "ok":
-            out.append(None)
-            continue
-        hyp, base_hyp = (read_lines(results_dir / r / "hyp.detok.txt") for r in (run, base))
-        refs = read_lines(results_dir / run / "ref.detok.txt")
-        out.append(paired_bootstrap(base_hyp, hyp, refs)["p_value"])
-    return out
+    hyp, base_hyp = (read_lines(results_dir / r / "hyp.detok.txt") for r in (run, base))
+    return paired_bootstrap(base_hyp, hyp, read_lines(results_dir / run / "ref.detok.txt"))["p_value"]
 
 
 def loop_time_ratio(runs: pd.DataFrame, row_runs: list[str], baseline_runs: list[str]) -> float:
@@ -205,6 +206,7 @@ def _parameters_of(spec_json: str) -> int:
 
 def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path | list, epoch_basis: str) -> dict[str, pd.DataFrame]:
     results_dir = Path(results_dir)
+    _bootstrap_p.cache_clear()  # a pair's p-value is kept for this call only: a later call may read rewritten hypotheses
     tables = load_tables(tables)
     run_ids = list(dict.fromkeys(r for row in plan_rows for r in row["runs"]))
     runs = pd.DataFrame([read_run(results_dir, r) for r in run_ids]).reindex(columns=RUN_COLUMNS).set_index("run", drop=False)
