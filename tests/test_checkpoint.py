@@ -60,3 +60,16 @@ def test_a_checkpoint_from_before_per_rank_states_still_resumes(tmp_path):
     expected = torch.rand(3)
     assert resume(tmp_path / "last.pt", SPEC, model, opt).step == 2
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_a_checkpoint_of_the_same_spec_whose_weights_do_not_fit_is_not_resumed(tmp_path, capsys):
+    """A size preset changed in the code (the spec names the preset, not its widths): the run starts
+    afresh and says why, instead of failing to load the old weights."""
+    model, opt = model_and_optimizer()
+    save(tmp_path / "last.pt", model, opt, SPEC, LoopState(step=3), {}, [random_state(torch.device("cpu"))])
+    wider = nn.Linear(3, 4)
+    assert resume(tmp_path / "last.pt", SPEC, wider, torch.optim.SGD(wider.parameters(), lr=0.1)) is None
+    assert "do not fit this model" in capsys.readouterr().err
+    assert resume(tmp_path / "last.pt", SPEC, *model_and_optimizer()).step == 3
+    renamed = nn.Sequential(nn.Linear(3, 2))  # the same shapes under other names
+    assert resume(tmp_path / "last.pt", SPEC, renamed, torch.optim.SGD(renamed.parameters(), lr=0.1)) is None

@@ -29,8 +29,9 @@ from .transformer import Transformer, TransformerConfig
 PRESETS = {
     # Herdade et al. 2019 / Cornia et al. 2020 (M2, 3 layers) / Luo et al. 2021 (RSTNet)
     "paper": dict(d_model=512, heads=8, ffn=2048, encoder_layers=3, decoder_layers=3, dropout=0.1),
-    # the mini scale: the translation track's mini width, 2 + 2 layers for 16 regions and ~8-word captions
-    "mini": dict(d_model=64, heads=4, ffn=256, encoder_layers=2, decoder_layers=2, dropout=0.1),
+    # the mini scale: the translation track's mini width (feed-forward 2d), 2 + 2 layers for 16 regions
+    # and ~8-word captions
+    "mini": dict(d_model=64, heads=4, ffn=128, encoder_layers=2, decoder_layers=2, dropout=0.1),
 }
 
 

@@ -60,6 +60,9 @@ def resume(path: Path, spec: dict, model, optimizer, device: torch.device = torc
     if ckpt["spec"] != spec:  # params changed: Snakemake reran the job, the old state is stale
         print(f"ignoring {path}: it was written for a different spec", file=sys.stderr)
         return None
+    if not same_shapes(ckpt["model"], model.state_dict()):  # the same spec, another model: a size preset changed in the code
+        print(f"ignoring {path}: its weights do not fit this model (its size preset has changed since)", file=sys.stderr)
+        return None
     model.load_state_dict(ckpt["model"])
     optimizer.load_state_dict(ckpt["optimizer"])
     if "random_states" in ckpt:
@@ -68,6 +71,11 @@ def resume(path: Path, spec: dict, model, optimizer, device: torch.device = torc
         torch.set_rng_state(ckpt["torch_rng"])
     print(f"resuming from {path} (step {ckpt['step']})", file=sys.stderr)
     return LoopState(**{f.name: ckpt[f.name] for f in fields(LoopState) if f.name in ckpt})
+
+
+def same_shapes(saved: dict, current: dict) -> bool:
+    """Whether two state dicts hold the same entries with the same shapes."""
+    return saved.keys() == current.keys() and all(saved[k].shape == current[k].shape for k in saved)
 
 
 def snapshot_epochs(epochs: int, count: int) -> list[int]:
