@@ -155,8 +155,9 @@ def test_a_refinement_matches_an_architecture(mini):
 
 def test_one_decay_factor_per_milestone(mini):
     cfg = copy.deepcopy(mini)
+    cfg["classification"]["lr_milestones"] = [2, 3]
     cfg["classification"]["lr_decay"] = [0.2]
-    with pytest.raises(ConfigError, match=r"lr_decay \[0.2\] needs one factor per milestone \(2: \[3, 4\]\)"):
+    with pytest.raises(ConfigError, match=r"lr_decay \[0.2\] needs one factor per milestone \(2: \[2, 3\]\)"):
         experiments.make_plan(cfg)
 
 
