@@ -152,21 +152,23 @@ def round_for(value: float, metric: str) -> float:
     return float(f"{value:.4g}")
 
 
-def bootstrap_p_values(results_dir: Path, runs: pd.DataFrame, row_runs: list[str], baseline_runs: list[str]) -> list:
+def bootstrap_p_values(results_dir: Path, runs: pd.DataFrame, row_runs: list[str], baseline_runs: list[str], tested: dict) -> list:
     """sacreBLEU's paired bootstrap of each seed's system against the baseline of the same seed,
-    on the detokenized test hypotheses each evaluate job keeps (None where either is missing)."""
-    return [_bootstrap_p(results_dir, run, base) if runs.loc[run, "status"] == runs.loc[base, "status"] == "ok" else None
-            for run, base in zip(row_runs, baseline_runs)]
-
-
-@functools.lru_cache(maxsize=None)
-def _bootstrap_p(results_dir: Path, run: str, base: str) -> float:
-    """The paired bootstrap's p-value of one run against one baseline run, once per pair: the
-    tables of one corpus share their runs (at mini every translation table compares the same few)."""
+    on the detokenized test hypotheses each evaluate job keeps (None where either is missing).
+    `tested` holds the p-values of the pairs already tested in this aggregate: the tables of one
+    corpus share their runs (at mini every translation table compares the same few)."""
     from ..evaluate.bleu import paired_bootstrap, read_lines
 
-    hyp, base_hyp = (read_lines(results_dir / r / "hyp.detok.txt") for r in (run, base))
-    return paired_bootstrap(base_hyp, hyp, read_lines(results_dir / run / "ref.detok.txt"))["p_value"]
+    out = []
+    for run, base in zip(row_runs, baseline_runs):
+        if runs.loc[run, "status"] != "ok" or runs.loc[base, "status"] != "ok":
+            out.append(None)
+            continue
+        if (run, base) not in tested:
+            hyp, base_hyp = (read_lines(results_dir / r / "hyp.detok.txt") for r in (run, base))
+            tested[run, base] = paired_bootstrap(base_hyp, hyp, read_lines(results_dir / run / "ref.detok.txt"))["p_value"]
+        out.append(tested[run, base])
+    return out
 
 
 def loop_time_ratio(runs: pd.DataFrame, row_runs: list[str], baseline_runs: list[str]) -> float:
@@ -206,12 +208,12 @@ def _parameters_of(spec_json: str) -> int:
 
 def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path | list, epoch_basis: str) -> dict[str, pd.DataFrame]:
     results_dir = Path(results_dir)
-    _bootstrap_p.cache_clear()  # a pair's p-value is kept for this call only: a later call may read rewritten hypotheses
     tables = load_tables(tables)
     run_ids = list(dict.fromkeys(r for row in plan_rows for r in row["runs"]))
     runs = pd.DataFrame([read_run(results_dir, r) for r in run_ids]).reindex(columns=RUN_COLUMNS).set_index("run", drop=False)
 
     by_label = {(row["table"], row["label"]): row for row in plan_rows}
+    bootstrapped: dict[tuple[str, str], float] = {}  # (run, baseline run) -> p-value, for this call only
     baseline_labels = {(row["table"], row["baseline"]) for row in plan_rows}
     out_rows = []
     for plan_row in plan_rows:
@@ -270,7 +272,7 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
             if not values or not base_values:  # nothing to compare: say so rather than "inconclusive"
                 line.update(verdict="no result", reason=unscored or "no finished seed in this row or its baseline")
             if table["task"] == "translation":
-                line["bootstrap_p"] = json.dumps(bootstrap_p_values(results_dir, runs, plan_row["runs"], baseline["runs"]))
+                line["bootstrap_p"] = json.dumps(bootstrap_p_values(results_dir, runs, plan_row["runs"], baseline["runs"], bootstrapped))
         if new and table["task"] in ("classification", "translation"):  # what the row's design costs, beside what it gains
             line["parameters_at_paper_size"] = parameters_at_paper_size(spec, table["task"])
             line["loop_time_ratio"] = loop_time_ratio(runs, plan_row["runs"], (baseline or plan_row)["runs"])
