@@ -19,6 +19,7 @@ rule evaluate_translation:
     benchmark:
         "results/{scale}/translation/{dataset}/{arch}/{recipe}/{variant}/seeds{seeds}/evaluate.benchmark.tsv"
     threads: 1
+    priority: 1  # before the measurements (train.smk)
     resources:
         gpu=single_gpu(),
         mem_mb=needs("evaluate_translation", "mem_mb"),
@@ -49,6 +50,7 @@ rule evaluate_captioning:
     benchmark:
         "results/{scale}/captioning/{dataset}/{arch}/{recipe}/{variant}/seeds{seeds}/evaluate.benchmark.tsv"
     threads: 1
+    priority: 1  # before the measurements (train.smk)
     resources:
         gpu=single_gpu(),
         mem_mb=needs("evaluate_captioning", "mem_mb"),

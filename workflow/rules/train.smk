@@ -25,6 +25,7 @@ rule train_classifier:
         mem_mb=needs("train_classifier", "mem_mb"),
         runtime=runtime_of_training("train_classifier", "classification"),
         seeds_at_once=seeds_at_once("classification"),
+    priority: 1
     conda:
         "../../envs/resrepro.yaml"
     shell:
@@ -52,9 +53,10 @@ rule train_translator:
         mem_mb=needs("train_translator", "mem_mb"),
         runtime=runtime_of_training("train_translator", "translation"),
         seeds_at_once=seeds_at_once("translation"),
-    # The longest jobs start first, so that the short classification jobs fill the cores at
-    # the end instead of one translation job running alone.
-    priority: 1
+    # Longest jobs first (translation and captioning 2, classification and evaluation 1, measurement
+    # 0): the many short measurement jobs fill the cores at the end instead of one training job
+    # running alone.
+    priority: 2
     conda:
         "../../envs/resrepro.yaml"
     shell:
@@ -83,7 +85,7 @@ rule train_captioner:
         mem_mb=needs("train_captioner", "mem_mb"),
         runtime=runtime_of_training("train_captioner", "captioning"),
         seeds_at_once=seeds_at_once("captioning"),
-    priority: 1
+    priority: 2
     conda:
         "../../envs/resrepro.yaml"
     shell:
