@@ -53,9 +53,9 @@ rule train_translator:
         mem_mb=needs("train_translator", "mem_mb"),
         runtime=runtime_of_training("train_translator", "translation"),
         seeds_at_once=seeds_at_once("translation"),
-    # Longest jobs first (translation and captioning 2, classification and evaluation 1, measurement
-    # 0): the many short measurement jobs fill the cores at the end instead of one training job
-    # running alone.
+    # Priorities: data 3 (everything waits on it), translation and captioning 2 (the longest jobs),
+    # classification and evaluation 1, measurement 0: the many short measurement jobs fill the
+    # cores at the end instead of one training job running alone.
     priority: 2
     conda:
         "../../envs/resrepro.yaml"
