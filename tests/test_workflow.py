@@ -252,6 +252,18 @@ def test_cpu_jobs_ran_as_forks_of_the_preload_server_which_then_ended(workdir):
     assert not os.path.exists(server.group(1)) and not Path(f"/proc/{server.group(2)}").exists()
 
 
+def test_training_jobs_start_before_the_measurements(workdir):
+    """The rule priorities (common.smk PRIORITY): every classification training job starts before
+    the first measurement, so the short measurements fill the cores at the end. Each classification
+    job is ready as soon as the digits are, so with the measurements' equal priority of before, a
+    measurement of a finished run could start first."""
+    first_run = sorted((workdir / ".snakemake" / "log").glob("*.snakemake.log"))[0].read_text()
+    started = re.findall(r"^(?:local)?rule (\w+):$", first_run, re.M)
+    assert "measure" in started and "train_classifier" in started
+    first_measurement = started.index("measure")
+    assert [i for i, rule in enumerate(started) if rule == "train_classifier" and i > first_measurement] == []
+
+
 def test_second_run_does_nothing(workdir):
     assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {}
 

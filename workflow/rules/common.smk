@@ -74,6 +74,13 @@ def single_gpu():
     return config["gpus_per_job"]
 
 
+# Which ready job Snakemake starts first (higher first): data, which every training job waits on;
+# the longest jobs (translation, captioning); then classification and the evaluations; the many
+# short measurements last (0, the default), so that they fill the cores at the end instead of one
+# training job running alone (docs/performance.md, session 24).
+PRIORITY = {"data": 3, "long_training": 2, "training": 1, "evaluation": 1}
+
+
 DEFAULT_NEEDS = {"mem_mb": 2000, "runtime": 60}
 
 

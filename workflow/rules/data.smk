@@ -37,7 +37,7 @@ rule prepare_cifar:
     resources:
         mem_mb=needs("prepare_cifar", "mem_mb"),
         runtime=needs("prepare_cifar", "runtime"),
-    priority: 3  # data first: the training jobs wait on it (priorities: train.smk)
+    priority: PRIORITY["data"]
     conda:
         "../../envs/resrepro.yaml"
     shell:
@@ -51,7 +51,7 @@ rule prepare_digits:
         "logs/data/prepare_digits.log",
     benchmark:
         "logs/data/prepare_digits.benchmark.tsv"
-    priority: 3  # data first: the training jobs wait on it (priorities: train.smk)
+    priority: PRIORITY["data"]
     conda:
         "../../envs/resrepro.yaml"
     shell:
@@ -94,7 +94,7 @@ rule prepare_translation:
     resources:
         mem_mb=needs("prepare_translation", "mem_mb"),
         runtime=needs("prepare_translation", "runtime"),
-    priority: 3  # data first: the training jobs wait on it (priorities: train.smk)
+    priority: PRIORITY["data"]
     conda:
         "../../envs/resrepro.yaml"
     shell:
@@ -108,7 +108,7 @@ rule synthesize_translation:
         "logs/data/prepare_synthetic.log",
     benchmark:
         "logs/data/prepare_synthetic.benchmark.tsv"
-    priority: 3  # data first: the training jobs wait on it (priorities: train.smk)
+    priority: PRIORITY["data"]
     conda:
         "../../envs/resrepro.yaml"
     shell:
@@ -122,7 +122,7 @@ rule synthesize_scenes:
         "logs/data/prepare_scenes.log",
     benchmark:
         "logs/data/prepare_scenes.benchmark.tsv"
-    priority: 3  # data first: the training jobs wait on it (priorities: train.smk)
+    priority: PRIORITY["data"]
     conda:
         "../../envs/resrepro.yaml"
     shell:
@@ -168,7 +168,7 @@ rule prepare_coco:
         gpu=single_gpu(),
         mem_mb=needs("prepare_coco", "mem_mb"),
         runtime=needs("prepare_coco", "runtime"),
-    priority: 3  # data first: the training jobs wait on it (priorities: train.smk)
+    priority: PRIORITY["data"]
     conda:
         "../../envs/resrepro.yaml"
     shell:

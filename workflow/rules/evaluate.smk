@@ -19,7 +19,7 @@ rule evaluate_translation:
     benchmark:
         "results/{scale}/translation/{dataset}/{arch}/{recipe}/{variant}/seeds{seeds}/evaluate.benchmark.tsv"
     threads: 1
-    priority: 1  # before the measurements (train.smk)
+    priority: PRIORITY["evaluation"]
     resources:
         gpu=single_gpu(),
         mem_mb=needs("evaluate_translation", "mem_mb"),
@@ -50,7 +50,7 @@ rule evaluate_captioning:
     benchmark:
         "results/{scale}/captioning/{dataset}/{arch}/{recipe}/{variant}/seeds{seeds}/evaluate.benchmark.tsv"
     threads: 1
-    priority: 1  # before the measurements (train.smk)
+    priority: PRIORITY["evaluation"]
     resources:
         gpu=single_gpu(),
         mem_mb=needs("evaluate_captioning", "mem_mb"),

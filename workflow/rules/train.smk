@@ -25,7 +25,7 @@ rule train_classifier:
         mem_mb=needs("train_classifier", "mem_mb"),
         runtime=runtime_of_training("train_classifier", "classification"),
         seeds_at_once=seeds_at_once("classification"),
-    priority: 1
+    priority: PRIORITY["training"]
     conda:
         "../../envs/resrepro.yaml"
     shell:
@@ -53,10 +53,7 @@ rule train_translator:
         mem_mb=needs("train_translator", "mem_mb"),
         runtime=runtime_of_training("train_translator", "translation"),
         seeds_at_once=seeds_at_once("translation"),
-    # Priorities: data 3 (everything waits on it), translation and captioning 2 (the longest jobs),
-    # classification and evaluation 1, measurement 0: the many short measurement jobs fill the
-    # cores at the end instead of one training job running alone.
-    priority: 2
+    priority: PRIORITY["long_training"]
     conda:
         "../../envs/resrepro.yaml"
     shell:
@@ -85,7 +82,7 @@ rule train_captioner:
         mem_mb=needs("train_captioner", "mem_mb"),
         runtime=runtime_of_training("train_captioner", "captioning"),
         seeds_at_once=seeds_at_once("captioning"),
-    priority: 2
+    priority: PRIORITY["long_training"]
     conda:
         "../../envs/resrepro.yaml"
     shell:
