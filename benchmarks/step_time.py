@@ -15,9 +15,15 @@ and the number of timed steps. Only ratios measured in the same run are comparab
 depend on the load. When other jobs share the cores (the header and footer print the load
 average), the medians swing and the min ratio is the steadier estimate.
 
+The recipe's speed switches (`--amp`, `--channels-last`, `--compile`, `--fused-optimizer`;
+src/resrepro/speed.py) default to what training resolves for the device: fp32 and eager on the
+CPU, bf16 autocast, channels-last and a fused optimizer on a GPU. `--variants sas highway` times
+only those rows and the baseline (compiling each model takes a minute on the CPU).
+
 Run (from the repository root):
 
     .venv/bin/python benchmarks/step_time.py
+    .venv/bin/python benchmarks/step_time.py --device cuda --compile --variants sas highway
     .venv/bin/python benchmarks/step_time.py --rounds 5 --steps 3 --threads 2 --csv benchmarks/step_time.csv
 
 At the defaults (5 rounds x 2 steps after 1 warm-up step, 15 variants) it takes about 1.5-2
@@ -42,11 +48,14 @@ from torch import nn
 from resrepro import devices, residual
 from resrepro.models import count_parameters
 from resrepro.models.preact_resnet import PreActResNet
+from resrepro.speed import Speed, speed_of
+
+BASELINE: tuple[str, dict] = ("add", {})
 
 # (name, args) in table order; the registry's remaining names are appended with default args.
 PAPER_VARIANTS: list[tuple[str, dict]] = [
     ("plain", {}),
-    ("add", {}),
+    BASELINE,
     ("xskip", {"lam": 2}),
     ("xskip_ln", {"lam": 2}),
     ("xskip_bn", {"lam": 2}),
@@ -87,6 +96,48 @@ def add_run_options(p: argparse.ArgumentParser, rounds: int, steps: int | None =
     p.add_argument("--seed", type=int, default=0, help="seed for models and inputs (default 0)")
     p.add_argument("--deterministic", action="store_true",
                    help="deterministic kernels, as a recipe's `deterministic: true` trains (its cost on a GPU)")
+    if steps is not None:
+        add_speed_options(p)
+
+
+def add_speed_options(p: argparse.ArgumentParser) -> None:
+    """The recipe's speed switches (resrepro.speed), resolved for the device as training resolves
+    them, and --variants to time a few rows (a compiled variant compiles in its warm-up steps)."""
+    p.add_argument("--amp", "--precision", dest="amp", default="auto", choices=("auto", "bf16", "fp32"),
+                   help="auto: bf16 autocast on CUDA, fp32 elsewhere, as training (default auto)")
+    p.add_argument("--compile", nargs="?", const="inductor", default=None, metavar="BACKEND",
+                   help="torch.compile every model as a recipe's `compile` does (alone: inductor)")
+    p.add_argument("--fused-optimizer", default="auto", choices=("auto", "true", "false"),
+                   help="torch's fused optimizer step; auto: on CUDA, as training (default auto)")
+    p.add_argument("--variants", nargs="+", default=None, metavar="NAME",
+                   help="time only these registry names (every row of each) besides the baseline")
+
+
+def speed_from(opts: argparse.Namespace, device: torch.device, image_model: bool = False) -> Speed:
+    """The switches of the command line as a recipe would set them, resolved for `device`."""
+    spec = {"amp": opts.amp, "compile": opts.compile or False,
+            "fused_optimizer": {"true": True, "false": False}.get(opts.fused_optimizer, opts.fused_optimizer)}
+    if image_model:
+        spec["channels_last"] = {"true": True, "false": False}.get(opts.channels_last, opts.channels_last)
+    return speed_of(spec, device, image_model=image_model)
+
+
+def speed_text(speed: Speed) -> str:
+    on = [name for name, flag in (("bf16 autocast", speed.amp), ("channels-last", speed.channels_last),
+                                  ("fused optimizer", speed.fused_optimizer)) if flag]
+    if speed.compile:
+        on.append(f"torch.compile ({speed.compile})")
+    return ", ".join(on) or "fp32, eager"
+
+
+def chosen(rows: list[tuple[str, dict]], names: list[str] | None, baseline: tuple[str, dict]) -> list[tuple[str, dict]]:
+    """`rows`, or when `names` is given the baseline row and every row of those registry names."""
+    if names is None:
+        return rows
+    unknown = sorted(set(names) - {n for n, _ in rows})
+    if unknown:
+        raise SystemExit(f"--variants: not in this benchmark's rows: {', '.join(unknown)}")
+    return [(n, a) for n, a in rows if n in names or (n, a) == baseline]
 
 
 def time_interleaved(benches: list, run_step, sync, opts: argparse.Namespace, t_start: float) -> int:
@@ -121,7 +172,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=128, help="batch size (default 128)")
     p.add_argument("--classes", type=int, default=10, help="number of classes (default 10)")
     add_run_options(p, rounds=5, steps=2)
-    p.add_argument("--channels-last", action="store_true", help="channels_last memory format for model and input")
+    p.add_argument("--channels-last", nargs="?", const="true", default="auto", choices=("auto", "true", "false"),
+                   help="channels_last memory format for model and input; auto: on CUDA, as training (default auto)")
     a = p.parse_args(argv)
     for key in ("rounds", "steps", "batch", "size", "classes"):
         if getattr(a, key) < 1:
@@ -213,21 +265,22 @@ def report_timings(benches: list, ref, rounds_done: int, opts: argparse.Namespac
 class Bench:
     """One variant's model, optimizer and timings."""
 
-    def __init__(self, name: str, args: dict, opts: argparse.Namespace, device: torch.device):
+    def __init__(self, name: str, args: dict, opts: argparse.Namespace, speed: Speed, device: torch.device):
         self.label = residual.variant_id(name, args)
         torch.manual_seed(opts.seed)  # same initial weights for the shared layers of every variant
-        model = PreActResNet(opts.depth, opts.classes, name, args, in_channels=3).to(device)
-        if opts.channels_last:
-            model = model.to(memory_format=torch.channels_last)
+        model = speed.place(PreActResNet(opts.depth, opts.classes, name, args, in_channels=3), device)
         self.model = model.train()
+        self.net = speed.compiled(model)  # what the step calls, as in training
         self.params = count_parameters(model)
-        self.opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        self.opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, **speed.optimizer_options())
         self.times: list[float] = []
 
 
-def step(b: Bench, x: torch.Tensor, y: torch.Tensor, loss_fn: nn.Module) -> None:
+def step(b: Bench, x: torch.Tensor, y: torch.Tensor, loss_fn: nn.Module, speed: Speed) -> None:
     b.opt.zero_grad(set_to_none=True)
-    loss = loss_fn(b.model(x), y)
+    with speed.autocast(x.device):
+        logits = b.net(x)
+    loss = loss_fn(logits.float(), y)  # fp32 loss, as in training
     loss.backward()
     b.opt.step()
 
@@ -235,15 +288,14 @@ def step(b: Bench, x: torch.Tensor, y: torch.Tensor, loss_fn: nn.Module) -> None
 def main(argv=None) -> int:
     opts = parse_args(argv)
     device, sync = setup_device(opts)
+    speed = speed_from(opts, device, image_model=True)
 
     gen = torch.Generator().manual_seed(opts.seed)
-    x = torch.randn(opts.batch, 3, opts.size, opts.size, generator=gen).to(device)
+    x = speed.layout(torch.randn(opts.batch, 3, opts.size, opts.size, generator=gen).to(device))
     y = torch.randint(0, opts.classes, (opts.batch,), generator=gen).to(device)
-    if opts.channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
     loss_fn = nn.CrossEntropyLoss()
 
-    benches = [Bench(n, a, opts, device) for n, a in variants()]
+    benches = [Bench(n, a, opts, speed, device) for n, a in chosen(variants(), opts.variants, BASELINE)]
     t_start = time.perf_counter()
 
     print(f"resrepro step time: PreAct-ResNet-{opts.depth}, input {opts.batch}x3x{opts.size}x{opts.size}, "
@@ -253,14 +305,14 @@ def main(argv=None) -> int:
     print(f"device   {device_text(device)}")
     print(f"threads  {torch.get_num_threads()}" + ("" if opts.threads is not None else " (torch default)")
           + load_text().replace(", load", "; load"))
+    print(f"speed    {speed_text(speed)}")
     print(f"method   seed {opts.seed}, {opts.warmup} warm-up step(s) per variant, then {opts.rounds} round-robin "
-          f"rounds x {opts.steps} step(s) per variant; median of the timed steps"
-          + (", channels_last" if opts.channels_last else ""))
+          f"rounds x {opts.steps} step(s) per variant; median of the timed steps")
     sys.stdout.flush()
 
-    rounds_done = time_interleaved(benches, lambda b: step(b, x, y, loss_fn), sync, opts, t_start)
+    rounds_done = time_interleaved(benches, lambda b: step(b, x, y, loss_fn, speed), sync, opts, t_start)
 
-    ref = next((b for b in benches if b.label == "add"), benches[0])
+    ref = next(b for b in benches if b.label == residual.variant_id(*BASELINE))
     report_timings(benches, ref, rounds_done, opts, t_start)
     return 0
 

@@ -29,7 +29,8 @@ ratio to the baseline's minimum, the parameter count, the number of timed steps 
 the last step (a non-finite loss is flagged: NaN/inf arithmetic can change the time). Only ratios
 from the same run are comparable; absolute times depend on the load. When other jobs share the
 cores (the header and footer print the load average), the medians swing and the min ratio is the
-steadier estimate. On CUDA the default precision is bf16 autocast, as training uses there.
+steadier estimate. The speed switches are step_time.py's: on CUDA the default is bf16 autocast and
+a fused Adam, as training uses there; `--compile` compiles every model, as a recipe's `compile`.
 
 Run (from the repository root):
 
@@ -57,9 +58,11 @@ import torch
 from resrepro import residual
 from resrepro.models import count_parameters
 from resrepro.models.transformer import PRESETS, Transformer, TransformerConfig, label_smoothed_loss
+from resrepro.speed import Speed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from step_time import add_run_options, device_text, load_text, report_timings, setup_device, time_interleaved  # noqa: E402  (shared helpers, same folder)
+from step_time import (add_run_options, chosen, device_text, load_text, report_timings, setup_device,  # noqa: E402  (shared helpers, same folder)
+                       speed_from, speed_text, time_interleaved)
 
 PAD, BOS = 0, 1
 BASELINE: tuple[str, dict] = ("xskip_ln", {"lam": 1})
@@ -100,8 +103,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--src-len", type=int, default=25, help="source tokens per sentence (default 25)")
     p.add_argument("--tgt-len", type=int, default=25, help="target tokens per sentence (default 25)")
     add_run_options(p, rounds=5, steps=1)
-    p.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"),
-                   help="auto: bf16 autocast on CUDA (as training), fp32 elsewhere (default auto)")
     a = p.parse_args(argv)
     for key in ("rounds", "steps", "batch", "src_len", "tgt_len"):
         if getattr(a, key) < 1:
@@ -126,20 +127,21 @@ def model_config(opts: argparse.Namespace, name: str, args: dict) -> Transformer
 class Bench:
     """One variant's model, optimizer, timings and last loss."""
 
-    def __init__(self, name: str, args: dict, opts: argparse.Namespace, device: torch.device):
+    def __init__(self, name: str, args: dict, opts: argparse.Namespace, speed: Speed, device: torch.device):
         self.label = residual.variant_id(name, args)
         torch.manual_seed(opts.seed)
         self.model = Transformer(model_config(opts, name, args)).to(device).train()
+        self.net = speed.compiled(self.model)  # what the step calls, as in training
         self.params = count_parameters(self.model)
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, **speed.optimizer_options())
         self.times: list[float] = []
         self.loss: torch.Tensor | None = None
 
 
-def step(b: Bench, src, tgt_in, tgt_out, autocast: bool) -> None:
+def step(b: Bench, src, tgt_in, tgt_out, speed: Speed) -> None:
     b.opt.zero_grad(set_to_none=True)
-    with torch.autocast(src.device.type, dtype=torch.bfloat16, enabled=autocast):
-        logits = b.model(src, tgt_in)
+    with speed.autocast(src.device):
+        logits = b.net(src, tgt_in)
     loss = label_smoothed_loss(logits, tgt_out, PAD, 0.1)  # fp32 loss, as in training
     loss.backward()
     b.opt.step()
@@ -149,7 +151,7 @@ def step(b: Bench, src, tgt_in, tgt_out, autocast: bool) -> None:
 def main(argv=None) -> int:
     opts = parse_args(argv)
     device, sync = setup_device(opts)
-    autocast = opts.precision == "bf16" or (opts.precision == "auto" and device.type == "cuda")
+    speed = speed_from(opts, device)
 
     gen = torch.Generator().manual_seed(opts.seed)
     src = torch.randint(3, opts.vocab, (opts.batch, opts.src_len), generator=gen).to(device)
@@ -158,9 +160,9 @@ def main(argv=None) -> int:
     tgt_out = tgt.to(device)
 
     benches, skipped = [], []
-    for n, a in variants():
+    for n, a in chosen(variants(), opts.variants, BASELINE):
         try:
-            benches.append(Bench(n, a, opts, device))
+            benches.append(Bench(n, a, opts, speed, device))
         except residual.ConfigError as err:  # e.g. a variant only defined for the conv layout
             skipped.append(f"{residual.variant_id(n, a)} ({err})")
     ref = benches[0]  # the baseline, xskip_ln lam 1
@@ -177,15 +179,16 @@ def main(argv=None) -> int:
     layers = "" if opts.encoder_layers is None and opts.decoder_layers is None else " (layers overridden)"
     print(f"model    random {opts.preset} Transformer{layers}: d {cfg.d_model}, {cfg.heads} heads, "
           f"{cfg.encoder_layers}+{cfg.decoder_layers} layers, ffn {cfg.ffn}, dropout {cfg.dropout:g}, "
-          f"vocab {opts.vocab}, {'bf16 autocast' if autocast else 'fp32'}, train mode"
+          f"vocab {opts.vocab}, train mode"
           + (" (the 6+6 base is too slow for this run on 2 CPU cores)" if opts.preset == "base_2block" else ""))
     print(f"input    {opts.batch} sentences x {opts.src_len} source + {opts.tgt_len} target tokens "
           f"(random ids, no padding); Adam betas 0.9/0.98, eps 1e-9")
+    print(f"speed    {speed_text(speed)}")
     print(f"method   seed {opts.seed}, {opts.warmup} warm-up step(s) per variant, then {opts.rounds} round-robin "
           f"rounds x {opts.steps} step(s) per variant; median of the timed steps")
     sys.stdout.flush()
 
-    rounds_done = time_interleaved(benches, lambda b: step(b, src, tgt_in, tgt_out, autocast), sync, opts, t_start)
+    rounds_done = time_interleaved(benches, lambda b: step(b, src, tgt_in, tgt_out, speed), sync, opts, t_start)
 
     rows = report_timings(benches, ref, rounds_done, opts, t_start, with_loss=True)
     bad = [r["variant"] for r in rows if not math.isfinite(r["last_loss"])]

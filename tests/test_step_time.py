@@ -1,0 +1,60 @@
+"""benchmarks/step_time.py and transformer_step_time.py: the speed switches resolve as training
+resolves them, --variants keeps the baseline, and a compiled run times every chosen row."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import step_time  # noqa: E402
+import transformer_step_time  # noqa: E402
+
+CPU, CUDA = torch.device("cpu"), torch.device("cuda")
+
+
+def test_the_speed_switches_default_to_trainings_choice_for_the_device():
+    opts = step_time.parse_args([])
+    on_cpu, on_gpu = step_time.speed_from(opts, CPU, image_model=True), step_time.speed_from(opts, CUDA, image_model=True)
+    assert (on_cpu.amp, on_cpu.channels_last, on_cpu.fused_optimizer, on_cpu.compile) == (False, False, False, None)
+    assert (on_gpu.amp, on_gpu.channels_last, on_gpu.fused_optimizer, on_gpu.compile) == (True, True, True, None)
+
+
+def test_each_switch_of_the_command_line_reaches_the_speed():
+    opts = step_time.parse_args(["--amp", "bf16", "--channels-last", "--compile", "--fused-optimizer", "true"])
+    speed = step_time.speed_from(opts, CPU, image_model=True)
+    assert (speed.amp, speed.channels_last, speed.fused_optimizer, speed.compile) == (True, True, True, "inductor")
+    assert step_time.speed_text(speed) == "bf16 autocast, channels-last, fused optimizer, torch.compile (inductor)"
+    off = step_time.speed_from(step_time.parse_args(["--channels-last", "false", "--fused-optimizer", "false", "--amp", "fp32"]),
+                               CUDA, image_model=True)
+    assert (off.amp, off.channels_last, off.fused_optimizer) == (False, False, False)
+    assert step_time.speed_text(off) == "fp32, eager"
+    # the Transformer's old --precision spelling still sets amp; channels-last is for image models only
+    seq = transformer_step_time.parse_args(["--precision", "bf16", "--compile", "aot_eager"])
+    speed = step_time.speed_from(seq, CPU)
+    assert (speed.amp, speed.channels_last, speed.compile) == (True, False, "aot_eager")
+
+
+def test_variants_keeps_the_baseline_and_every_row_of_each_name():
+    rows = step_time.variants()
+    picked = step_time.chosen(rows, ["sas"], step_time.BASELINE)
+    assert picked[0] == ("add", {}) and len(picked) == 1 + sum(n == "sas" for n, _ in rows)
+    assert {n for n, _ in picked} == {"add", "sas"}
+    assert step_time.chosen(rows, None, step_time.BASELINE) == rows
+    with pytest.raises(SystemExit, match="nope"):
+        step_time.chosen(rows, ["nope"], step_time.BASELINE)
+
+
+def test_a_compiled_transformer_run_times_the_baseline_and_the_chosen_rows(tmp_path, capsys):
+    csv = tmp_path / "t.csv"
+    argv = ["--preset", "mini_base", "--encoder-layers", "1", "--decoder-layers", "1", "--vocab", "40", "--batch", "2",
+            "--src-len", "5", "--tgt-len", "5", "--rounds", "2", "--warmup", "1", "--threads", "1", "--device", "cpu",
+            "--variants", "highway", "--compile", "aot_eager", "--csv", str(csv)]
+    assert transformer_step_time.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "speed    torch.compile (aot_eager)" in out
+    lines = csv.read_text().splitlines()
+    assert [line.split(",")[0] for line in lines[1:]] == ["xskip_ln", "highway"]
+    assert all(line.split(",")[6] == "2" for line in lines[1:])  # two rounds of one step each
