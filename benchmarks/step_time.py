@@ -15,9 +15,9 @@ and the number of timed steps. Only ratios measured in the same run are comparab
 depend on the load. When other jobs share the cores (the header and footer print the load
 average), the medians swing and the min ratio is the steadier estimate.
 
-The recipe's speed switches (`--amp`, `--channels-last`, `--compile`, `--fused-optimizer`;
-src/resrepro/speed.py) default to what training resolves for the device: fp32 and eager on the
-CPU, bf16 autocast, channels-last and a fused optimizer on a GPU. `--variants sas highway` times
+The recipe's speed switches (`--amp`, `--channels-last`, `--compile`, `--fused-optimizer`,
+`--tf32`; src/resrepro/speed.py) default to what training resolves for the device: fp32 and eager
+on the CPU, bf16 autocast, channels-last, a fused optimizer and TF32 matmuls on a GPU. `--variants sas highway` times
 only those rows and the baseline (compiling each model takes a minute on the CPU).
 
 Run (from the repository root):
@@ -109,22 +109,26 @@ def add_speed_options(p: argparse.ArgumentParser) -> None:
                    help="torch.compile every model as a recipe's `compile` does (alone: inductor)")
     p.add_argument("--fused-optimizer", default="auto", choices=("auto", "true", "false"),
                    help="torch's fused optimizer step; auto: on CUDA, as training (default auto)")
+    p.add_argument("--tf32", default="auto", choices=("auto", "true", "false"),
+                   help="float32 matrix products (the gates' under autocast) in TF32; auto: on CUDA, as training (default auto)")
     p.add_argument("--variants", nargs="+", default=None, metavar="NAME",
                    help="time only these registry names (every row of each) besides the baseline")
 
 
 def speed_from(opts: argparse.Namespace, device: torch.device, image_model: bool = False) -> Speed:
     """The switches of the command line as a recipe would set them, resolved for `device`."""
-    spec = {"amp": opts.amp, "compile": opts.compile or False,
-            "fused_optimizer": {"true": True, "false": False}.get(opts.fused_optimizer, opts.fused_optimizer)}
+    def switch(value: str):
+        return {"true": True, "false": False}.get(value, value)
+
+    spec = {"amp": opts.amp, "compile": opts.compile or False, "fused_optimizer": switch(opts.fused_optimizer), "tf32": switch(opts.tf32)}
     if image_model:
-        spec["channels_last"] = {"true": True, "false": False}.get(opts.channels_last, opts.channels_last)
+        spec["channels_last"] = switch(opts.channels_last)
     return speed_of(spec, device, image_model=image_model)
 
 
 def speed_text(speed: Speed) -> str:
     on = [name for name, flag in (("bf16 autocast", speed.amp), ("channels-last", speed.channels_last),
-                                  ("fused optimizer", speed.fused_optimizer)) if flag]
+                                  ("fused optimizer", speed.fused_optimizer), ("TF32 matmuls", speed.tf32)) if flag]
     if speed.compile:
         on.append(f"torch.compile ({speed.compile})")
     return ", ".join(on) or "fp32, eager"

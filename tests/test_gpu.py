@@ -106,7 +106,7 @@ def test_a_classifier_trains_on_the_gpu_in_bf16_and_channels_last(digits, tmp_pa
     (model,) = built
     assert metrics["diverged"] is False and 0 <= metrics["final"]["test_error"] <= 100
     assert metrics["provenance"]["device"] == torch.cuda.get_device_name()
-    assert metrics["speed"] == {"amp": True, "channels_last": True, "compile": None, "fused_optimizer": True, "float64": False}  # auto on a GPU
+    assert metrics["speed"] == {"amp": True, "channels_last": True, "compile": None, "fused_optimizer": True, "tf32": True, "float64": False}  # auto on a GPU
     assert next(model.parameters()).is_cuda
     conv = model.blocks[0].conv1.weight  # 16 x 16 x 3 x 3: the two layouts differ (the stem's 1 channel would not tell)
     assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
@@ -209,6 +209,26 @@ def test_gates_are_float32_under_cuda_autocast(layout, name):
         mixed = [g(x.bfloat16(), f.bfloat16()) for g in gates]
     for got, want in zip(mixed, reference):
         assert got.dtype == torch.float32 and torch.allclose(got, want, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("layout", residual.LAYOUTS)
+def test_sas_gates_in_tf32_stay_within_a_thousandth_of_ieee_float32(layout):
+    """The tf32 switch (speed.py) rounds the gates' matmul inputs to a 10-bit mantissa; their
+    sigmoid stays float32, so a gate moves by far less than its distance from 0 or 1."""
+    torch.manual_seed(0)
+    block = residual.build("sas", 512, layout).cuda()
+    shape = (4, 512, 5, 5) if layout == "conv" else (4, 7, 512)
+    x, f = (torch.randn(shape, device="cuda") for _ in range(2))
+    before = torch.backends.cuda.matmul.fp32_precision
+    try:
+        torch.backends.cuda.matmul.fp32_precision = "ieee"
+        ieee = block.gates(x, f)
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+        tf32 = block.gates(x, f)
+    finally:
+        torch.backends.cuda.matmul.fp32_precision = before
+    for got, want in zip(tf32, ieee):
+        assert got.dtype == torch.float32 and torch.allclose(got, want, rtol=0, atol=1e-3)
 
 
 def test_a_killed_translation_run_resumes_bit_identically_on_the_gpu(tmp_path, monkeypatch):

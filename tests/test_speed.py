@@ -18,8 +18,16 @@ from test_train_translation import spec as text_spec
 CPU, GPU = torch.device("cpu"), torch.device("cuda", 0)  # a device object needs no GPU
 
 
+@pytest.fixture(autouse=True)
+def matmul_precision():
+    """speed_of sets torch's process-wide float32 matmul precision for a GPU: each test restores it."""
+    before = torch.backends.cuda.matmul.fp32_precision
+    yield
+    torch.backends.cuda.matmul.fp32_precision = before
+
+
 def test_auto_means_on_a_gpu_and_off_on_the_cpu():
-    assert speed_of({}, GPU, image_model=True) == Speed(amp=True, channels_last=True, compile=None, fused_optimizer=True)
+    assert speed_of({}, GPU, image_model=True) == Speed(amp=True, channels_last=True, compile=None, fused_optimizer=True, tf32=True)
     assert speed_of({}, CPU, image_model=True) == Speed(amp=False, channels_last=False, compile=None, fused_optimizer=False)
     # channels-last is a layout of image tensors: a Transformer never takes it
     assert speed_of({"channels_last": True}, GPU).channels_last is False
@@ -28,13 +36,26 @@ def test_auto_means_on_a_gpu_and_off_on_the_cpu():
 def test_explicit_switches_override_the_device():
     on = speed_of({"amp": "bf16", "channels_last": True, "fused_optimizer": True, "compile": True}, CPU, image_model=True)
     assert on == Speed(amp=True, channels_last=True, compile="inductor", fused_optimizer=True)
-    off = speed_of({"amp": "fp32", "channels_last": False, "fused_optimizer": False, "compile": False}, GPU, image_model=True)
-    assert off == Speed(amp=False, channels_last=False, compile=None, fused_optimizer=False)
+    off = speed_of({"amp": "fp32", "channels_last": False, "fused_optimizer": False, "compile": False, "tf32": False}, GPU,
+                   image_model=True)
+    assert off == Speed(amp=False, channels_last=False, compile=None, fused_optimizer=False, tf32=False)
     assert speed_of({"compile": "aot_eager"}, GPU).compile == "aot_eager"
 
 
+def test_tf32_sets_the_gpus_float32_matmul_precision_and_never_the_cpus():
+    """torch keeps the precision process-wide; a run on a GPU sets it either way, so a run with
+    tf32 off after one with it on gets IEEE float32 back. The CPU has no TF32: asked for, it stays off."""
+    torch.backends.cuda.matmul.fp32_precision = "none"
+    assert speed_of({"tf32": True}, CPU).tf32 is False and speed_of({}, CPU).tf32 is False
+    assert torch.backends.cuda.matmul.fp32_precision == "none"  # a CPU run leaves the GPU flag alone
+    assert speed_of({}, GPU).tf32 is True and torch.backends.cuda.matmul.fp32_precision == "tf32"
+    assert speed_of({"tf32": False}, GPU).tf32 is False and torch.backends.cuda.matmul.fp32_precision == "ieee"
+    assert speed_of({"tf32": "auto"}, GPU).tf32 is True and torch.backends.cuda.matmul.fp32_precision == "tf32"
+
+
 @pytest.mark.parametrize("spec, message", [({"amp": "fp16"}, "amp: expected auto, bf16 or fp32"),
-                                           ({"fused_optimizer": "yes"}, "expected auto, true or false")])
+                                           ({"fused_optimizer": "yes"}, "expected auto, true or false"),
+                                           ({"tf32": "on"}, "expected auto, true or false")])
 def test_an_unknown_value_is_refused(spec, message):
     with pytest.raises(ValueError, match=message):
         speed_of(spec, CPU)
@@ -57,7 +78,7 @@ def test_each_switch_does_what_it_says():
     assert off.compiled(conv) is conv
     compiled = on.compiled(conv)
     assert compiled is not conv and torch.allclose(compiled(x), conv(x))
-    assert set(speed.DEFAULTS) == {"amp", "channels_last", "compile", "fused_optimizer", "dtype"}
+    assert set(speed.DEFAULTS) == {"amp", "channels_last", "compile", "fused_optimizer", "tf32", "dtype"}
 
 
 def conv_dtypes_during(fn) -> list[torch.dtype]:
@@ -84,7 +105,7 @@ def test_a_classifier_trains_in_bf16_channels_last_with_a_fused_optimizer(digits
     seen = conv_dtypes_during(lambda: metrics.update(classification.train(
         spec(epochs=1, lr_milestones=[], **switches), digits, tmp_path / "run", device="cpu", progress=False)))
     assert metrics["diverged"] is False and 0 <= metrics["final"]["test_error"] <= 100
-    assert metrics["speed"] == {"amp": True, "channels_last": True, "compile": None, "fused_optimizer": True, "float64": False}
+    assert metrics["speed"] == {"amp": True, "channels_last": True, "compile": None, "fused_optimizer": True, "tf32": False, "float64": False}
     assert optimizers[0]["fused"] is True
     assert seen and all(dtype == torch.bfloat16 and channels_last for dtype, channels_last in seen)
 
@@ -108,7 +129,7 @@ def test_a_classifier_on_the_cpu_by_default_is_float32_and_contiguous(digits, tm
     metrics = {}
     seen = conv_dtypes_during(lambda: metrics.update(classification.train(
         spec(epochs=1, lr_milestones=[]), digits, tmp_path / "run", device="cpu", progress=False)))
-    assert metrics["speed"] == {"amp": False, "channels_last": False, "compile": None, "fused_optimizer": False, "float64": False}
+    assert metrics["speed"] == {"amp": False, "channels_last": False, "compile": None, "fused_optimizer": False, "tf32": False, "float64": False}
     assert seen and all(dtype == torch.float32 for dtype, _ in seen)
 
 
@@ -121,7 +142,7 @@ def test_a_transformer_trains_with_every_switch_on(tmp_path, monkeypatch):
     metrics = translation.train(text_spec(max_updates=4, checkpoint_every=2, **SWITCHES_ON), train_pairs, dev_pairs, 26,
                                 tmp_path / "run", device="cpu", progress=False)
     assert metrics["diverged"] is False and metrics["updates"] == 4 and metrics["final"]["train_loss"] < 10
-    assert metrics["speed"] == {"amp": True, "channels_last": False, "compile": "aot_eager", "fused_optimizer": True, "float64": False}
+    assert metrics["speed"] == {"amp": True, "channels_last": False, "compile": "aot_eager", "fused_optimizer": True, "tf32": False, "float64": False}
     assert optimizers[0]["fused"] is True
     # the checkpoint holds the model's own keys, not the compiled wrapper's (_orig_mod.)
     saved = torch.load(tmp_path / "run" / "checkpoints" / "last.pt", weights_only=False)["model"]

@@ -15,11 +15,19 @@ import transformer_step_time  # noqa: E402
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 
 
+@pytest.fixture(autouse=True)
+def matmul_precision():
+    """Resolving switches for a GPU sets torch's process-wide float32 matmul precision: restore it."""
+    before = torch.backends.cuda.matmul.fp32_precision
+    yield
+    torch.backends.cuda.matmul.fp32_precision = before
+
+
 def test_the_speed_switches_default_to_trainings_choice_for_the_device():
     opts = step_time.parse_args([])
     on_cpu, on_gpu = step_time.speed_from(opts, CPU, image_model=True), step_time.speed_from(opts, CUDA, image_model=True)
     assert (on_cpu.amp, on_cpu.channels_last, on_cpu.fused_optimizer, on_cpu.compile) == (False, False, False, None)
-    assert (on_gpu.amp, on_gpu.channels_last, on_gpu.fused_optimizer, on_gpu.compile) == (True, True, True, None)
+    assert (on_gpu.amp, on_gpu.channels_last, on_gpu.fused_optimizer, on_gpu.tf32, on_gpu.compile) == (True, True, True, True, None)
 
 
 def test_each_switch_of_the_command_line_reaches_the_speed():
@@ -27,9 +35,9 @@ def test_each_switch_of_the_command_line_reaches_the_speed():
     speed = step_time.speed_from(opts, CPU, image_model=True)
     assert (speed.amp, speed.channels_last, speed.fused_optimizer, speed.compile) == (True, True, True, "inductor")
     assert step_time.speed_text(speed) == "bf16 autocast, channels-last, fused optimizer, torch.compile (inductor)"
-    off = step_time.speed_from(step_time.parse_args(["--channels-last", "false", "--fused-optimizer", "false", "--amp", "fp32"]),
-                               CUDA, image_model=True)
-    assert (off.amp, off.channels_last, off.fused_optimizer) == (False, False, False)
+    off = step_time.speed_from(step_time.parse_args(["--channels-last", "false", "--fused-optimizer", "false", "--amp", "fp32",
+                                                     "--tf32", "false"]), CUDA, image_model=True)
+    assert (off.amp, off.channels_last, off.fused_optimizer, off.tf32) == (False, False, False, False)
     assert step_time.speed_text(off) == "fp32, eager"
     # the Transformer's old --precision spelling still sets amp; channels-last is for image models only
     seq = transformer_step_time.parse_args(["--precision", "bf16", "--compile", "aot_eager"])

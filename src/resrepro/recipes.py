@@ -30,7 +30,7 @@ EVAL_KEYS = {"classification": frozenset(), "translation": frozenset({"average_l
              "captioning": frozenset({"average_last", "beam", "alpha", "max_len_b"})}
 # Keys a recipe may leave out: the default applies (dropout: the Transformer preset's; lr_decay: 0.1;
 # deterministic: off, torch's fastest kernels; snapshots: none; the speed switches: speed.DEFAULTS).
-SPEED_KEYS = frozenset({"amp", "channels_last", "compile", "fused_optimizer"})  # speed.DEFAULTS's keys (speed imports torch)
+SPEED_KEYS = frozenset({"amp", "channels_last", "compile", "fused_optimizer", "tf32"})  # speed.DEFAULTS's keys (speed imports torch)
 # init: paper 002's simplified nets only (models/simple_net.py); dtype: float32 unless float64 (its SM B).
 OPTIONAL_KEYS = {"classification": frozenset({"deterministic", "lr_decay", "snapshots", "init", "dtype"}) | SPEED_KEYS,
                  "translation": frozenset({"dropout", "deterministic"}) | SPEED_KEYS, "captioning": frozenset({"dropout", "deterministic", "scst"}) | SPEED_KEYS}

@@ -12,6 +12,12 @@ differ) that a recipe may leave out:
   backend's name (``aot_eager`` traces without generating code: a quick check of the graph).
 - ``fused_optimizer``: ``auto`` (on a GPU), ``true`` or ``false``: torch's fused SGD/Adam, one
   kernel for the whole update instead of one per tensor and operation.
+- ``tf32``: ``auto`` (on a GPU), ``true`` or ``false``: a GPU's float32 matrix products in
+  TensorFloat-32 (inputs rounded to a 10-bit mantissa, float32 range and sums). Under bf16
+  autocast the float32 products left are the gates' (in_float32), 4h^2 weights a Transformer
+  sublayer for SAS; a recent GPU's tensor cores take TF32, not IEEE float32 (NVIDIA gives an
+  H100 several times the float32 rate in TF32). The gates' sigmoid and outputs stay float32. cuDNN's convolutions use TF32 by torch's default
+  already; the CPU has no TF32, so the switch is off there.
 - ``dtype``: ``float32`` or ``float64``: the weights, inputs and loss in double precision, as
   paper 002's equivalent training (its SM B); no autocast then.
 """
@@ -23,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-DEFAULTS = {"amp": "auto", "channels_last": "auto", "compile": False, "fused_optimizer": "auto", "dtype": "float32"}
+DEFAULTS = {"amp": "auto", "channels_last": "auto", "compile": False, "fused_optimizer": "auto", "tf32": "auto", "dtype": "float32"}
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,7 @@ class Speed:
     channels_last: bool
     compile: str | None  # the backend, or None
     fused_optimizer: bool
+    tf32: bool = False
     float64: bool = False
 
     @property
@@ -89,7 +96,8 @@ def _on(value, device: torch.device) -> bool:
 
 def speed_of(spec: dict, device: torch.device, image_model: bool = False) -> Speed:
     """The switches of a run's spec (DEFAULTS for those it leaves out) resolved for `device`.
-    channels_last applies to image models only."""
+    channels_last applies to image models only. For a GPU this also sets the process's float32
+    matrix-product precision (`tf32`): torch keeps it process-wide, not per module."""
     options = {**DEFAULTS, **{k: spec[k] for k in DEFAULTS if k in spec}}
     amp, dtype = options["amp"], options["dtype"]
     if amp not in ("auto", "bf16", "fp32"):
@@ -101,10 +109,15 @@ def speed_of(spec: dict, device: torch.device, image_model: bool = False) -> Spe
     backend = options["compile"]
     if backend is True:
         backend = "inductor"
+    tf32 = _on(options["tf32"], device) and device.type == "cuda"
+    if device.type == "cuda":
+        # the new API only: torch refuses a mix of it and the legacy allow_tf32 flag
+        torch.backends.cuda.matmul.fp32_precision = "tf32" if tf32 else "ieee"
     return Speed(
         amp=dtype == "float32" and (device.type == "cuda" if amp == "auto" else amp == "bf16"),
         channels_last=image_model and _on(options["channels_last"], device),
         compile=backend or None,
         fused_optimizer=_on(options["fused_optimizer"], device),
+        tf32=tf32,
         float64=dtype == "float64",
     )
