@@ -35,5 +35,8 @@ mutation: $(VENV)/.installed
 	mutmut run --max-children 2
 	mutmut results
 
+# Issue 11's step-cost tables: every residual variant against its baseline, on PreAct-ResNet-20
+# and on the base Transformer's width (benchmarks/README.md has the switches, e.g. --device cuda).
 bench: $(VENV)/.installed
 	python benchmarks/step_time.py
+	python benchmarks/transformer_step_time.py
