@@ -16,11 +16,15 @@ CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 
 
 @pytest.fixture(autouse=True)
-def matmul_precision():
-    """Resolving switches for a GPU sets torch's process-wide float32 matmul precision: restore it."""
-    before = torch.backends.cuda.matmul.fp32_precision
-    yield
-    torch.backends.cuda.matmul.fp32_precision = before
+def process_state():
+    """A benchmark's main sets process-wide state that later tests would inherit: the float32 matmul
+    precision (resolving switches for a GPU), the thread count (--threads) and the global seed.
+    Restore all three (a test comparing in-process training with subprocesses fails at 1 thread)."""
+    precision, threads = torch.backends.cuda.matmul.fp32_precision, torch.get_num_threads()
+    with torch.random.fork_rng():
+        yield
+    torch.backends.cuda.matmul.fp32_precision = precision
+    torch.set_num_threads(threads)
 
 
 def test_the_speed_switches_default_to_trainings_choice_for_the_device():
