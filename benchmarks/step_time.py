@@ -17,8 +17,9 @@ average), the medians swing and the min ratio is the steadier estimate.
 
 The recipe's speed switches (`--amp`, `--channels-last`, `--compile`, `--fused-optimizer`,
 `--tf32`; src/resrepro/speed.py) default to what training resolves for the device: fp32 and eager
-on the CPU, bf16 autocast, channels-last, a fused optimizer and TF32 matmuls on a GPU. `--variants sas highway` times
-only those rows and the baseline (compiling each model takes a minute on the CPU).
+on the CPU, bf16 autocast, channels-last, a fused optimizer and TF32 matmuls on a GPU.
+`--variants sas highway` times only those rows and the baseline (compiling each model takes a
+minute on the CPU).
 
 Run (from the repository root):
 

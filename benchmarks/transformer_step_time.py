@@ -29,8 +29,9 @@ ratio to the baseline's minimum, the parameter count, the number of timed steps 
 the last step (a non-finite loss is flagged: NaN/inf arithmetic can change the time). Only ratios
 from the same run are comparable; absolute times depend on the load. When other jobs share the
 cores (the header and footer print the load average), the medians swing and the min ratio is the
-steadier estimate. The speed switches are step_time.py's: on CUDA the default is bf16 autocast and
-a fused Adam, as training uses there; `--compile` compiles every model, as a recipe's `compile`.
+steadier estimate. The speed switches are step_time.py's: on CUDA the default is bf16 autocast, a
+fused Adam and TF32 matmuls, as training uses there; `--compile` compiles every model, as a
+recipe's `compile`.
 
 Run (from the repository root):
 

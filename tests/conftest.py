@@ -1,5 +1,6 @@
 """Shared fixtures: tiny CIFAR archives written at test time in the real format (a .tar.gz of
-Python 2 style protocol-2 pickles with bytes keys, as the Toronto files are). Nothing is downloaded."""
+Python 2 style protocol-2 pickles with bytes keys, as the Toronto files are). Nothing is downloaded.
+And torch's process-wide settings restored after every test."""
 
 from __future__ import annotations
 
@@ -11,8 +12,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 # --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(autouse=True)
+def torch_process_settings():
+    """torch keeps the thread count and the GPU's float32 matmul precision per process: a test
+    that sets them (a benchmark's --threads, speed_of for a GPU) must not change the tests after it.
+    test_train's in-process training compared with its subprocesses fails on 1 thread of 2."""
+    threads, precision = torch.get_num_threads(), torch.backends.cuda.matmul.fp32_precision
+    yield
+    torch.set_num_threads(threads)
+    torch.backends.cuda.matmul.fp32_precision = precision
 
 
 class _Py2Pickler(pickle._Pickler):

@@ -219,14 +219,10 @@ def test_sas_gates_in_tf32_stay_within_a_thousandth_of_ieee_float32(layout):
     block = residual.build("sas", 512, layout).cuda()
     shape = (4, 512, 5, 5) if layout == "conv" else (4, 7, 512)
     x, f = (torch.randn(shape, device="cuda") for _ in range(2))
-    before = torch.backends.cuda.matmul.fp32_precision
-    try:
-        torch.backends.cuda.matmul.fp32_precision = "ieee"
-        ieee = block.gates(x, f)
-        torch.backends.cuda.matmul.fp32_precision = "tf32"
-        tf32 = block.gates(x, f)
-    finally:
-        torch.backends.cuda.matmul.fp32_precision = before
+    torch.backends.cuda.matmul.fp32_precision = "ieee"  # conftest.py restores it after the test
+    ieee = block.gates(x, f)
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    tf32 = block.gates(x, f)
     for got, want in zip(tf32, ieee):
         assert got.dtype == torch.float32 and torch.allclose(got, want, rtol=0, atol=1e-3)
 

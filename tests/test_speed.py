@@ -18,14 +18,6 @@ from test_train_translation import spec as text_spec
 CPU, GPU = torch.device("cpu"), torch.device("cuda", 0)  # a device object needs no GPU
 
 
-@pytest.fixture(autouse=True)
-def matmul_precision():
-    """speed_of sets torch's process-wide float32 matmul precision for a GPU: each test restores it."""
-    before = torch.backends.cuda.matmul.fp32_precision
-    yield
-    torch.backends.cuda.matmul.fp32_precision = before
-
-
 def test_auto_means_on_a_gpu_and_off_on_the_cpu():
     assert speed_of({}, GPU, image_model=True) == Speed(amp=True, channels_last=True, compile=None, fused_optimizer=True, tf32=True)
     assert speed_of({}, CPU, image_model=True) == Speed(amp=False, channels_last=False, compile=None, fused_optimizer=False)
@@ -44,7 +36,8 @@ def test_explicit_switches_override_the_device():
 
 def test_tf32_sets_the_gpus_float32_matmul_precision_and_never_the_cpus():
     """torch keeps the precision process-wide; a run on a GPU sets it either way, so a run with
-    tf32 off after one with it on gets IEEE float32 back. The CPU has no TF32: asked for, it stays off."""
+    tf32 off after one with it on gets IEEE float32 back. The CPU has no TF32: asked for, it stays off.
+    (conftest.py restores the precision after the test.)"""
     torch.backends.cuda.matmul.fp32_precision = "none"
     assert speed_of({"tf32": True}, CPU).tf32 is False and speed_of({}, CPU).tf32 is False
     assert torch.backends.cuda.matmul.fp32_precision == "none"  # a CPU run leaves the GPU flag alone

@@ -16,15 +16,11 @@ CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 
 
 @pytest.fixture(autouse=True)
-def process_state():
-    """A benchmark's main sets process-wide state that later tests would inherit: the float32 matmul
-    precision (resolving switches for a GPU), the thread count (--threads) and the global seed.
-    Restore all three (a test comparing in-process training with subprocesses fails at 1 thread)."""
-    precision, threads = torch.backends.cuda.matmul.fp32_precision, torch.get_num_threads()
+def global_seed():
+    """A benchmark's main seeds torch's global generator; the tests after these keep their own
+    stream (conftest.py restores the thread count and matmul precision it also sets)."""
     with torch.random.fork_rng():
         yield
-    torch.backends.cuda.matmul.fp32_precision = precision
-    torch.set_num_threads(threads)
 
 
 def test_the_speed_switches_default_to_trainings_choice_for_the_device():

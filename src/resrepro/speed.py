@@ -16,8 +16,9 @@ differ) that a recipe may leave out:
   TensorFloat-32 (inputs rounded to a 10-bit mantissa, float32 range and sums). Under bf16
   autocast the float32 products left are the gates' (in_float32), 4h^2 weights a Transformer
   sublayer for SAS; a recent GPU's tensor cores take TF32, not IEEE float32 (NVIDIA gives an
-  H100 several times the float32 rate in TF32). The gates' sigmoid and outputs stay float32. cuDNN's convolutions use TF32 by torch's default
-  already; the CPU has no TF32, so the switch is off there.
+  H100 several times the float32 rate in TF32). The gates' sigmoid and outputs stay float32.
+  cuDNN's convolutions use TF32 by torch's default already; the CPU has no TF32, so the switch
+  is off there.
 - ``dtype``: ``float32`` or ``float64``: the weights, inputs and loss in double precision, as
   paper 002's equivalent training (its SM B); no autocast then.
 """
