@@ -6,7 +6,12 @@ Measure on a GPU (writes the step-times file the report reads, then prints each 
 
     .venv/bin/python benchmarks/gpu_budget.py --device cuda --out config/costs/h100.yaml
 
-and point `gpu_costs` in config/*.yaml at it. Without a GPU, the estimate from measured anchors:
+and point `gpu_costs` in config/*.yaml at it. After a change that touches a few variants, re-measure
+only their steps on the same device and keep the file's other step times:
+
+    .venv/bin/python benchmarks/gpu_budget.py --device cuda --keys '*/sas*' '*/highway*' --out config/costs/h100.yaml
+
+Without a GPU, the estimate from measured anchors:
 
     .venv/bin/python benchmarks/gpu_budget.py --estimate config/costs/h100-anchors.yaml --out config/costs/h100-estimate.yaml
 
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import fnmatch
 import statistics
 import subprocess
 import sys
@@ -128,6 +134,27 @@ def measure_step_ms(config: dict, run: experiments.Run, device_name: str, warmup
     return 1000 * statistics.median(times)
 
 
+def chosen_steps(steps: dict, patterns: list[str] | None) -> dict:
+    """The steps whose key matches one of the shell-style `patterns` (all of them without any)."""
+    if not patterns:
+        return steps
+    chosen = {key: step for key, step in steps.items() if any(fnmatch.fnmatchcase(key, p) for p in patterns)}
+    if not chosen:
+        raise SystemExit(f"--keys {' '.join(patterns)} matches none of the {len(steps)} step keys, e.g. {next(iter(steps))}")
+    return chosen
+
+
+def merge_measured(previous: dict, times: dict, patterns: list[str]) -> dict:
+    """A step-times file whose steps matching `patterns` are `times`' new measurements and whose
+    other steps stay as `previous` measured them. Only a measurement of the same device merges:
+    one file states one device's costs."""
+    if previous["basis"] != "measured" or previous["device"] != times["device"]:
+        raise SystemExit(f"--keys updates a file measured on this device ({times['device']}); "
+                         f"the file holds {previous['basis']} times of {previous['device']}")
+    source = f"{previous['source'].rstrip()}; steps matching {' '.join(patterns)} re-{times['source']}"
+    return {**times, "source": source, "step_ms": {**previous["step_ms"], **times["step_ms"]}}
+
+
 def device_label(device_name: str) -> str:
     import platform
 
@@ -151,7 +178,11 @@ def main(argv=None) -> None:
     p.add_argument("--out", help="write the step-times file here (config/costs/*.yaml)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--keys", nargs="+", metavar="GLOB",
+                   help="measure only the step keys matching these patterns and keep the other step times of --out's file")
     opts = p.parse_args(argv)
+    if opts.keys and (opts.estimate or not opts.out or not Path(opts.out).exists()):
+        p.error("--keys updates an existing step-times file: name it with --out (and measure, without --estimate)")
 
     configs_and_plans = [cost.load_scale(path) for path in opts.config]
     steps = distinct_steps(configs_and_plans)
@@ -163,17 +194,20 @@ def main(argv=None) -> None:
                  "source": f"estimated {today} by benchmarks/gpu_budget.py from {opts.estimate}: {anchors['source'].strip()}", "step_ms": step_ms}
     else:
         step_ms = {}
-        for i, (key, (config, run)) in enumerate(steps.items(), 1):
+        measured = chosen_steps(steps, opts.keys)
+        for i, (key, (config, run)) in enumerate(measured.items(), 1):
             step_ms[key] = round(measure_step_ms(config, run, opts.device, opts.warmup, opts.steps, key), 2)
-            print(f"[{i}/{len(steps)}] {key}: {step_ms[key]:.1f} ms", file=sys.stderr)
+            print(f"[{i}/{len(measured)}] {key}: {step_ms[key]:.1f} ms", file=sys.stderr)
         import torch
 
         times = {"device": device_label(opts.device), "basis": "measured",
                  "source": f"measured {today} by benchmarks/gpu_budget.py at commit {git_commit()}, torch {torch.__version__}",
                  "step_ms": step_ms}
+        if opts.keys:
+            times = merge_measured(yaml.safe_load(Path(opts.out).read_text()), times, opts.keys)
     if opts.out:
         Path(opts.out).write_text(yaml.safe_dump(times, sort_keys=False, width=100))
-        print(f"wrote {opts.out} ({len(step_ms)} step times)", file=sys.stderr)
+        print(f"wrote {opts.out} ({len(times['step_ms'])} step times)", file=sys.stderr)
     for config, plan in configs_and_plans:
         frame = cost.table_costs(plan, config, times)
         print(f"\n{config['scale']}: GPU-hours on {times['device']} ({times['basis']})")

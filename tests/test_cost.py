@@ -208,3 +208,55 @@ def test_the_budget_times_a_self_critical_stage_with_the_training_loops_update(m
     assert gpu_budget.measure_step_ms(config, run, "cpu", warmup=0, steps=1, key=cost.step_key(run)) > 0 and len(made) == 1
     assert {k for k in gpu_budget.distinct_steps([(config, make_plan(config))]) if k.startswith("captioning/")} == {
         k for r in cost.tabled_runs(make_plan(config)).values() if r.task == "captioning" for k, _ in cost.stages_of(r)}
+
+
+def _gpu_budget():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import gpu_budget
+
+    return gpu_budget
+
+
+def test_the_budget_remeasures_only_the_chosen_keys_and_keeps_the_rest(tmp_path):
+    """`--keys`: after a change to one variant, its steps are measured again on the same device and
+    every other step time of the file stays; the source says what was re-measured."""
+    import yaml
+
+    from resrepro.experiments import make_plan
+
+    gpu_budget = _gpu_budget()
+    config = yaml.safe_load(open("tests/configs/tiny.yaml"))
+    keys = list(gpu_budget.distinct_steps([(config, make_plan(config))]))
+    out = tmp_path / "times.yaml"
+    out.write_text(yaml.safe_dump({"device": gpu_budget.device_label("cpu"), "basis": "measured", "source": "measured before",
+                                   "step_ms": {k: 1e6 for k in keys}}, sort_keys=False))
+    gpu_budget.main(["--config", "tests/configs/tiny.yaml", "--device", "cpu", "--warmup", "0", "--steps", "1",
+                     "--keys", "*/sas-gatesingle/*", "--out", str(out)])
+    times = cost.load_step_times(out)
+    changed = [k for k in keys if times["step_ms"][k] != 1e6]
+    assert changed == ["classification/preact_resnet8/sas-gatesingle/batch256"] and 0 < times["step_ms"][changed[0]] < 1e6
+    assert list(times["step_ms"]) == keys  # the file's order kept
+    assert times["source"].startswith("measured before; steps matching */sas-gatesingle/* re-measured ")
+
+
+def test_the_budget_refuses_to_mix_devices_or_to_match_nothing(tmp_path):
+    import yaml
+
+    gpu_budget = _gpu_budget()
+    out = tmp_path / "times.yaml"
+    out.write_text(yaml.safe_dump({"device": "NVIDIA H100 80GB HBM3", "basis": "measured", "source": "s", "step_ms": {"a/b/c/d": 1.0}}))
+    with pytest.raises(SystemExit, match="file measured on this device"):
+        gpu_budget.main(["--config", "tests/configs/tiny.yaml", "--device", "cpu", "--warmup", "0", "--steps", "1",
+                         "--keys", "*/sas-gatesingle/*", "--out", str(out)])
+    with pytest.raises(SystemExit, match="matches none"):
+        gpu_budget.chosen_steps({"classification/x/add/batch1": None}, ["*/sas*"])
+    assert list(gpu_budget.chosen_steps({"a/sas": 1, "a/add": 2, "a/hw": 3}, ["*/sas*", "*/hw"])) == ["a/sas", "a/hw"]
+    here = {"device": "CPU", "basis": "measured", "source": "measured now", "step_ms": {"a": 2.0}}
+    with pytest.raises(SystemExit, match="estimate times"):
+        gpu_budget.merge_measured({"device": "CPU", "basis": "estimate", "source": "s", "step_ms": {"a": 1.0}}, here, ["a"])
+    assert list(gpu_budget.chosen_steps({"a/sas": 1, "a/add": 2}, None)) == ["a/sas", "a/add"]
+    with pytest.raises(SystemExit):  # --keys without a file to update
+        gpu_budget.main(["--config", "tests/configs/tiny.yaml", "--device", "cpu", "--keys", "*"])
