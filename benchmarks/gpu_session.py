@@ -1,0 +1,176 @@
+"""The checks only a GPU can run, in one command that fits a short loan of one GPU.
+
+A GPU comes for minutes at a time, so the pending checks are written down here once, in order of
+what they decide, each with its own time limit:
+- `steps`: SAS's step cost on the base Transformer's width against post-LN, with the gates' float32
+  products in IEEE float32, then in TF32, then compiled; and on PreAct-ResNet-20 (issue 11, item 3);
+- `costs`: the step times of every SAS and Highway run of the paper and gpu-day scales, measured
+  again into the device's step-times file (they predate the `tf32` switch);
+- `tests`: the GPU test suite (`pytest -m gpu`).
+
+No check starts when less than `--min-left` seconds of `--limit` remain, and each is stopped at
+its own limit or at `--limit`, whichever comes first. Every line goes to the console and to
+OUT/session.log; the step-times file, when re-measured, is copied to OUT; the last lines say how
+each check ended. Run from the repository root, where torch sees the GPU:
+
+    PYTHONUNBUFFERED=1 python3 benchmarks/gpu_session.py --out OUT [--limit 540] [--only steps costs tests]
+
+The three groups should take about 11 minutes on an H100 (an estimate: on 2026-11-24 the GPU suite
+took 226 s there), more than one command of a loan may run. So run two commands, the second at
+once while the machine is warm: `--only steps costs --limit 420`, then `--only tests --limit 300`.
+
+The package runs from src/ (no install needed). Packages that the machine lacks must be installed
+first; the preflight says which.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+STEP_TIMES = "config/costs/h100.yaml"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    group: str
+    limit_s: int
+    argv: tuple[str, ...]  # after the Python interpreter
+
+
+# A GPU step takes milliseconds: 10 timed steps a round instead of the CPU's 1-2. The budget
+# (seconds for warm-up and rounds) leaves a compiled run time to compile each model in its warm-up.
+GPU_STEPS = ("--device", "cuda", "--variants", "sas", "highway", "--warmup", "3", "--steps", "10")
+
+
+def _transformer(budget: int, *extra: str) -> tuple[str, ...]:
+    return ("benchmarks/transformer_step_time.py", *GPU_STEPS, "--budget", str(budget), *extra)
+
+
+CHECKS = (
+    Check("transformer-ieee", "steps", 120, _transformer(60, "--tf32", "false")),
+    Check("transformer-tf32", "steps", 120, _transformer(60, "--tf32", "true")),
+    Check("transformer-compiled", "steps", 240, _transformer(180, "--compile")),
+    Check("resnet", "steps", 120, ("benchmarks/step_time.py", *GPU_STEPS, "--budget", "60")),
+    Check("costs", "costs", 240, ("benchmarks/gpu_budget.py", "--device", "cuda", "--keys", "*/sas*", "*/highway*",
+                                  "--out", STEP_TIMES)),
+    Check("tests", "tests", 420, ("-m", "pytest", "-m", "gpu", "-rA", "tests/test_gpu.py")),
+)
+GROUPS = tuple(dict.fromkeys(c.group for c in CHECKS))
+# What the checks import beyond the standard library (the GPU tests' translation runs tokenize
+# with sacremoses and score with sacrebleu); the machine's own torch is used.
+NEEDS = ("torch", "numpy", "yaml", "pandas", "scipy", "sklearn", "tqdm", "pytest", "sacrebleu", "sacremoses",
+         "resrepro.experiments", "resrepro.analysis.cost", "resrepro.models")
+
+
+def environment() -> dict:
+    """The checks' environment: the package from src/, the benchmarks importable by each other."""
+    path = os.pathsep.join([str(ROOT / "src"), str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
+
+
+def preflight(env: dict, python: str = sys.executable) -> str | None:
+    """None when every module the checks import loads; otherwise what is missing, said plainly."""
+    code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)"
+    proc = subprocess.run([python, "-c", code, *NEEDS], env=env, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode == 0:
+        return None
+    last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+    return f"cannot import what the checks need: {last}. Install the missing packages (e.g. as wheels) and run again."
+
+
+def run_check(check: Check, limit_s: float, log, env: dict, python: str = sys.executable) -> tuple[str, float]:
+    """Runs one check, copying its output line by line to the console and `log`; stops its whole
+    process group at `limit_s` (pytest and torchrun start processes of their own). Returns how it
+    ended ("ok", "failed (exit N)" or "stopped at N s") and its seconds."""
+    started = time.monotonic()
+    proc = subprocess.Popen([python, *check.argv], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    timed_out = threading.Event()
+
+    def stop():
+        timed_out.set()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    timer = threading.Timer(limit_s, stop)
+    timer.start()
+    try:
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            log.write(line)
+        proc.wait()
+    finally:
+        timer.cancel()
+    seconds = time.monotonic() - started
+    if timed_out.is_set():
+        return f"stopped at {limit_s:.0f} s", seconds
+    return ("ok" if proc.returncode == 0 else f"failed (exit {proc.returncode})"), seconds
+
+
+def run_session(checks, out: Path, limit_s: float, min_left_s: float, env: dict, python: str = sys.executable,
+                header: str = "") -> list[tuple[str, str, float]]:
+    """Runs `checks` in order within `limit_s`; returns (name, how it ended, seconds) of each."""
+    out.mkdir(parents=True, exist_ok=True)
+    started, results = time.monotonic(), []
+    with open(out / "session.log", "a", encoding="utf-8") as log:
+        log.write(header + "\n")
+        for check in checks:
+            left = limit_s - (time.monotonic() - started)
+            if left < min_left_s:
+                results.append((check.name, f"not started ({left:.0f} s left)", 0.0))
+                continue
+            banner = f"\n=== {check.name}: python {' '.join(check.argv)} (limit {min(check.limit_s, left):.0f} s)\n"
+            sys.stdout.write(banner)
+            log.write(banner)
+            log.flush()
+            how, seconds = run_check(check, min(check.limit_s, left), log, env, python)
+            results.append((check.name, how, seconds))
+            if check.group == "costs" and how == "ok":
+                shutil.copy(ROOT / STEP_TIMES, out / Path(STEP_TIMES).name)
+        summary = "\n=== summary\n" + "".join(f"{name}: {how}, {seconds:.0f} s\n" for name, how, seconds in results)
+        sys.stdout.write(summary)
+        log.write(summary)
+    return results
+
+
+def device_header(python: str = sys.executable) -> str:
+    code = ("import torch, platform; print('torch', torch.__version__, 'python', platform.python_version()); "
+            "print(torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA device')")
+    proc = subprocess.run([python, "-c", code], capture_output=True, text=True)
+    return (proc.stdout + proc.stderr).strip()
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-session")), help="where the log goes (default $OUT)")
+    p.add_argument("--limit", type=float, default=540, help="seconds for all the checks together (default 540)")
+    p.add_argument("--min-left", type=float, default=60, help="start no check with fewer seconds left (default 60)")
+    p.add_argument("--only", nargs="+", choices=GROUPS, default=list(GROUPS), help="the groups to run, in their order above")
+    opts = p.parse_args(argv)
+
+    env = environment()
+    problem = preflight(env)
+    header = device_header()
+    print(header)
+    if problem or "no CUDA device" in header:
+        print(problem or "no CUDA device: these checks need one", file=sys.stderr)
+        return 2
+    results = run_session([c for c in CHECKS if c.group in opts.only], opts.out, opts.limit, opts.min_left, env, header=header)
+    return 0 if all(how == "ok" for _, how, _ in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

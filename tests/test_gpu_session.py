@@ -1,0 +1,94 @@
+"""benchmarks/gpu_session.py, the checks a lent GPU runs: every check's command line is one its
+benchmark accepts (a typo would waste the loan), and the runner keeps to its time limits."""
+
+import argparse
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import gpu_session  # noqa: E402
+
+
+class Parsed(Exception):
+    pass
+
+
+@pytest.mark.parametrize("check", [c for c in gpu_session.CHECKS if c.argv[0].endswith(".py")], ids=lambda c: c.name)
+def test_each_benchmark_check_parses_with_its_own_command_line(check, monkeypatch):
+    import importlib
+
+    real = argparse.ArgumentParser.parse_args
+
+    def parse_then_stop(self, args=None, namespace=None):
+        raise Parsed(real(self, args, namespace))
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
+    module = importlib.import_module(Path(check.argv[0]).stem)
+    with pytest.raises(Parsed) as parsed:
+        (getattr(module, "parse_args", None) or module.main)(list(check.argv[1:]))
+    opts = parsed.value.args[0]
+    assert opts.device == "cuda"
+    if check.group == "steps":
+        assert opts.variants == ["sas", "highway"]
+
+
+def test_the_test_check_runs_the_registered_gpu_marker():
+    (tests,) = [c for c in gpu_session.CHECKS if c.group == "tests"]
+    markers = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]
+    assert any(m.startswith("gpu:") for m in markers) and (ROOT / tests.argv[-1]).exists()
+    assert tests.argv[:4] == ("-m", "pytest", "-m", "gpu")
+
+
+def test_the_steps_check_ieee_against_tf32_then_compiled():
+    argv = {c.name: c.argv for c in gpu_session.CHECKS}
+    assert argv["transformer-ieee"][-2:] == ("--tf32", "false") and argv["transformer-tf32"][-2:] == ("--tf32", "true")
+    assert "--compile" in argv["transformer-compiled"]
+    assert [c.group for c in gpu_session.CHECKS] == ["steps"] * 4 + ["costs", "tests"]
+
+
+def check(name, code, limit=30, group="steps"):
+    return gpu_session.Check(name, group, limit, ("-c", code))
+
+
+def test_the_session_logs_each_check_and_says_how_it_ended(tmp_path, capsys):
+    checks = [check("fine", "print('figure 1.0')"), check("broken", "import sys; print('bad'); sys.exit(3)"),
+              check("slow", "import subprocess, time; subprocess.Popen(['sleep', '60']); print('started', flush=True); time.sleep(60)", limit=2)]
+    started = time.monotonic()
+    results = gpu_session.run_session(checks, tmp_path, limit_s=100, min_left_s=1, env=gpu_session.environment(), header="device X")
+    assert time.monotonic() - started < 30  # the slow check's child was stopped with it, so its output pipe closed
+    assert [(name, how) for name, how, _ in results] == [("fine", "ok"), ("broken", "failed (exit 3)"), ("slow", "stopped at 2 s")]
+    log = (tmp_path / "session.log").read_text()
+    assert log.startswith("device X\n") and "figure 1.0" in log and "bad" in log and "started" in log
+    assert log.rstrip().endswith("slow: stopped at 2 s, 2 s") and "figure 1.0" in capsys.readouterr().out
+
+
+def test_no_check_starts_with_too_little_time_left_and_each_stops_at_the_session_limit(tmp_path):
+    checks = [check("first", "import time; time.sleep(60)", limit=100), check("second", "print(1)")]
+    results = gpu_session.run_session(checks, tmp_path, limit_s=2, min_left_s=1, env=gpu_session.environment())
+    assert results[0][:2] == ("first", "stopped at 2 s") and results[1][1].startswith("not started")
+
+
+def test_a_measured_step_times_file_comes_back_only_when_its_check_passed(tmp_path):
+    gpu_session.run_session([check("costs", "import sys; sys.exit(1)", group="costs")], tmp_path / "a", 60, 1, gpu_session.environment())
+    assert not (tmp_path / "a" / "h100.yaml").exists()
+    gpu_session.run_session([check("costs", "pass", group="costs")], tmp_path / "b", 60, 1, gpu_session.environment())
+    assert (tmp_path / "b" / "h100.yaml").read_text() == (ROOT / gpu_session.STEP_TIMES).read_text()
+
+
+def test_the_preflight_names_a_missing_module(monkeypatch):
+    env = gpu_session.environment()
+    assert gpu_session.preflight(env) is None  # this venv has every package the checks import
+    monkeypatch.setattr(gpu_session, "NEEDS", ("yaml", "no_such_package_here"))
+    assert "No module named 'no_such_package_here'" in gpu_session.preflight(env)
+
+
+def test_without_a_gpu_the_session_refuses_before_running_anything(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(gpu_session, "device_header", lambda: "torch 2 python 3\nno CUDA device")
+    assert gpu_session.main(["--out", str(tmp_path)]) == 2
+    assert "need one" in capsys.readouterr().err and not (tmp_path / "session.log").exists()
