@@ -165,10 +165,46 @@ def test_a_failing_spice_keeps_the_other_metrics(monkeypatch):
     score, note = evaluate.Scorers._spice({}, {})
     assert score is None and note == "SPICE failed: RuntimeError: java.lang.NoClassDefFoundError"
 
+    class Scores:  # SPICE where its jars are there: a fraction, reported x 100 as the papers print it
+        def compute_score(self, gts, res):
+            seen.append((gts, res))
+            return 0.2125, [{"All": {"f": 0.2125}}]
+
+    seen = []
+    monkeypatch.setattr(spice_module, "Spice", Scores)
+    assert evaluate.Scorers._spice({"a": ["x y"]}, {"a": ["x"]}) == (21.25, "")
+    assert seen == [({"a": ["x y"]}, {"a": ["x"]})]
+
+
+def test_captioning_searches_every_image_once_in_batches_with_the_specs_settings(monkeypatch):
+    """caption_images: consecutive batches of at most `batch_images`, each image once and in order,
+    float32 on the device (features are stored as float16), and the spec's beam, alpha and length
+    limit: max_len_b words whatever the number of regions (max_len_a 0)."""
+    calls = []
+
+    def search(model, batch, bos, eos, **settings):
+        calls.append((batch, bos, eos, settings))
+        return [[int(v)] for v in batch[:, 0, 0]]
+
+    monkeypatch.setattr(evaluate, "beam_search", search)
+    features = np.arange(7, dtype=np.float16)[:, None, None] * np.ones((1, 3, 2), dtype=np.float16)
+    spec = {"bos_id": 1, "eos_id": 2, "beam": 3, "alpha": 0.4, "max_len_b": 9}
+    out = evaluate.caption_images(None, features, spec, torch.device("cpu"), batch_images=3)
+    assert out == [[i] for i in range(7)]
+    assert [len(batch) for batch, *_ in calls] == [3, 3, 1]
+    assert all(batch.dtype == torch.float32 and batch.device.type == "cpu" for batch, *_ in calls)
+    assert {(bos, eos) for _, bos, eos, _ in calls} == {(1, 2)}
+    assert all(settings == {"beam": 3, "alpha": 0.4, "max_len_a": 0.0, "max_len_b": 9} for *_, settings in calls)
+
 
 @pytest.mark.skipif(not JAVA, reason="pycocoevalcap needs Java")
-def test_evaluate_a_trained_run_end_to_end(scenes_dir, tmp_path):
+def test_evaluate_a_trained_run_end_to_end(scenes_dir, tmp_path, monkeypatch):
     from resrepro.train.average import average_checkpoints, checkpoints_to_average
+
+    devices = []  # the device picked once, for the model and for the images alike
+    for name, at in (("load_model", 2), ("caption_images", 3)):  # where each takes its device
+        real = getattr(evaluate, name)
+        monkeypatch.setattr(evaluate, name, lambda *a, real=real, at=at: devices.append(a[at]) or real(*a))
 
     run = tmp_path / "run"
     train_captioning.train(spec(), scenes_dir, run, device="cpu", progress=False)
@@ -177,6 +213,7 @@ def test_evaluate_a_trained_run_end_to_end(scenes_dir, tmp_path):
                  "eos_id": 2, "beam": 2, "alpha": 0.0, "max_len_b": 8}
     result = evaluate.evaluate_prepared(eval_spec, scenes_dir, run / "averaged.pt", run, evaluate.Scorers(spice=False), device="cpu")
     assert result["images"] == 12 and set(evaluate.METRICS) <= set(result) and result["features"] == "patch_grid"
+    assert devices == [torch.device("cpu")] * 2
     lines = (run / "captions.tsv").read_text().splitlines()
     assert len(lines) == 12 and lines[0].startswith("test00000\t")
     assert json.loads((run / "eval.json").read_text())["cider"] == result["cider"]

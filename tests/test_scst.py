@@ -23,6 +23,11 @@ def test_with_the_scored_references_as_corpus_it_equals_pycocoevalcap_cider():
     mean, theirs = Cider().compute_score({i: refs for i, refs in enumerate(REFS)}, {i: [h] for i, h in enumerate(HYPS)})
     assert ours == pytest.approx(list(theirs), abs=1e-9)
     assert sum(ours) / 3 == pytest.approx(mean, abs=1e-9)
+    # one-word captions: pycocoevalcap's length is the count of bigrams (0 here), not words - 1 (nor trigrams)
+    refs, hyps = REFS[:2] + [["circle"]], ["circle", "blue", "a red circle"]
+    ours = CiderD([[r.split() for r in rs] for rs in refs]).scores([h.split() for h in hyps], [0, 1, 2])
+    _, theirs = Cider().compute_score({i: rs for i, rs in enumerate(refs)}, {i: [h] for i, h in enumerate(hyps)})
+    assert ours == pytest.approx(list(theirs), abs=1e-9) and ours[2] > 0
 
 
 def test_a_hand_computed_score_unigrams_only():

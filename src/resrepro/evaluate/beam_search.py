@@ -36,8 +36,6 @@ stripped from them.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch.nn import functional as F
 
@@ -272,23 +270,3 @@ def _one_path(model, src: torch.Tensor, bos: int, eos: int, max_len_a: float, ma
         model.train(was_training)
     return out
 
-
-def sequence_score(model, src_one: torch.Tensor, bos: int, eos: int, hyp: list[int], finished_by_eos: bool, alpha: float) -> float:
-    """Teacher-forced score of one hypothesis (tokens without BOS/EOS) for a (1, S) source:
-    sum of log-probs of hyp (+ EOS when `finished_by_eos`) / lp(its length), PAD and BOS banned
-    as in the search. A reference for tests."""
-    banned = banned_tokens(model, bos, eos)
-    device = _device(model)
-    target = list(hyp) + ([eos] if finished_by_eos else [])
-    if not target:
-        raise ValueError("empty hypothesis: nothing was generated")
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            tgt_in = torch.tensor([[bos] + target[:-1]], device=device)
-            logp = _log_probs(model(src_one.to(device), tgt_in)[0], banned)
-            total = logp.gather(1, torch.tensor(target, device=device)[:, None]).sum().item()
-    finally:
-        model.train(was_training)
-    return total / length_penalty(len(target), alpha) if math.isfinite(total) else NEG_INF
