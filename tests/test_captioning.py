@@ -116,7 +116,7 @@ def train_killed_then_resumed(run_spec, data_dir, out_dir, device, monkeypatch) 
 
 
 @pytest.mark.skipif(not JAVA, reason="pycocoevalcap's PTB tokenizer and METEOR need Java")
-def test_scores_equal_pycocoevalcap_called_directly():
+def test_scores_equal_pycocoevalcap_called_directly(monkeypatch):
     from pycocoevalcap.bleu.bleu import Bleu
     from pycocoevalcap.cider.cider import Cider
     from pycocoevalcap.meteor.meteor import Meteor
@@ -126,7 +126,8 @@ def test_scores_equal_pycocoevalcap_called_directly():
     refs = {"1": ["A red ball on the left.", "a red circle, left"], "2": ["two blue boxes", "a pair of blue squares"],
             "3": ["a small green triangle", "green wedge"]}
     hyps = {"1": "a red ball on the left", "2": "two blue squares", "3": "a green circle"}
-    ours = evaluate.Scorers(spice=False).score(refs, hyps)
+    scorers = evaluate.Scorers(spice=False)
+    ours = scorers.score(refs, hyps)
     tok = PTBTokenizer()
     gts = tok.tokenize({k: [{"caption": c} for c in v] for k, v in refs.items()})
     res = tok.tokenize({k: [{"caption": h}] for k, h in hyps.items()})
@@ -135,7 +136,13 @@ def test_scores_equal_pycocoevalcap_called_directly():
               "rouge_l": 100 * Rouge().compute_score(gts, res)[0], "cider": 100 * Cider().compute_score(gts, res)[0]}
     for metric, value in direct.items():
         assert ours[metric] == pytest.approx(value, abs=1e-9), metric
-    assert ours["bleu1"] > ours["bleu4"] > 0 and ours["spice"] is None
+    assert ours["bleu1"] > ours["bleu4"] > 0 and ours["spice"] is None and ours["spice_note"] == scorers.spice_note
+    seen = []  # where SPICE runs, it scores the same tokenized captions and its value joins the others
+    monkeypatch.setattr(evaluate.Scorers, "_spice", staticmethod(lambda g, r: seen.append((g, r)) or (33.0, "")))
+    scorers.spice = True
+    with_spice = scorers.score(refs, hyps)
+    assert (with_spice["spice"], with_spice["spice_note"]) == (33.0, "") and seen == [(gts, res)]
+    assert with_spice["cider"] == ours["cider"]
     with pytest.raises(ValueError, match="same images"):
         evaluate.Scorers(spice=False).score(refs, {"1": "x"})
 
@@ -152,6 +159,8 @@ def test_spice_without_its_jars_says_why_and_how_to_supply_them(tmp_path, monkey
     for jar in evaluate.SPICE_JARS:
         (fake / "spice" / "lib" / jar).write_bytes(b"")
     assert evaluate.spice_status() == (True, "")
+    monkeypatch.setenv("PATH", str(tmp_path))  # the jars, but no Java
+    assert evaluate.spice_status() == (False, "SPICE unavailable: no java on PATH")
 
 
 def test_a_failing_spice_keeps_the_other_metrics(monkeypatch):
@@ -176,6 +185,33 @@ def test_a_failing_spice_keeps_the_other_metrics(monkeypatch):
     assert seen == [({"a": ["x y"]}, {"a": ["x"]})]
 
 
+def test_scorers_run_spice_where_it_can_unless_told(monkeypatch):
+    """`spice=None` follows spice_status; True or False overrides it (the report's SPICE column)."""
+    import pycocoevalcap.meteor.meteor as meteor_module
+
+    monkeypatch.setattr(meteor_module, "Meteor", lambda: None)  # no Java process for this
+    for available in (True, False):
+        monkeypatch.setattr(evaluate, "spice_status", lambda available=available: (available, "" if available else "no jars"))
+        assert evaluate.Scorers().spice is available
+        assert evaluate.Scorers(spice=False).spice is False and evaluate.Scorers(spice=True).spice is True
+    assert evaluate.Scorers().spice_note == "no jars"
+
+
+@pytest.mark.skipif(not JAVA, reason="needs Java")
+def test_the_java_version_is_the_first_line_java_prints_and_says_when_there_is_none(monkeypatch, tmp_path):
+    import subprocess
+
+    printed = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
+    assert evaluate._java_version() == printed.splitlines()[0] and "version" in printed.splitlines()[0]
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert evaluate._java_version() == "unknown (FileNotFoundError)"
+    silent = tmp_path / "java"  # a java that prints nothing
+    silent.write_text("#!/bin/sh\nexit 0\n")
+    silent.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert evaluate._java_version() == "unknown"
+
+
 def test_captioning_searches_every_image_once_in_batches_with_the_specs_settings(monkeypatch):
     """caption_images: consecutive batches of at most `batch_images`, each image once and in order,
     float32 on the device (features are stored as float16), and the spec's beam, alpha and length
@@ -192,9 +228,43 @@ def test_captioning_searches_every_image_once_in_batches_with_the_specs_settings
     out = evaluate.caption_images(None, features, spec, torch.device("cpu"), batch_images=3)
     assert out == [[i] for i in range(7)]
     assert [len(batch) for batch, *_ in calls] == [3, 3, 1]
-    assert all(batch.dtype == torch.float32 and batch.device.type == "cpu" for batch, *_ in calls)
+    assert all(batch.dtype == torch.float32 for batch, *_ in calls)
     assert {(bos, eos) for _, bos, eos, _ in calls} == {(1, 2)}
     assert all(settings == {"beam": 3, "alpha": 0.4, "max_len_a": 0.0, "max_len_b": 9} for *_, settings in calls)
+    calls.clear()  # on the device asked for ("meta" stands in for a GPU: tensors without storage)
+    monkeypatch.setattr(evaluate, "beam_search", lambda model, batch, *a, **k: calls.append((batch,)) or [[0]] * len(batch))
+    evaluate.caption_images(None, features, spec, torch.device("meta"), batch_images=3)
+    assert [batch.device.type for batch, in calls] == ["meta"] * 3
+
+
+def test_evaluation_scores_the_decoded_captions_against_every_reference_and_records_its_settings(scenes_dir, tmp_path, monkeypatch):
+    """evaluate_prepared with known captions (a briefly trained model captions nothing yet): each
+    test image's ids decoded through the vocabulary, scored against all its references, written
+    one line per image to captions.tsv; eval.json keeps the beam, alpha and vocabulary size."""
+    vocabulary, test = captions.load_vocabulary(scenes_dir), captions.load_split(scenes_dir, "test")
+    ids = [[4 + i, 5, 2, 6] for i in range(len(test.image_ids))]  # words after EOS are not part of a caption
+    monkeypatch.setattr(evaluate, "load_model", lambda *a: None)
+    monkeypatch.setattr(evaluate, "caption_images", lambda *a: ids)
+    scored = []
+
+    class Scorers:
+        def score(self, refs, hyps):
+            scored.append((refs, hyps))
+            return {"cider": 12.5}
+
+    monkeypatch.setattr(evaluate, "_java_version", lambda: "openjdk version 21")
+    eval_spec = {"beam": 3, "alpha": 0.7, "max_len_b": 8}
+    result = evaluate.evaluate_prepared(eval_spec, scenes_dir, "averaged.pt", tmp_path, Scorers(), device="cpu")
+    expected = {image: f"{vocabulary[4 + i]} {vocabulary[5]}" for i, image in enumerate(test.image_ids)}
+    refs, hyps = scored[0]
+    assert hyps == expected and list(hyps) == test.image_ids
+    assert refs == {image: [" ".join(c) for c in caps] for image, caps in zip(test.image_ids, test.captions)}
+    assert all(len(r) > 1 for r in refs.values())
+    lines = (tmp_path / "captions.tsv").read_text().splitlines()
+    assert lines == [f"{image}\t{caption}" for image, caption in expected.items()]
+    assert (result["cider"], result["images"], result["beam"], result["alpha"]) == (12.5, 12, 3, 0.7)
+    assert result["words"] == len(vocabulary) - 4 and result["java"] == "openjdk version 21"  # the four specials are not words
+    assert json.loads((tmp_path / "eval.json").read_text())["beam"] == 3
 
 
 @pytest.mark.skipif(not JAVA, reason="pycocoevalcap needs Java")
