@@ -9,7 +9,7 @@ Measure on a GPU (writes the step-times file the report reads, then prints each 
 and point `gpu_costs` in config/*.yaml at it. After a change that touches a few variants, re-measure
 only their steps on the same device and keep the file's other step times:
 
-    .venv/bin/python benchmarks/gpu_budget.py --device cuda --keys '*/sas*' '*/highway*' --out config/costs/h100.yaml
+    .venv/bin/python benchmarks/gpu_budget.py --device cuda --keys '*/sas*' --out config/costs/h100.yaml
 
 Without a GPU, the estimate from measured anchors:
 
