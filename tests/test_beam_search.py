@@ -208,3 +208,18 @@ def test_early_stop_changes_nothing(scale, alpha):
         assert [e[0] for e in early] == [x[0] for x in late]
         saved += slow["tokens"] - fast["tokens"]
     assert saved > 0
+
+
+def test_finished_hypotheses_stay_sorted_best_first_stable_and_at_most_k():
+    from resrepro.evaluate.beam_search import _add_finished
+
+    kept = []
+    for score, hyp in [(0.5, [1]), (0.9, [2]), (0.1, [3]), (0.3, [4])]:
+        _add_finished(kept, score, hyp, k=4)
+    assert kept == [(0.9, [2]), (0.5, [1]), (0.3, [4]), (0.1, [3])]  # 0.3 went between 0.5 and 0.1
+    _add_finished(kept, 0.5, [5], k=4)  # a tie keeps the earlier one first; the worst drops out
+    assert kept == [(0.9, [2]), (0.5, [1]), (0.5, [5]), (0.3, [4])]
+    _add_finished(kept, 0.2, [6], k=4)  # worse than all k: not kept
+    assert kept == [(0.9, [2]), (0.5, [1]), (0.5, [5]), (0.3, [4])]
+    _add_finished(kept, 1.0, [7], k=4)
+    assert [h for _, h in kept] == [[7], [2], [1], [5]]
