@@ -195,6 +195,8 @@ def main(argv=None) -> None:
     else:
         step_ms = {}
         measured = chosen_steps(steps, opts.keys)
+        if opts.keys:  # refuse another device's file before spending the GPU's time
+            merge_measured(yaml.safe_load(Path(opts.out).read_text()), {"device": device_label(opts.device), "source": "", "step_ms": {}}, opts.keys)
         for i, (key, (config, run)) in enumerate(measured.items(), 1):
             step_ms[key] = round(measure_step_ms(config, run, opts.device, opts.warmup, opts.steps, key), 2)
             print(f"[{i}/{len(measured)}] {key}: {step_ms[key]:.1f} ms", file=sys.stderr)
