@@ -6,7 +6,7 @@ VENV := .venv
 CORES ?= all
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: report test test-slurm lint bench mutation
+.PHONY: report test test-slurm lint bench mutation gpu-wheels
 
 $(VENV)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -40,3 +40,8 @@ mutation: $(VENV)/.installed
 bench: $(VENV)/.installed
 	python benchmarks/step_time.py
 	python benchmarks/transformer_step_time.py
+
+# The packages a lent GPU machine lacks, as wheels for its Python, into .whl/ (here, with the
+# internet); there: `python3 benchmarks/gpu_session.py --wheels .whl ...`, carrying .whl.
+gpu-wheels: $(VENV)/.installed
+	python benchmarks/gpu_session.py --download-wheels .whl

@@ -13,14 +13,16 @@ its own limit or at `--limit`, whichever comes first. Every line goes to the con
 OUT/session.log; the step-times file, when re-measured, is copied to OUT; the last lines say how
 each check ended. Run from the repository root, where torch sees the GPU:
 
-    PYTHONUNBUFFERED=1 python3 benchmarks/gpu_session.py --out OUT [--limit 540] [--only steps costs tests]
+    PYTHONUNBUFFERED=1 python3 benchmarks/gpu_session.py --out OUT [--wheels .whl] [--limit 540] [--only steps costs tests]
 
 The three groups should take about 11 minutes on an H100 (an estimate: on 2026-11-24 the GPU suite
 took 226 s there), more than one command of a loan may run. So run two commands, the second at
 once while the machine is warm: `--only steps costs --limit 420`, then `--only tests --limit 300`.
 
-The package runs from src/ (no install needed). Packages that the machine lacks must be installed
-first; the preflight says which.
+The package runs from src/ (no install needed). Packages that the machine lacks travel as wheels:
+`make gpu-wheels` (here, with the internet) downloads them into .whl/ at this venv's versions, for
+the GPU machine's Python; `--wheels .whl` installs them there into a folder of their own before the
+preflight, which says what is still missing.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -67,16 +70,47 @@ CHECKS = (
     Check("tests", "tests", 420, ("-m", "pytest", "-m", "gpu", "-rA", "tests/test_gpu.py")),
 )
 GROUPS = tuple(dict.fromkeys(c.group for c in CHECKS))
+# What the GPU machine's image lacks of what the checks import (its package list: sacremoses only),
+# downloaded as wheels for its Python (3.12, x86-64 Linux) at this venv's versions.
+GPU_WHEELS = ("sacremoses",)
+GPU_PYTHON = "3.12"
+GPU_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 # What the checks import beyond the standard library (the GPU tests' translation runs tokenize
 # with sacremoses and score with sacrebleu); the machine's own torch is used.
 NEEDS = ("torch", "numpy", "yaml", "pandas", "scipy", "sklearn", "tqdm", "pytest", "sacrebleu", "sacremoses",
          "resrepro.experiments", "resrepro.analysis.cost", "resrepro.models")
 
 
-def environment() -> dict:
-    """The checks' environment: the package from src/, the benchmarks importable by each other."""
-    path = os.pathsep.join([str(ROOT / "src"), str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
+def environment(site: Path | None = None) -> dict:
+    """The checks' environment: the package from src/, the benchmarks importable by each other,
+    and the wheels installed into `site`, if any."""
+    parts = [str(ROOT / "src"), str(ROOT / "benchmarks"), *([str(site)] if site else []), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(parts).rstrip(os.pathsep), "PYTHONUNBUFFERED": "1"}
+
+
+def download_command(dest: Path, python: str = sys.executable) -> list[str]:
+    """pip's command that downloads GPU_WHEELS, each at the version installed here, built for the
+    GPU machine's Python: no dependencies (the image has them), binary wheels only."""
+    from importlib.metadata import version
+
+    platforms = [arg for name in GPU_PLATFORMS for arg in ("--platform", name)]
+    return [python, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "--python-version", GPU_PYTHON,
+            "--implementation", "cp", *platforms, "-d", str(dest), *(f"{name}=={version(name)}" for name in GPU_WHEELS)]
+
+
+def install_wheels(wheels: Path, site: Path | None = None, python: str = sys.executable) -> Path:
+    """Installs every wheel in `wheels` offline into `site` (default: a new temporary folder);
+    returns the folder (for PYTHONPATH).
+    Raises SystemExit with pip's message when the folder holds none or pip fails."""
+    found = sorted(wheels.glob("*.whl"))
+    if not found:
+        raise SystemExit(f"--wheels {wheels}: no .whl files there (make gpu-wheels downloads them)")
+    site = site or Path(tempfile.mkdtemp(prefix="gpu-session-site-"))
+    proc = subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
+                           "--no-cache-dir", "--target", str(site), *map(str, found)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"installing {', '.join(w.name for w in found)} failed: {proc.stderr.strip()[-500:]}")
+    return site
 
 
 def preflight(env: dict, python: str = sys.executable) -> str | None:
@@ -159,9 +193,14 @@ def main(argv=None) -> int:
     p.add_argument("--limit", type=float, default=540, help="seconds for all the checks together (default 540)")
     p.add_argument("--min-left", type=float, default=60, help="start no check with fewer seconds left (default 60)")
     p.add_argument("--only", nargs="+", choices=GROUPS, default=list(GROUPS), help="the groups to run, in their order above")
+    p.add_argument("--wheels", type=Path, help="install the wheels in this folder first (e.g. .whl from `make gpu-wheels`)")
+    p.add_argument("--download-wheels", type=Path, metavar="DIR",
+                   help="only download the wheels the GPU machine lacks into DIR (run here, with the internet), then stop")
     opts = p.parse_args(argv)
 
-    env = environment()
+    if opts.download_wheels:
+        return subprocess.run(download_command(opts.download_wheels)).returncode
+    env = environment(install_wheels(opts.wheels) if opts.wheels else None)
     problem = preflight(env)
     header = device_header()
     print(header)

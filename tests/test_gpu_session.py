@@ -92,3 +92,55 @@ def test_without_a_gpu_the_session_refuses_before_running_anything(tmp_path, mon
     monkeypatch.setattr(gpu_session, "device_header", lambda: "torch 2 python 3\nno CUDA device")
     assert gpu_session.main(["--out", str(tmp_path)]) == 2
     assert "need one" in capsys.readouterr().err and not (tmp_path / "session.log").exists()
+
+
+def test_the_wheels_download_is_the_gpu_machines_python_at_this_venvs_versions(tmp_path):
+    from importlib.metadata import version
+
+    cmd = gpu_session.download_command(tmp_path / "whl", python="py")
+    assert cmd[:4] == ["py", "-m", "pip", "download"] and cmd[-1] == f"sacremoses=={version('sacremoses')}"
+    assert cmd[cmd.index("--python-version") + 1] == "3.12" and cmd[cmd.index("-d") + 1] == str(tmp_path / "whl")
+    assert {"--no-deps", "--only-binary=:all:"} <= set(cmd) and "manylinux2014_x86_64" in cmd
+
+
+def _wheel(folder: Path, module: str, value: int) -> Path:
+    """A minimal pure-Python wheel, made by hand: pip installs it offline like any other."""
+    import zipfile
+
+    info = f"{module}-1.0.dist-info"
+    files = {f"{module}/__init__.py": f"VALUE = {value}\n",
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {module}\nVersion: 1.0\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{name},,\n" for name in [*files, f"{info}/RECORD"])
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{module}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+    return path
+
+
+def test_wheels_install_offline_into_their_own_folder_which_the_checks_then_import(tmp_path, monkeypatch):
+    import subprocess
+
+    _wheel(tmp_path / "whl", "gpu_probe_pkg", 7)
+    site = gpu_session.install_wheels(tmp_path / "whl", tmp_path / "site")
+    assert site == tmp_path / "site"
+    env = gpu_session.environment(site)
+    assert env["PYTHONPATH"].split(":")[:3] == [str(ROOT / "src"), str(ROOT / "benchmarks"), str(site)]
+    monkeypatch.setattr(gpu_session, "NEEDS", ("yaml", "gpu_probe_pkg"))
+    assert gpu_session.preflight(env) is None and "No module named" in gpu_session.preflight(gpu_session.environment())
+    out = subprocess.run([sys.executable, "-c", "import gpu_probe_pkg; print(gpu_probe_pkg.VALUE)"], env=env,
+                         capture_output=True, text=True).stdout
+    assert out.strip() == "7"
+
+
+def test_a_wheels_folder_without_wheels_or_with_a_broken_one_stops_the_session(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit, match="no .whl files"):
+        gpu_session.main(["--wheels", str(tmp_path / "empty"), "--out", str(tmp_path / "out")])
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "broken-1.0-py3-none-any.whl").write_text("not a zip")
+    with pytest.raises(SystemExit, match="broken-1.0-py3-none-any.whl failed"):
+        gpu_session.install_wheels(tmp_path / "bad", tmp_path / "site")
+    assert not (tmp_path / "out").exists()
