@@ -21,6 +21,12 @@ on the CPU, bf16 autocast, channels-last, a fused optimizer and TF32 matmuls on 
 `--variants sas highway` times only those rows and the baseline (compiling each model takes a
 minute on the CPU).
 
+The `ops` column counts the operations one step dispatches that compute (forward, backward and
+optimizer; views excluded), from one untimed step before the rounds. It is the same on every
+machine. On a GPU in eager mode each is a kernel launch costing microseconds of host time, so at
+small sizes a step's time follows this count more than its arithmetic (docs/performance.md).
+Compiled, the count is not taken: the compiled graph's kernels are not torch's operations.
+
 Run (from the repository root):
 
     .venv/bin/python benchmarks/step_time.py
@@ -45,6 +51,7 @@ import time
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from resrepro import devices, residual
 from resrepro.models import count_parameters
@@ -170,6 +177,31 @@ def time_interleaved(benches: list, run_step, sync, opts: argparse.Namespace, t_
     return rounds_done
 
 
+class OpCounter(TorchDispatchMode):
+    """Counts the aten operations dispatched inside it that compute: below autograd, so the
+    backward's and the optimizer's count too; views (detach, transpose, expand, ...) do not."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not func.is_view and func.overloadpacket is not torch.ops.aten._unsafe_view:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count_ops(benches: list, run_step, speed: Speed) -> None:
+    """Sets each bench's `ops` to what one step dispatches (OpCounter), from one extra step; None
+    when compiled."""
+    for b in benches:
+        b.ops = None
+        if not speed.compile:
+            with OpCounter() as counter:
+                run_step(b)
+            b.ops = counter.count
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--depth", type=int, default=20, help="PreAct-ResNet depth, 6n+2 (default 20)")
@@ -237,7 +269,8 @@ def report_timings(benches: list, ref, rounds_done: int, opts: argparse.Namespac
     for b in benches:
         med = statistics.median(b.times)
         rows.append({"variant": b.label, "median_ms": med * 1e3, "min_ms": min(b.times) * 1e3, "ratio": med / ref_med,
-                     "min_ratio": min(b.times) / ref_min, "params": b.params, "steps": len(b.times)})
+                     "min_ratio": min(b.times) / ref_min, "params": b.params, "ops": getattr(b, "ops", None),
+                     "steps": len(b.times)})
         if with_loss:
             rows[-1]["last_loss"] = float(b.loss)
 
@@ -246,16 +279,19 @@ def report_timings(benches: list, ref, rounds_done: int, opts: argparse.Namespac
     wv, wm = max(8, len(vs)), max(11, len(vs_min))
     loss_head, loss_rule = (f"  {'last loss':>9}", f"  {'-' * 9}") if with_loss else ("", "")
     print()
-    print(f"{'variant':<{w}}  {'median ms':>10}  {vs:>{wv}}  {'min ms':>9}  {vs_min:>{wm}}  {'params':>10}  {'steps':>5}{loss_head}")
-    print(f"{'-' * w}  {'-' * 10}  {'-' * wv}  {'-' * 9}  {'-' * wm}  {'-' * 10}  {'-' * 5}{loss_rule}")
+    print(f"{'variant':<{w}}  {'median ms':>10}  {vs:>{wv}}  {'min ms':>9}  {vs_min:>{wm}}  {'params':>10}  {'ops':>6}  "
+          f"{'steps':>5}{loss_head}")
+    print(f"{'-' * w}  {'-' * 10}  {'-' * wv}  {'-' * 9}  {'-' * wm}  {'-' * 10}  {'-' * 6}  {'-' * 5}{loss_rule}")
     for r in rows:
         loss = f"  {r['last_loss']:>9.3f}" if with_loss else ""
+        ops = "-" if r["ops"] is None else f"{r['ops']:,}"
         print(f"{r['variant']:<{w}}  {r['median_ms']:>10.1f}  {r['ratio']:>{wv - 1}.2f}x  {r['min_ms']:>9.1f}  "
-              f"{r['min_ratio']:>{wm - 1}.2f}x  {r['params']:>10,}  {r['steps']:>5}{loss}")
+              f"{r['min_ratio']:>{wm - 1}.2f}x  {r['params']:>10,}  {ops:>6}  {r['steps']:>5}{loss}")
     if rounds_done < opts.rounds:
         print(f"\nstopped after {rounds_done} of {opts.rounds} rounds: --budget {opts.budget:g} s reached")
     print(f"\ntimed phase {time.perf_counter() - t_start:.1f} s (incl. warm-up){load_text()}; "
-          f"vs {ref.label} = median / median of {ref.label}; min vs {ref.label} = min / min of {ref.label}")
+          f"vs {ref.label} = median / median of {ref.label}; min vs {ref.label} = min / min of {ref.label}; "
+          "ops = operations one step dispatches, views excluded (- when compiled)")
 
     if opts.csv:
         with open(opts.csv, "w", newline="") as fh:
@@ -315,6 +351,7 @@ def main(argv=None) -> int:
           f"rounds x {opts.steps} step(s) per variant; median of the timed steps")
     sys.stdout.flush()
 
+    count_ops(benches, lambda b: step(b, x, y, loss_fn, speed), speed)
     rounds_done = time_interleaved(benches, lambda b: step(b, x, y, loss_fn, speed), sync, opts, t_start)
 
     ref = next(b for b in benches if b.label == residual.variant_id(*BASELINE))

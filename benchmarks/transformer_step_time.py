@@ -62,8 +62,8 @@ from resrepro.models.transformer import PRESETS, Transformer, TransformerConfig,
 from resrepro.speed import Speed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from step_time import (add_run_options, chosen, device_text, load_text, report_timings, setup_device,  # noqa: E402  (shared helpers, same folder)
-                       speed_from, speed_text, time_interleaved)
+from step_time import (add_run_options, chosen, count_ops, device_text, load_text, report_timings,  # noqa: E402  (shared helpers, same folder)
+                       setup_device, speed_from, speed_text, time_interleaved)
 
 PAD, BOS = 0, 1
 BASELINE: tuple[str, dict] = ("xskip_ln", {"lam": 1})
@@ -189,6 +189,7 @@ def main(argv=None) -> int:
           f"rounds x {opts.steps} step(s) per variant; median of the timed steps")
     sys.stdout.flush()
 
+    count_ops(benches, lambda b: step(b, src, tgt_in, tgt_out, speed), speed)
     rounds_done = time_interleaved(benches, lambda b: step(b, src, tgt_in, tgt_out, speed), sync, opts, t_start)
 
     rows = report_timings(benches, ref, rounds_done, opts, t_start, with_loss=True)

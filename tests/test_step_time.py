@@ -65,4 +65,35 @@ def test_a_compiled_transformer_run_times_the_baseline_and_the_chosen_rows(tmp_p
     assert "speed    torch.compile (aot_eager)" in out
     lines = csv.read_text().splitlines()
     assert [line.split(",")[0] for line in lines[1:]] == ["xskip_ln", "highway"]
-    assert all(line.split(",")[6] == "2" for line in lines[1:])  # two rounds of one step each
+    header = lines[0].split(",")
+    assert all(line.split(",")[header.index("steps")] == "2" for line in lines[1:])  # two rounds of one step each
+    assert all(line.split(",")[header.index("ops")] == "" for line in lines[1:])  # compiled: not counted
+
+
+def test_the_op_counter_counts_what_computes_forward_and_backward_not_views():
+    x = torch.ones(2, 3, requires_grad=True)
+    with step_time.OpCounter() as views:
+        x.t().unsqueeze(0).expand(4, 3, 2).detach()
+    assert views.count == 0
+    with step_time.OpCounter() as counter:
+        y = (x * 2).sum()  # mul, sum
+    assert counter.count == 2
+    with step_time.OpCounter() as backward:
+        y.backward()  # ones_like (the seed), sum's expand (a view), mul's grad (mul), accumulate into x.grad
+    assert backward.count >= 2 and torch.equal(x.grad, torch.full((2, 3), 2.0))
+
+
+def test_a_resnet_run_counts_each_variants_ops_the_same_each_time_and_sas_dispatches_most(tmp_path, capsys):
+    csv = tmp_path / "r.csv"
+    argv = ["--depth", "8", "--size", "8", "--batch", "2", "--rounds", "1", "--steps", "1", "--warmup", "0", "--threads", "1",
+            "--device", "cpu", "--variants", "sas", "rskip_ln", "--budget", "0", "--csv", str(csv)]
+
+    def ops_per_variant():
+        assert step_time.main(argv) == 0
+        header, *rows = (line.split(",") for line in csv.read_text().splitlines())
+        return {row[0]: int(row[header.index("ops")]) for row in rows}
+
+    ops = ops_per_variant()
+    assert ops["add"] > 0 and ops["sas"] > ops["rskip_ln-lam2"] > ops["add"]
+    assert ops_per_variant() == ops  # a count, not a timing: the same on every run and machine
+    assert "ops = operations one step dispatches" in capsys.readouterr().out
