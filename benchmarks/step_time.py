@@ -120,7 +120,8 @@ def add_speed_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tf32", default="auto", choices=("auto", "true", "false"),
                    help="float32 matrix products (the gates' under autocast) in TF32; auto: on CUDA, as training (default auto)")
     p.add_argument("--variants", nargs="+", default=None, metavar="NAME",
-                   help="time only these registry names (every row of each) besides the baseline")
+                   help="time only these rows besides the baseline: a row's label (sas, sas-gatesingle) or a "
+                        "registry name that labels no row (all its rows)")
 
 
 def speed_from(opts: argparse.Namespace, device: torch.device, image_model: bool = False) -> Speed:
@@ -143,13 +144,21 @@ def speed_text(speed: Speed) -> str:
 
 
 def chosen(rows: list[tuple[str, dict]], names: list[str] | None, baseline: tuple[str, dict]) -> list[tuple[str, dict]]:
-    """`rows`, or when `names` is given the baseline row and every row of those registry names."""
+    """`rows`, or when `names` is given the baseline row and the rows they name: a row's label
+    (residual.variant_id: `sas`, `sas-gatesingle`) names that row; a registry name that labels no
+    row (`sas` in the Transformer's rows, whose SAS row is `sas-bias_a0-bias_b0`) names all its rows."""
     if names is None:
         return rows
-    unknown = sorted(set(names) - {n for n, _ in rows})
+    labels = {residual.variant_id(n, a): (n, a) for n, a in rows}
+    unknown = sorted(set(names) - set(labels) - {n for n, _ in rows})
     if unknown:
         raise SystemExit(f"--variants: not in this benchmark's rows: {', '.join(unknown)}")
-    return [(n, a) for n, a in rows if n in names or (n, a) == baseline]
+
+    def named(n: str, a: dict) -> bool:
+        label = residual.variant_id(n, a)
+        return label in names or (n in names and n not in labels) or (n, a) == baseline
+
+    return [(n, a) for n, a in rows if named(n, a)]
 
 
 def time_interleaved(benches: list, run_step, sync, opts: argparse.Namespace, t_start: float) -> int:

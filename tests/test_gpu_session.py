@@ -45,11 +45,13 @@ def test_the_test_check_runs_the_registered_gpu_marker():
     assert tests.argv[:4] == ("-m", "pytest", "-m", "gpu")
 
 
-def test_the_steps_check_ieee_against_tf32_then_compiled():
+def test_the_steps_check_ieee_against_tf32_then_compiled_and_resnet_eager_then_compiled():
     argv = {c.name: c.argv for c in gpu_session.CHECKS}
     assert argv["transformer-ieee"][-2:] == ("--tf32", "false") and argv["transformer-tf32"][-2:] == ("--tf32", "true")
-    assert "--compile" in argv["transformer-compiled"]
-    assert [c.group for c in gpu_session.CHECKS] == ["steps"] * 4 + ["costs", "tests"]
+    assert "--compile" in argv["transformer-compiled"] and "--compile" in argv["resnet-compiled"]
+    assert "--compile" not in argv["resnet"] and "--compile" not in argv["transformer-tf32"]
+    assert [c.group for c in gpu_session.CHECKS] == ["steps"] * 5 + ["costs", "tests"]
+    assert [c.name for c in gpu_session.CHECKS][:3] == ["transformer-ieee", "transformer-tf32", "resnet-compiled"]
 
 
 def check(name, code, limit=30, group="steps"):

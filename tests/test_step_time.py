@@ -45,14 +45,17 @@ def test_each_switch_of_the_command_line_reaches_the_speed():
     assert (speed.amp, speed.channels_last, speed.compile) == (True, False, "aot_eager")
 
 
-def test_variants_keeps_the_baseline_and_every_row_of_each_name():
+def test_variants_keeps_the_baseline_and_the_rows_named_by_label_or_by_registry_name():
     rows = step_time.variants()
-    picked = step_time.chosen(rows, ["sas"], step_time.BASELINE)
-    assert picked[0] == ("add", {}) and len(picked) == 1 + sum(n == "sas" for n, _ in rows)
-    assert {n for n, _ in picked} == {"add", "sas"}
+    assert step_time.chosen(rows, ["sas", "highway"], step_time.BASELINE) == [("add", {}), ("sas", {}), ("highway", {})]
+    assert step_time.chosen(rows, ["sas-gatesingle"], step_time.BASELINE) == [("add", {}), ("sas", {"gate": "single"})]
     assert step_time.chosen(rows, None, step_time.BASELINE) == rows
     with pytest.raises(SystemExit, match="nope"):
         step_time.chosen(rows, ["nope"], step_time.BASELINE)
+    # the Transformer's rows: no row is labelled `sas`, so the name takes every SAS row
+    seq = transformer_step_time.variants()
+    picked = step_time.chosen(seq, ["sas"], transformer_step_time.BASELINE)
+    assert picked[0] == transformer_step_time.BASELINE and len(picked) == 1 + sum(n == "sas" for n, _ in seq) > 2
 
 
 def test_a_compiled_transformer_run_times_the_baseline_and_the_chosen_rows(tmp_path, capsys):
