@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from resrepro.evaluate.beam_search import beam_search, beam_search_nbest, greedy, length_penalty
+from resrepro.evaluate.beam_search import beam_search, beam_search_nbest, best_reachable, greedy, length_penalty
 from resrepro.models.transformer import Transformer, TransformerConfig
 
 PAD, BOS, EOS = 0, 1, 2
@@ -184,17 +184,18 @@ def test_mode_restored_and_arguments_checked():
     assert model.training
     with pytest.raises(ValueError):
         beam_search(model, src, BOS, BOS)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^beam must be >= 1$"):
         beam_search(model, src, BOS, EOS, beam=0)
     assert length_penalty(1, 0.6) == 1.0 and length_penalty(7, 0.6) == pytest.approx(2.0**0.6)
 
 
-@pytest.mark.parametrize("scale,alpha", [(2.0, 0.6), (4.0, 2.0)])
+@pytest.mark.parametrize("scale,alpha", [(2.0, 0.6), (4.0, 2.0), (4.0, -1.0)])
 def test_early_stop_changes_nothing(scale, alpha):
     """Stopping a sentence once its best alive hypothesis cannot beat its best finished one
     (bound: raw log-prob / largest reachable lp) gives the same best hypotheses as running
     every sentence to its maximum length, with less work. (Peaky models with a strong length
-    reward catch an unsafe bound such as dividing by the next step's lp only.)"""
+    reward catch an unsafe bound such as dividing by the next step's lp only; a negative alpha,
+    which rewards short hypotheses, one that divides by the longest length's lp only.)"""
     vocab = 8
     lengths = [3, 6, 2, 5, 4]
     saved = 0
@@ -208,6 +209,30 @@ def test_early_stop_changes_nothing(scale, alpha):
         assert [e[0] for e in early] == [x[0] for x in late]
         saved += slow["tokens"] - fast["tokens"]
     assert saved > 0
+
+
+def test_the_early_stop_bound_divides_by_the_largest_length_penalty_still_ahead():
+    """After step 1 of sentences that may run to 4 or 1 tokens: lengths 2..4 are ahead of the
+    first, whose largest lp is lp(4) = 1.5^alpha for alpha > 0 and lp(2) = (7/6)^alpha for alpha < 0.
+    The second stops at this step anyway (its end, lp(1) = 1, is behind the next step's)."""
+    alive, max_len = torch.tensor([-6.0, -6.0]), torch.tensor([4, 1])
+    assert best_reachable(alive, 1, max_len, 0.6).tolist() == pytest.approx([-6 / 1.5**0.6, -6 / (7 / 6) ** 0.6])
+    assert best_reachable(alive, 1, max_len, -1.0).tolist() == pytest.approx([-7.0, -6.0])
+    assert best_reachable(alive, 1, max_len, 0.0).tolist() == [-6.0, -6.0]
+
+
+def test_stats_count_each_decoder_step_and_each_rows_token():
+    """Without EOS, every sentence decodes to its maximum length int(a * len + b): the search runs
+    max(limits) steps and generates beam x limit tokens per sentence (benchmarks/decode_speed.py
+    reports both)."""
+    model = tiny(3)
+    with torch.no_grad():
+        model.out.bias[EOS] = -1e4  # finite, never among the best K: no hypothesis ends early
+    src = random_src(3, 6, [3, 1, 2])  # limits 4, 2, 3 at a=1, b=1
+    stats = {}
+    nbest = beam_search_nbest(model, src, BOS, EOS, beam=2, alpha=0.6, max_len_a=1.0, max_len_b=1, early_stop=False, stats=stats)
+    assert stats == {"steps": 4, "tokens": 2 * (4 + 2 + 3)}
+    assert [len(hyps[0][1]) for hyps in nbest] == [4, 2, 3]
 
 
 def test_finished_hypotheses_stay_sorted_best_first_stable_and_at_most_k():

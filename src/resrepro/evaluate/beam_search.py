@@ -49,6 +49,15 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
+def best_reachable(alive_best: torch.Tensor, t: int, max_len: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Per sentence, the best score its alive hypotheses can still reach after step t: their best
+    log-prob (it only falls as tokens are added) over the largest length penalty of the lengths
+    still ahead, t + 1 .. max_len. lp is monotone in the length, so the largest is at an end: the
+    far one for alpha > 0, the next step's for alpha < 0 (which rewards short hypotheses)."""
+    lp_max = torch.maximum(torch.full_like(alive_best, length_penalty(t + 1, alpha)), ((5.0 + max_len.float()) / 6.0) ** alpha)
+    return alive_best / lp_max
+
+
 def max_lengths(src_len: list[int], max_len_a: float, max_len_b: int, max_positions: int) -> list[int]:
     """Per source: int(max_len_a * its length + max_len_b), clipped to [1, max_positions]."""
     return [min(max(int(max_len_a * n + max_len_b), 1), max_positions) for n in src_len]
@@ -158,11 +167,7 @@ def beam_search_nbest(
                 if early_stop:
                     best_fin = torch.tensor([finished[s][0][0] if finished[s] else NEG_INF for s in active],
                                             device=device)
-                    lp_max = torch.maximum(  # lp is monotone in the length: the largest is at an end
-                        torch.full_like(best_fin, length_penalty(t + 1, alpha)),
-                        ((5.0 + max_len.float()) / 6.0) ** alpha)
-                    bound = alive_val[:, 0] / lp_max
-                    done |= torch.isfinite(best_fin) & (bound < best_fin)
+                    done |= torch.isfinite(best_fin) & (best_reachable(alive_val[:, 0], t, max_len, alpha) < best_fin)
                 keep = (~done).nonzero().squeeze(1)
                 if keep.numel() == 0:
                     break
