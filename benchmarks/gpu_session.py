@@ -3,8 +3,8 @@
 A GPU comes for minutes at a time, so the pending checks are written down here once, in order of
 what they decide, each with its own time limit:
 - `steps`: SAS's step cost on the base Transformer's width against post-LN, with the gates' float32
-  products in IEEE float32, then in TF32, then compiled; and on PreAct-ResNet-20, eager then
-  compiled (issue 11, item 3);
+  products in IEEE float32, then in TF32, then compiled; and on PreAct-ResNet-20, compiled, eager,
+  then replayed as CUDA graphs (issue 11, item 3);
 - `costs`: the step times of every SAS run of the paper and gpu-day scales (its gates are the
   float32 products that TF32 changes), measured again into the device's step-times file;
 - `tests`: the GPU test suite (`pytest -m gpu`).
@@ -72,6 +72,8 @@ CHECKS = (
     Check("resnet-compiled", "steps", 200, ("benchmarks/step_time.py", *GPU_STEPS, "--budget", "150", "--compile")),
     Check("transformer-compiled", "steps", 240, _transformer(180, "--compile")),
     Check("resnet", "steps", 60, ("benchmarks/step_time.py", *GPU_STEPS, "--budget", "20")),
+    # CUDA graphs replay a step's launches as one: the host's cost per operation, without fusing
+    Check("resnet-cudagraphs", "steps", 120, ("benchmarks/step_time.py", *GPU_STEPS, "--budget", "60", "--compile", "cudagraphs")),
     # the paper scales' gated runs are all SAS's (Table 6's transform gate is `sas-gatetransform`)
     Check("costs", "costs", 240, ("benchmarks/gpu_budget.py", "--device", "cuda", "--keys", "*/sas*", "--out", STEP_TIMES)),
     Check("tests", "tests", 420, ("-m", "pytest", "-m", "gpu", "-rA", "tests/test_gpu.py")),

@@ -50,7 +50,8 @@ def test_the_steps_check_ieee_against_tf32_then_compiled_and_resnet_eager_then_c
     assert argv["transformer-ieee"][-2:] == ("--tf32", "false") and argv["transformer-tf32"][-2:] == ("--tf32", "true")
     assert "--compile" in argv["transformer-compiled"] and "--compile" in argv["resnet-compiled"]
     assert "--compile" not in argv["resnet"] and "--compile" not in argv["transformer-tf32"]
-    assert [c.group for c in gpu_session.CHECKS] == ["steps"] * 5 + ["costs", "tests"]
+    assert argv["resnet-cudagraphs"][-2:] == ("--compile", "cudagraphs")
+    assert [c.group for c in gpu_session.CHECKS] == ["steps"] * 6 + ["costs", "tests"]
     assert [c.name for c in gpu_session.CHECKS][:3] == ["transformer-ieee", "transformer-tf32", "resnet-compiled"]
 
 
