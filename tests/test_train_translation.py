@@ -6,7 +6,7 @@ import torch
 from resrepro import models
 from resrepro.models import transformer
 from resrepro.train import translation
-from resrepro.train.translation import inverse_sqrt_lr, token_batches, train
+from resrepro.train.translation import collate, inverse_sqrt_lr, token_batches, train
 
 
 @pytest.fixture(autouse=True)
@@ -36,6 +36,8 @@ def test_inverse_sqrt_schedule():
     assert inverse_sqrt_lr(1, d, warmup) == pytest.approx(d**-0.5 * warmup**-1.5)
     assert inverse_sqrt_lr(warmup, d, warmup) == pytest.approx(d**-0.5 * warmup**-0.5)  # the peak
     assert inverse_sqrt_lr(4 * warmup, d, warmup) == pytest.approx(inverse_sqrt_lr(warmup, d, warmup) / 2)
+    assert inverse_sqrt_lr(warmup, d, warmup, scale=0.5) == pytest.approx(0.5 * d**-0.5 * warmup**-0.5)  # lr_scale
+    assert inverse_sqrt_lr(0, d, warmup) == inverse_sqrt_lr(1, d, warmup)  # steps count from 1
 
 
 def test_token_batches_respect_the_budget_and_cover_every_sentence():
@@ -45,6 +47,23 @@ def test_token_batches_respect_the_budget_and_cover_every_sentence():
     for b in batches:
         assert len(b) == 1 or max(max(lengths[i]) for i in b) * len(b) <= 200
     assert batches == token_batches(lengths, 200, torch.Generator().manual_seed(0))
+
+
+def test_token_batches_pack_sentences_in_length_order_up_to_the_budget_inclusive():
+    # by longest side: 1 (1,1), 0 (3,2), then 2 and 4 (longest 4), 3 (5,5). 1+0: 3 x 2 = 6 <= 8;
+    # adding 2 would make 4 x 3 = 12; 2+4: 4 x 2 = 8, exactly the budget; 3 alone.
+    lengths = [(3, 2), (1, 1), (2, 4), (5, 5), (4, 1)]
+    batches = token_batches(lengths, 8, torch.Generator().manual_seed(0))
+    assert sorted(batches) == [[1, 0], [2, 4], [3]]
+
+
+def test_collate_appends_eos_to_sources_and_shifts_targets_for_teacher_forcing():
+    pad, bos, eos = 0, 1, 2
+    pairs = [([5, 6, 7], [8]), ([9], [10, 11])]
+    src, tgt_in, tgt_out = collate(pairs, [1, 0], pad, bos, eos)
+    assert src.tolist() == [[9, 2, 0, 0], [5, 6, 7, 2]]
+    assert tgt_in.tolist() == [[1, 10, 11], [1, 8, 0]]
+    assert tgt_out.tolist() == [[10, 11, 2], [8, 2, 0]]
 
 
 def test_resume_after_a_kill_is_bit_identical(tmp_path, monkeypatch):
