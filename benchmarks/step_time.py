@@ -149,8 +149,8 @@ def chosen(rows: list[tuple[str, dict]], names: list[str] | None, baseline: tupl
     row (`sas` in the Transformer's rows, whose SAS row is `sas-bias_a0-bias_b0`) names all its rows."""
     if names is None:
         return rows
-    labels = {residual.variant_id(n, a): (n, a) for n, a in rows}
-    unknown = sorted(set(names) - set(labels) - {n for n, _ in rows})
+    labels = {residual.variant_id(n, a) for n, a in rows}
+    unknown = sorted(set(names) - labels - {n for n, _ in rows})
     if unknown:
         raise SystemExit(f"--variants: not in this benchmark's rows: {', '.join(unknown)}")
 
@@ -195,16 +195,15 @@ class OpCounter(TorchDispatchMode):
         self.count = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if not func.is_view and func.overloadpacket is not torch.ops.aten._unsafe_view:
+        if not func.is_view and func.overloadpacket is not torch.ops.aten._unsafe_view:  # a view, untagged
             self.count += 1
         return func(*args, **(kwargs or {}))
 
 
 def count_ops(benches: list, run_step, speed: Speed) -> None:
-    """Sets each bench's `ops` to what one step dispatches (OpCounter), from one extra step; None
-    when compiled."""
+    """Sets each bench's `ops` to what one step dispatches (OpCounter), from one extra step; left
+    None when compiled."""
     for b in benches:
-        b.ops = None
         if not speed.compile:
             with OpCounter() as counter:
                 run_step(b)
@@ -278,7 +277,7 @@ def report_timings(benches: list, ref, rounds_done: int, opts: argparse.Namespac
     for b in benches:
         med = statistics.median(b.times)
         rows.append({"variant": b.label, "median_ms": med * 1e3, "min_ms": min(b.times) * 1e3, "ratio": med / ref_med,
-                     "min_ratio": min(b.times) / ref_min, "params": b.params, "ops": getattr(b, "ops", None),
+                     "min_ratio": min(b.times) / ref_min, "params": b.params, "ops": b.ops,
                      "steps": len(b.times)})
         if with_loss:
             rows[-1]["last_loss"] = float(b.loss)
@@ -324,6 +323,7 @@ class Bench:
         self.params = count_parameters(model)
         self.opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, **speed.optimizer_options())
         self.times: list[float] = []
+        self.ops: int | None = None  # count_ops
 
 
 def step(b: Bench, x: torch.Tensor, y: torch.Tensor, loss_fn: nn.Module, speed: Speed) -> None:

@@ -136,6 +136,7 @@ class Bench:
         self.params = count_parameters(self.model)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, **speed.optimizer_options())
         self.times: list[float] = []
+        self.ops: int | None = None  # count_ops
         self.loss: torch.Tensor | None = None
 
 

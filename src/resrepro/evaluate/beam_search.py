@@ -44,8 +44,9 @@ from ..models.transformer import reorder_cache
 NEG_INF = float("-inf")
 
 
-def length_penalty(length: int, alpha: float) -> float:
-    """GNMT / tensor2tensor: ((5 + length) / 6) ** alpha; `length` includes the EOS token."""
+def length_penalty(length, alpha: float):
+    """GNMT / tensor2tensor: ((5 + length) / 6) ** alpha; `length` (an int, or a float tensor of
+    them) includes the EOS token."""
     return ((5.0 + length) / 6.0) ** alpha
 
 
@@ -54,8 +55,7 @@ def best_reachable(alive_best: torch.Tensor, t: int, max_len: torch.Tensor, alph
     log-prob (it only falls as tokens are added) over the largest length penalty of the lengths
     still ahead, t + 1 .. max_len. lp is monotone in the length, so the largest is at an end: the
     far one for alpha > 0, the next step's for alpha < 0 (which rewards short hypotheses)."""
-    lp_max = torch.maximum(torch.full_like(alive_best, length_penalty(t + 1, alpha)), ((5.0 + max_len.float()) / 6.0) ** alpha)
-    return alive_best / lp_max
+    return alive_best / length_penalty(max_len.float(), alpha).clamp(min=length_penalty(t + 1, alpha))
 
 
 def max_lengths(src_len: list[int], max_len_a: float, max_len_b: int, max_positions: int) -> list[int]:
