@@ -189,6 +189,14 @@ def run_session(checks, out: Path, limit_s: float, min_left_s: float, env: dict,
     return results
 
 
+def chosen_checks(groups, names=None) -> list[Check]:
+    """The checks of `groups` in CHECKS' order, or, when `names` are given, those checks in that order."""
+    if names:
+        by_name = {c.name: c for c in CHECKS}
+        return [by_name[name] for name in names]
+    return [c for c in CHECKS if c.group in groups]
+
+
 def device_header(python: str = sys.executable) -> str:
     code = ("import torch, platform; print('torch', torch.__version__, 'python', platform.python_version()); "
             "print(torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA device')")
@@ -202,6 +210,8 @@ def main(argv=None) -> int:
     p.add_argument("--limit", type=float, default=540, help="seconds for all the checks together (default 540)")
     p.add_argument("--min-left", type=float, default=60, help="start no check with fewer seconds left (default 60)")
     p.add_argument("--only", nargs="+", choices=GROUPS, default=list(GROUPS), help="the groups to run, in their order above")
+    p.add_argument("--checks", nargs="+", choices=[c.name for c in CHECKS],
+                   help="run only these checks, in the order given (instead of --only's groups): what a loan's last minutes fit")
     p.add_argument("--wheels", type=Path, help="install the wheels in this folder first (e.g. .whl from `make gpu-wheels`)")
     p.add_argument("--download-wheels", type=Path, metavar="DIR",
                    help="only download the wheels the GPU machine lacks into DIR (run here, with the internet), then stop")
@@ -216,7 +226,7 @@ def main(argv=None) -> int:
     if problem or "no CUDA device" in header:
         print(problem or "no CUDA device: these checks need one", file=sys.stderr)
         return 2
-    results = run_session([c for c in CHECKS if c.group in opts.only], opts.out, opts.limit, opts.min_left, env, header=header)
+    results = run_session(chosen_checks(opts.only, opts.checks), opts.out, opts.limit, opts.min_left, env, header=header)
     return 0 if all(how == "ok" for _, how, _ in results) else 1
 
 

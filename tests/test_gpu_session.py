@@ -147,3 +147,11 @@ def test_a_wheels_folder_without_wheels_or_with_a_broken_one_stops_the_session(t
     with pytest.raises(SystemExit, match="broken-1.0-py3-none-any.whl failed"):
         gpu_session.install_wheels(tmp_path / "bad", tmp_path / "site")
     assert not (tmp_path / "out").exists()
+
+
+def test_checks_named_run_in_the_order_given_instead_of_the_groups():
+    assert [c.name for c in gpu_session.chosen_checks(["steps"], ["resnet-compiled", "transformer-ieee"])] == [
+        "resnet-compiled", "transformer-ieee"]
+    assert [c.group for c in gpu_session.chosen_checks(["costs", "tests"])] == ["costs", "tests"]
+    with pytest.raises(SystemExit):
+        gpu_session.main(["--checks", "no-such-check"])
