@@ -4,7 +4,8 @@ A GPU comes for minutes at a time, so the pending checks are written down here o
 what they decide, each with its own time limit:
 - `steps`: SAS's step cost on the base Transformer's width against post-LN, with the gates' float32
   products in IEEE float32, then in TF32, then compiled; and on PreAct-ResNet-20, compiled, eager,
-  then replayed as CUDA graphs (issue 11, item 3);
+  then replayed as CUDA graphs (issue 11, item 3; measured on an H100 on 2026-11-26);
+- `paper-steps`: the paper's CIFAR step (ResNet-110, deterministic), eager then as CUDA graphs;
 - `costs`: the step times of every SAS run of the paper and gpu-day scales (its gates are the
   float32 products that TF32 changes), measured again into the device's step-times file;
 - `tests`: the GPU test suite (`pytest -m gpu`).
@@ -16,11 +17,11 @@ each check ended. Run from the repository root, where torch sees the GPU:
 
     PYTHONUNBUFFERED=1 python3 benchmarks/gpu_session.py --out OUT [--wheels .whl] [--limit 540] [--only steps costs tests]
 
-All three groups would take about 15 minutes on an H100 (an estimate: on 2026-11-24 the GPU suite
-took 226 s there), more than a loan of 15 minutes with its start leaves. So run two commands, the
-second at once while the machine is warm: `--only costs tests --limit 500` (item 5's costs and
-item 4's tests), then `--only steps --limit N` with what the loan has left (IEEE against TF32,
-then compiled, in order of what they decide; a check is not started when time runs out).
+`--checks NAME ...` runs named checks in the order given instead, which is what a loan's last
+minutes fit. On an H100 on 2026-11-26: costs 73 s, tests 171 s, the steps 81 + 15 + 74 + 26 + 14 +
+12 s, the paper steps about 60 s (docs/gpu-h100-2026-11-26.md). What a loan still has to decide
+is whether a classifier trains as CUDA graphs as it does eagerly (a GPU test): `--only paper-steps
+tests --limit 400`.
 
 The package runs from src/ (no install needed). Packages that the machine lacks travel as wheels:
 `make gpu-wheels` (here, with the internet) downloads them into .whl/ at this venv's versions, for
@@ -59,6 +60,9 @@ class Check:
 GPU_STEPS = ("--device", "cuda", "--variants", "sas", "highway", "--warmup", "3", "--steps", "10")
 
 
+PAPER_RESNET = ("--device", "cuda", "--depth", "110", "--deterministic", "--variants", "sas", "--warmup", "3", "--steps", "5")
+
+
 def _transformer(budget: int, *extra: str) -> tuple[str, ...]:
     return ("benchmarks/transformer_step_time.py", *GPU_STEPS, "--budget", str(budget), *extra)
 
@@ -74,6 +78,10 @@ CHECKS = (
     Check("resnet", "steps", 60, ("benchmarks/step_time.py", *GPU_STEPS, "--budget", "20")),
     # CUDA graphs replay a step's launches as one: the host's cost per operation, without fusing
     Check("resnet-cudagraphs", "steps", 120, ("benchmarks/step_time.py", *GPU_STEPS, "--budget", "60", "--compile", "cudagraphs")),
+    # a paper CIFAR step (ResNet-110, batch 128, the recipe's deterministic mode), eager then as CUDA graphs:
+    # on 2026-11-26 SAS took 223 ms eager and 63 ms as graphs, add 49 and 27 (docs/gpu-h100-2026-11-26.md)
+    Check("resnet110", "paper-steps", 60, ("benchmarks/step_time.py", *PAPER_RESNET, "--budget", "25")),
+    Check("resnet110-cudagraphs", "paper-steps", 150, ("benchmarks/step_time.py", *PAPER_RESNET, "--budget", "110", "--compile", "cudagraphs")),
     # the paper scales' gated runs are all SAS's (Table 6's transform gate is `sas-gatetransform`)
     Check("costs", "costs", 240, ("benchmarks/gpu_budget.py", "--device", "cuda", "--keys", "*/sas*", "--out", STEP_TIMES)),
     Check("tests", "tests", 420, ("-m", "pytest", "-m", "gpu", "-rA", "tests/test_gpu.py")),
