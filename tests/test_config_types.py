@@ -2,7 +2,12 @@
 
 from pathlib import Path
 
+import jsonschema
+import pytest
+import yaml
+
 from resrepro.config_types import coerce_overrides, parse_scalar
+from resrepro.speed import INDUCTOR_MODES
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -38,3 +43,14 @@ def test_parse_scalar_prefers_the_narrowest_allowed_type():
     assert parse_scalar("3.5", {"integer"}) == "3.5"  # not an integer: the schema names the key
     assert parse_scalar("TRUE", {"boolean"}) is True and parse_scalar("1", {"boolean"}) == "1"
     assert parse_scalar("7", {"string"}) == "7"
+
+
+def test_the_schema_takes_every_compile_value_the_speed_switch_takes():
+    """speed.py's `compile`: booleans, a backend's name, or an inductor mode (with hyphens)."""
+    schema = yaml.safe_load(SCHEMA.read_text())
+    compile_schema = {**schema["$defs"]["compile"], "$defs": schema["$defs"]}
+    for value in (True, False, "inductor", "aot_eager", "cudagraphs", *INDUCTOR_MODES):
+        jsonschema.validate(value, compile_schema)
+    for value in ("Reduce Overhead", 3):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(value, compile_schema)

@@ -125,21 +125,27 @@ def test_compiled_training_runs_on_the_gpu(digits, tmp_path):
     assert metrics["diverged"] is False and metrics["updates"] == 4
 
 
+# how far each graph mode's losses may be from eager's after 3 epochs: the same kernels replayed, or
+# inductor's fused kernels, which round differently
+GRAPH_MODES = {"cudagraphs": 0.02, "reduce-overhead": 0.05}
+
+
+@pytest.mark.parametrize("backend", GRAPH_MODES)
 @pytest.mark.parametrize("variant", ["add", "sas"])
-def test_a_classifier_trains_as_cuda_graphs_as_it_does_eagerly(digits, tmp_path, variant):
+def test_a_classifier_trains_as_cuda_graphs_as_it_does_eagerly(digits, tmp_path, variant, backend):
     """compile: cudagraphs replays each step's kernels as recorded graphs (a paper ResNet-110 step on an
-    H100: add 1.8x, SAS 3.6x faster; docs/gpu-h100-2026-11-26.md). The same kernels, so the same training:
-    each epoch's losses as the eager run's, to rounding. A graph that replayed stale inputs, kept
-    BatchNorm's statistics or dropped a gradient would not train the same."""
+    H100: add 1.8x, SAS 3.6x faster; docs/gpu-h100-2026-11-26.md); reduce-overhead replays inductor's.
+    The same training, so each epoch's losses as the eager run's, to rounding. A graph that replayed
+    stale inputs, kept BatchNorm's statistics or dropped a gradient would not train the same."""
     runs = {}
-    for backend in (False, "cudagraphs"):
-        run_spec = image_spec(epochs=3, deterministic=True, variant=variant, args={}, compile=backend)
-        runs[backend] = classification.train(run_spec, digits, tmp_path / str(backend), device="auto", progress=False)
-    eager, graphs = runs[False], runs["cudagraphs"]
-    assert graphs["speed"]["compile"] == "cudagraphs" and graphs["diverged"] is False
+    for mode in (False, backend):
+        run_spec = image_spec(epochs=3, deterministic=True, variant=variant, args={}, compile=mode)
+        runs[mode] = classification.train(run_spec, digits, tmp_path / str(mode), device="auto", progress=False)
+    eager, graphs = runs[False], runs[backend]
+    assert graphs["speed"]["compile"] == backend and graphs["diverged"] is False
     for name in ("train_loss", "test_loss"):
-        assert graphs["final"][name] == pytest.approx(eager["final"][name], rel=0.02), name
-    assert abs(graphs["final"]["test_error"] - eager["final"]["test_error"]) <= 2.0
+        assert graphs["final"][name] == pytest.approx(eager["final"][name], rel=GRAPH_MODES[backend]), name
+    assert abs(graphs["final"]["test_error"] - eager["final"]["test_error"]) <= 100 * GRAPH_MODES[backend]
 
 
 @pytest.mark.parametrize("variant, args", TEXT_VARIANTS)

@@ -51,7 +51,7 @@ def test_the_steps_check_ieee_against_tf32_then_compiled_and_resnet_eager_then_c
     assert "--compile" in argv["transformer-compiled"] and "--compile" in argv["resnet-compiled"]
     assert "--compile" not in argv["resnet"] and "--compile" not in argv["transformer-tf32"]
     assert argv["resnet-cudagraphs"][-2:] == ("--compile", "cudagraphs")
-    assert [c.group for c in gpu_session.CHECKS] == ["steps"] * 6 + ["paper-steps"] * 2 + ["costs", "tests"]
+    assert [c.group for c in gpu_session.CHECKS] == ["steps"] * 7 + ["paper-steps"] * 3 + ["costs", "tests"]
     assert [c.name for c in gpu_session.CHECKS][:3] == ["transformer-ieee", "transformer-tf32", "resnet-compiled"]
 
 
@@ -60,6 +60,7 @@ def test_the_paper_steps_time_resnet110_deterministic_eager_then_as_cuda_graphs(
     eager, graphs = argv["resnet110"], argv["resnet110-cudagraphs"]
     assert {"--deterministic", "110"} <= set(eager) and graphs[-2:] == ("--compile", "cudagraphs")
     assert "--compile" not in eager and eager[:-2] == graphs[:-4] and eager[-2] == graphs[-4] == "--budget"
+    assert argv["resnet110-reduce-overhead"][:-4] == eager[:-2] and argv["resnet110-reduce-overhead"][-1] == "reduce-overhead"
 
 
 def check(name, code, limit=30, group="steps"):

@@ -74,6 +74,19 @@ def test_each_switch_does_what_it_says():
     assert set(speed.DEFAULTS) == {"amp", "channels_last", "compile", "fused_optimizer", "tf32", "dtype"}
 
 
+@pytest.mark.parametrize("value, call", [("cudagraphs", {"backend": "cudagraphs"}), ("inductor", {"backend": "inductor"}),
+                                         ("reduce-overhead", {"mode": "reduce-overhead"}),
+                                         ("max-autotune-no-cudagraphs", {"mode": "max-autotune-no-cudagraphs"})])
+def test_compile_takes_a_backend_or_one_of_inductors_modes(monkeypatch, value, call):
+    """A mode is not a backend: torch.compile(backend="reduce-overhead") fails, mode= runs inductor so."""
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda module, **kw: calls.append(kw) or module)
+    chosen = speed_of({"compile": value}, GPU)
+    assert chosen.compile == value
+    chosen.compiled(torch.nn.Linear(2, 2))
+    assert calls == [call]
+
+
 def conv_dtypes_during(fn) -> list[torch.dtype]:
     seen = []
     hook = torch.nn.modules.module.register_module_forward_hook(

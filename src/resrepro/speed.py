@@ -8,8 +8,12 @@ differ) that a recipe may leave out:
   residual gates stay float32 under it (residual.in_float32).
 - ``channels_last``: ``auto`` (on a GPU), ``true`` or ``false``: NHWC convolutions, which
   cuDNN's fastest kernels and oneDNN on the CPU both prefer (image models only).
-- ``compile``: ``false``, ``true`` (torch.compile with its default inductor backend) or a
-  backend's name (``aot_eager`` traces without generating code: a quick check of the graph).
+- ``compile``: ``false``, ``true`` (torch.compile with its default inductor backend), a
+  backend's name (``aot_eager`` traces without generating code: a quick check of the graph;
+  ``cudagraphs`` replays the step's own kernels as CUDA graphs) or one of inductor's modes
+  (``reduce-overhead``: inductor's fused kernels, replayed as CUDA graphs). On a GPU at CIFAR
+  sizes an eager step is the host's kernel launches, which graphs take away
+  (docs/gpu-h100-2026-11-26.md).
 - ``fused_optimizer``: ``auto`` (on a GPU), ``true`` or ``false``: torch's fused SGD/Adam, one
   kernel for the whole update instead of one per tensor and operation.
 - ``tf32``: ``auto`` (on a GPU), ``true`` or ``false``: a GPU's float32 matrix products in
@@ -30,6 +34,8 @@ from dataclasses import dataclass
 
 import torch
 
+# `compile` values that name one of inductor's modes rather than a backend
+INDUCTOR_MODES = ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DEFAULTS = {"amp": "auto", "channels_last": "auto", "compile": False, "fused_optimizer": "auto", "tf32": "auto", "dtype": "float32"}
 
 
@@ -37,7 +43,7 @@ DEFAULTS = {"amp": "auto", "channels_last": "auto", "compile": False, "fused_opt
 class Speed:
     amp: bool
     channels_last: bool
-    compile: str | None  # the backend, or None
+    compile: str | None  # the backend or inductor's mode, or None
     fused_optimizer: bool
     tf32: bool = False
     float64: bool = False
@@ -73,7 +79,11 @@ class Speed:
     def compiled(self, module):
         """What the loop calls forward on: `module` itself, or torch.compile's wrapper of it. The
         checkpoint keeps `module`'s own state_dict (the wrapper's keys carry a prefix)."""
-        return torch.compile(module, backend=self.compile) if self.compile else module
+        if not self.compile:
+            return module
+        if self.compile in INDUCTOR_MODES:
+            return torch.compile(module, mode=self.compile)
+        return torch.compile(module, backend=self.compile)
 
 
 @contextlib.contextmanager
