@@ -54,3 +54,12 @@ def test_the_schema_takes_every_compile_value_the_speed_switch_takes():
     for value in ("Reduce Overhead", 3):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(value, compile_schema)
+
+
+def test_the_schema_takes_a_translation_length_bucket_and_refuses_a_negative_one():
+    schema = yaml.safe_load(SCHEMA.read_text())
+    bucket = schema["properties"]["translation"]["properties"]["length_bucket"]
+    jsonschema.validate(8, bucket)
+    jsonschema.validate(0, bucket)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(-1, bucket)

@@ -148,6 +148,21 @@ def test_a_classifier_trains_as_cuda_graphs_as_it_does_eagerly(digits, tmp_path,
     assert abs(graphs["final"]["test_error"] - eager["final"]["test_error"]) <= 100 * GRAPH_MODES[backend]
 
 
+def test_a_transformer_trains_as_cuda_graphs_on_length_buckets_as_it_does_eagerly(tmp_path):
+    """Batches padded to few shapes (length_bucket) let CUDA graphs replay the Transformer's step; the
+    same training as eager on the same buckets, each logged loss to rounding (dropout draws from the
+    GPU's generator in both)."""
+    train_pairs, dev_pairs = corpora()
+    runs = {}
+    for mode in (False, "cudagraphs"):
+        run_spec = text_spec(variant="sas", args={}, max_updates=12, checkpoint_every=4, length_bucket=4, deterministic=True, compile=mode)
+        runs[mode] = translation.train(run_spec, train_pairs, dev_pairs, 26, tmp_path / str(mode), device="auto", progress=False)
+    eager, graphs = runs[False], runs["cudagraphs"]
+    assert graphs["speed"]["compile"] == "cudagraphs" and graphs["diverged"] is False and graphs["updates"] == 12
+    for name in ("train_loss", "dev_loss"):
+        assert graphs["final"][name] == pytest.approx(eager["final"][name], rel=0.02), name
+
+
 @pytest.mark.parametrize("variant, args", TEXT_VARIANTS)
 def test_a_transformer_trains_on_the_gpu_in_bf16(tmp_path, variant, args):
     train_pairs, dev_pairs = corpora()

@@ -6,7 +6,7 @@ import torch
 from resrepro import models
 from resrepro.models import transformer
 from resrepro.train import translation
-from resrepro.train.translation import collate, inverse_sqrt_lr, token_batches, train
+from resrepro.train.translation import TokenPairs, bucketed, collate, inverse_sqrt_lr, pad_to_bucket, token_batches, train
 
 
 @pytest.fixture(autouse=True)
@@ -64,6 +64,65 @@ def test_collate_appends_eos_to_sources_and_shifts_targets_for_teacher_forcing()
     assert src.tolist() == [[9, 2, 0, 0], [5, 6, 7, 2]]
     assert tgt_in.tolist() == [[1, 10, 11], [1, 8, 0]]
     assert tgt_out.tolist() == [[10, 11, 2], [8, 2, 0]]
+
+
+def test_bucketed_rounds_up_to_a_multiple_and_zero_leaves_the_length():
+    assert [bucketed(n, 8) for n in (1, 7, 8, 9, 16, 17)] == [8, 8, 8, 16, 16, 24]
+    assert bucketed(13, 0) == 13 and bucketed(5, 1) == 5
+
+
+def test_with_a_bucket_batches_count_sentences_at_their_bucketed_length():
+    lengths = [(3, 2), (1, 1), (2, 5), (5, 5), (4, 1)]
+    # bucketed to 4 (ties keep index order): 0, 1 and 4 -> (4, 4), 2 -> (4, 8), 3 -> (8, 8). 0 + 1: 4 x 2 = 8;
+    # adding 4 makes 12 > 10; 4 + 2: 8 x 2 = 16 > 10; each of 4, 2 and 3 alone.
+    assert sorted(token_batches(lengths, 10, torch.Generator().manual_seed(0), bucket=4)) == [[0, 1], [2], [3], [4]]
+    # unbucketed, 4 (longest 4) and 2 (longest 5) fit together: 5 x 2 = 10
+    assert sorted(token_batches(lengths, 10, torch.Generator().manual_seed(0))) == [[1, 0], [3], [4, 2]]
+
+
+def test_pad_to_bucket_pads_columns_and_adds_empty_sentences():
+    pad, bos, eos = 0, 1, 2
+    batch = collate([([5, 6, 7], [8]), ([9], [10, 11])], [1, 0], pad, bos, eos)  # src (2, 4), targets (2, 3)
+    src, tin, tout = pad_to_bucket(batch, 3, 20, pad, bos, eos)  # length 4 -> 6, rows 20 // 6 = 3
+    assert src.tolist() == [[9, 2, 0, 0, 0, 0], [5, 6, 7, 2, 0, 0], [2, 0, 0, 0, 0, 0]]
+    assert tin.tolist() == [[1, 10, 11, 0, 0, 0], [1, 8, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0]]
+    assert tout.tolist() == [[10, 11, 2, 0, 0, 0], [8, 2, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0]]
+    assert pad_to_bucket(batch, 3, 5, pad, bos, eos)[0].shape == (2, 6)  # never fewer rows than the batch's
+
+
+def test_bucketed_batches_take_one_shape_per_length_bucket_and_keep_every_token():
+    pairs = corpus(400, 0)
+    data = TokenPairs(pairs, spec(max_tokens=64, length_bucket=4))
+    shapes, real = set(), 0
+    for idx in data.batches(torch.Generator().manual_seed(0)):
+        src, tin, tout = data.collate(idx)
+        assert src.shape == tin.shape == tout.shape
+        shapes.add(tuple(src.shape))
+        real += int((tout != 0).sum())
+    # sentences of 3-9 tokens plus EOS: lengths 4-11, two buckets (4, 8 -> 8, 12); rows 64 // length
+    assert shapes <= {(16, 4), (8, 8), (5, 12)} and len(shapes) >= 2
+    assert real == sum(len(t) + 1 for _, t in pairs)
+
+
+def test_padding_to_a_bucket_leaves_the_real_tokens_logits_and_the_loss_unchanged():
+    torch.manual_seed(0)
+    model = models.build({"arch": "transformer", "size": "base_2block", "variant": "sas", "args": {}, "pad_id": 0, "vocab_size": 26}).eval()
+    batch = collate(corpus(6, 3), list(range(6)), 0, 1, 2)
+    src, tin, tout = batch
+    padded_src, padded_tin, padded_tout = pad_to_bucket(batch, 8, 160, 0, 1, 2)
+    assert padded_src.shape[0] > src.shape[0] and padded_src.shape[1] > src.shape[1]
+    with torch.no_grad():
+        logits, padded = model(src, tin), model(padded_src, padded_tin)
+    real = tout != 0
+    torch.testing.assert_close(padded[: len(src), : tin.shape[1]][real], logits[real], rtol=1e-5, atol=1e-5)
+    loss = transformer.label_smoothed_loss(logits, tout, 0)
+    torch.testing.assert_close(transformer.label_smoothed_loss(padded, padded_tout, 0), loss, rtol=1e-5, atol=1e-6)
+
+
+def test_a_run_with_length_buckets_trains(tmp_path):
+    m = train(spec(max_updates=16, update_freq=1, length_bucket=4), corpus(300, 0), corpus(30, 1), 26, tmp_path, device="cpu", progress=False)
+    log = (tmp_path / "train_log.csv").read_text().splitlines()
+    assert m["diverged"] is False and float(log[-1].split(",")[4]) < float(log[1].split(",")[4])
 
 
 def test_resume_after_a_kill_is_bit_identical(tmp_path, monkeypatch):

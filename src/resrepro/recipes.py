@@ -31,9 +31,10 @@ EVAL_KEYS = {"classification": frozenset(), "translation": frozenset({"average_l
 # Keys a recipe may leave out: the default applies (dropout: the Transformer preset's; lr_decay: 0.1;
 # deterministic: off, torch's fastest kernels; snapshots: none; the speed switches: speed.DEFAULTS).
 SPEED_KEYS = frozenset({"amp", "channels_last", "compile", "fused_optimizer", "tf32"})  # speed.DEFAULTS's keys (speed imports torch)
-# init: paper 002's simplified nets only (models/simple_net.py); dtype: float32 unless float64 (its SM B).
+# init: paper 002's simplified nets only (models/simple_net.py); dtype: float32 unless float64 (its SM B);
+# length_bucket: 0, batches as long as their longest sentence (train/translation.pad_to_bucket).
 OPTIONAL_KEYS = {"classification": frozenset({"deterministic", "lr_decay", "snapshots", "init", "dtype"}) | SPEED_KEYS,
-                 "translation": frozenset({"dropout", "deterministic"}) | SPEED_KEYS, "captioning": frozenset({"dropout", "deterministic", "scst"}) | SPEED_KEYS}
+                 "translation": frozenset({"dropout", "deterministic", "length_bucket"}) | SPEED_KEYS, "captioning": frozenset({"dropout", "deterministic", "scst"}) | SPEED_KEYS}
 MATCH_KEYS = ("paper", "table", "kind", "dataset", "arch", "depth", "size", "variant")
 DEFAULT = "default"
 

@@ -7,7 +7,10 @@ checkpoints, resume, divergence and DDP are one code path for both tracks.
 Token-based batches (sentences of similar length grouped until `max_tokens` source-or-target
 tokens, the papers' "batch size 4096" for IWSLT), gradient accumulation over `update_freq`
 batches to emulate the 8-GPU WMT batch on fewer GPUs, Adam (0.9, 0.98, 1e-9) with the inverse
-square-root schedule and warm-up of Vaswani et al. (2017), label smoothing 0.1.
+square-root schedule and warm-up of Vaswani et al. (2017), label smoothing 0.1. With
+`length_bucket: N`, every batch is padded to one of a few shapes (`pad_to_bucket`): on a GPU an
+eager step is its kernel launches, and CUDA graphs (`compile: cudagraphs`) replay a step only for a
+shape they have recorded.
 
 Contracts (docs/design.md), as for classification: a checkpoint every `checkpoint_every` updates, kept
 as checkpoints/step<N>.pt (the last `keep_checkpoints` of them, for averaging) plus last.pt with
@@ -47,10 +50,18 @@ def inverse_sqrt_lr(step: int, d_model: int, warmup: int, scale: float = 1.0) ->
     return scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
-def token_batches(lengths: list[tuple[int, int]], max_tokens: int, generator: torch.Generator) -> list[list[int]]:
+def bucketed(length: int, bucket: int) -> int:
+    """`length` rounded up to a multiple of `bucket`; unchanged for bucket 0."""
+    return -(-length // bucket) * bucket if bucket else length
+
+
+def token_batches(lengths: list[tuple[int, int]], max_tokens: int, generator: torch.Generator, bucket: int = 0) -> list[list[int]]:
     """Group sentence indices into batches of at most `max_tokens` (padded source or target tokens,
     whichever is larger), similar lengths together, in a shuffled order. A sentence longer than
-    max_tokens gets a batch of its own."""
+    max_tokens gets a batch of its own. With `bucket`, a sentence counts as its lengths rounded up
+    to a multiple of it: the length a batch is padded to (`pad_to_bucket`)."""
+    if bucket:
+        lengths = [(bucketed(s, bucket), bucketed(t, bucket)) for s, t in lengths]
     order = sorted(range(len(lengths)), key=lambda i: (max(lengths[i]), lengths[i]))
     batches, current, longest = [], [], 0
     for i in order:
@@ -88,6 +99,27 @@ def shifted_targets(targets, pad: int, bos: int, eos: int) -> tuple[torch.Tensor
     return tin, tout
 
 
+def pad_to_bucket(batch: tuple[torch.Tensor, ...], bucket: int, max_tokens: int, pad: int, bos: int, eos: int):
+    """(src, tgt_in, tgt_out) padded to one of few shapes, so that a compiled step replays one CUDA
+    graph per shape instead of recording one per batch: source and target to the same length L, a
+    multiple of `bucket`, and the rows to max_tokens // L (at least the batch's own). A row added
+    is the empty sentence (source EOS, target BOS, no target token), which the loss ignores; pads
+    added to a row are masked in the source and come after the causal target's last token, so the
+    real tokens' outputs are unchanged."""
+    src, tin, tout = batch
+    length = bucketed(max(src.shape[1], tin.shape[1]), bucket)
+    rows = max(src.shape[0], max_tokens // length)
+
+    def grown(t: torch.Tensor, first: int | None) -> torch.Tensor:
+        out = torch.full((rows, length), pad, dtype=t.dtype)
+        out[: t.shape[0], : t.shape[1]] = t
+        if first is not None:
+            out[t.shape[0] :, 0] = first
+        return out
+
+    return grown(src, eos), grown(tin, bos), grown(tout, None)
+
+
 class TokenPairs:
     """A split of sentence pairs as the training loop reads it: `lengths` (source, target tokens
     with EOS) of each example, `batches(generator)` an epoch's batches of example indices, and
@@ -99,10 +131,14 @@ class TokenPairs:
         self.lengths = [(len(s) + 1, len(t) + 1) for s, t in pairs]
 
     def batches(self, generator: torch.Generator) -> list[list[int]]:
-        return token_batches(self.lengths, self.spec["max_tokens"], generator)
+        return token_batches(self.lengths, self.spec["max_tokens"], generator, self.spec.get("length_bucket", 0))
 
     def collate(self, idx: list[int]):
-        return collate(self.pairs, idx, self.spec["pad_id"], self.spec["bos_id"], self.spec["eos_id"])
+        ids = self.spec["pad_id"], self.spec["bos_id"], self.spec["eos_id"]
+        batch = collate(self.pairs, idx, *ids)
+        if bucket := self.spec.get("length_bucket", 0):
+            batch = pad_to_bucket(batch, bucket, self.spec["max_tokens"], *ids)
+        return batch
 
 
 @torch.no_grad()
