@@ -102,6 +102,8 @@ def test_bucketed_batches_take_one_shape_per_length_bucket_and_keep_every_token(
     # sentences of 3-9 tokens plus EOS: lengths 4-11, two buckets (4, 8 -> 8, 12); rows 64 // length
     assert shapes <= {(16, 4), (8, 8), (5, 12)} and len(shapes) >= 2
     assert real == sum(len(t) + 1 for _, t in pairs)
+    uneven = [([5, 6, 7], [8]), ([9], [10, 11])]  # without length_bucket, batches stay as collate makes them
+    assert [t.shape for t in TokenPairs(uneven, spec(max_tokens=64)).collate([0, 1])] == [(2, 4), (2, 3), (2, 3)]
 
 
 def test_padding_to_a_bucket_leaves_the_real_tokens_logits_and_the_loss_unchanged():
