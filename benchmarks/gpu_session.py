@@ -60,13 +60,16 @@ class Check:
 # A GPU step takes milliseconds: 10 timed steps a round instead of the CPU's 1-2. The budget
 # (seconds for warm-up and rounds) leaves a compiled run time to compile each model in its warm-up.
 GPU_STEPS = ("--device", "cuda", "--variants", "sas", "highway", "--warmup", "3", "--steps", "10")
-
-
+# the paper's CIFAR step: ResNet-110, batch 128, the recipe's deterministic mode; a step takes 50-250 ms
 PAPER_RESNET = ("--device", "cuda", "--depth", "110", "--deterministic", "--variants", "sas", "--warmup", "3", "--steps", "5")
 
 
 def _transformer(budget: int, *extra: str) -> tuple[str, ...]:
     return ("benchmarks/transformer_step_time.py", *GPU_STEPS, "--budget", str(budget), *extra)
+
+
+def _resnet(budget: int, *extra: str, steps: tuple[str, ...] = GPU_STEPS) -> tuple[str, ...]:
+    return ("benchmarks/step_time.py", *steps, "--budget", str(budget), *extra)
 
 
 CHECKS = (
@@ -75,21 +78,20 @@ CHECKS = (
     Check("transformer-tf32", "steps", 60, _transformer(20, "--tf32", "true")),
     # eager, SAS's ResNet step is its operations' launches (1,024 against add's 300 in bf16: the
     # ops column; the H100's eager ratio, 3.3x, is their ratio): compiled, they fuse
-    Check("resnet-compiled", "steps", 200, ("benchmarks/step_time.py", *GPU_STEPS, "--budget", "150", "--compile")),
+    Check("resnet-compiled", "steps", 200, _resnet(150, "--compile")),
     Check("transformer-compiled", "steps", 240, _transformer(180, "--compile")),
-    Check("resnet", "steps", 60, ("benchmarks/step_time.py", *GPU_STEPS, "--budget", "20")),
+    Check("resnet", "steps", 60, _resnet(20)),
     # CUDA graphs replay a step's launches as one: the host's cost per operation, without fusing
-    Check("resnet-cudagraphs", "steps", 120, ("benchmarks/step_time.py", *GPU_STEPS, "--budget", "60", "--compile", "cudagraphs")),
+    Check("resnet-cudagraphs", "steps", 120, _resnet(60, "--compile", "cudagraphs")),
     # the Transformer bench's shapes are fixed, as length_bucket makes a run's: its step replayed as graphs,
     # the same kernels, then inductor's
     Check("transformer-cudagraphs", "steps", 120, _transformer(60, "--compile", "cudagraphs")),
     Check("transformer-reduce-overhead", "steps", 240, _transformer(180, "--compile", "reduce-overhead")),
-    # a paper CIFAR step (ResNet-110, batch 128, the recipe's deterministic mode), eager then as CUDA graphs:
-    # on 2026-11-26 SAS took 223 ms eager and 63 ms as graphs, add 49 and 27 (docs/gpu-h100-2026-11-26.md)
-    Check("resnet110", "paper-steps", 60, ("benchmarks/step_time.py", *PAPER_RESNET, "--budget", "25")),
-    Check("resnet110-cudagraphs", "paper-steps", 150, ("benchmarks/step_time.py", *PAPER_RESNET, "--budget", "110", "--compile", "cudagraphs")),
+    # the paper's CIFAR step, eager then as CUDA graphs: on 2026-11-26 SAS took 223 ms eager and 63 ms as graphs, add 49 and 27 (docs/gpu-h100-2026-11-26.md)
+    Check("resnet110", "paper-steps", 60, _resnet(25, steps=PAPER_RESNET)),
+    Check("resnet110-cudagraphs", "paper-steps", 150, _resnet(110, "--compile", "cudagraphs", steps=PAPER_RESNET)),
     # inductor's fused kernels replayed as graphs: what may bring SAS within item 3's 1.25x
-    Check("resnet110-reduce-overhead", "paper-steps", 240, ("benchmarks/step_time.py", *PAPER_RESNET, "--budget", "200", "--compile", "reduce-overhead")),
+    Check("resnet110-reduce-overhead", "paper-steps", 240, _resnet(200, "--compile", "reduce-overhead", steps=PAPER_RESNET)),
     # the paper scales' gated runs are all SAS's (Table 6's transform gate is `sas-gatetransform`)
     Check("costs", "costs", 240, ("benchmarks/gpu_budget.py", "--device", "cuda", "--keys", "*/sas*", "--out", STEP_TIMES)),
     Check("tests", "tests", 420, ("-m", "pytest", "-m", "gpu", "-rA", "tests/test_gpu.py")),
