@@ -27,6 +27,12 @@ machine. On a GPU in eager mode each is a kernel launch costing microseconds of 
 small sizes a step's time follows this count more than its arithmetic (docs/performance.md).
 Compiled, the count is not taken: the compiled graph's kernels are not torch's operations.
 
+The `GFLOP` column is the step's arithmetic in matrix products and convolutions, forward and
+backward (torch's own `FlopCounterMode`, on the same untimed step, run eager when the timed steps
+are compiled: the model's FLOPs do not depend on how they run), and `FLOP vs` its ratio to the
+baseline's. Where a step is compute-bound, its time ratio cannot fall far below this ratio
+without changing the model: it bounds what any speed-up of a variant's code can reach.
+
 Run (from the repository root):
 
     .venv/bin/python benchmarks/step_time.py
@@ -52,6 +58,7 @@ import time
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 from resrepro import devices, residual
 from resrepro.models import count_parameters
@@ -200,14 +207,32 @@ class OpCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def _cpu_attention_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+def _cpu_attention_backward_flops(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+
+
+# torch counts its CUDA attention kernels' FLOPs, not the CPU's flash attention: the same formulas
+CPU_ATTENTION_FLOPS = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_attention_flops,
+                       torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_attention_backward_flops}
+
+
 def count_ops(benches: list, run_step, speed: Speed) -> None:
-    """Sets each bench's `ops` to what one step dispatches (OpCounter), from one extra step; left
-    None when compiled."""
+    """Sets each bench's `ops` to what one step dispatches (OpCounter; left None when compiled) and
+    its `flops` to the step's matrix-product and convolution FLOPs (FlopCounterMode), from one extra
+    step, run eager: the FLOPs are the model's however it runs."""
     for b in benches:
-        if not speed.compile:
-            with OpCounter() as counter:
+        timed_net, b.net = b.net, b.model
+        try:
+            with FlopCounterMode(display=False, custom_mapping=CPU_ATTENTION_FLOPS) as flops, OpCounter() as counter:
                 run_step(b)
-            b.ops = counter.count
+        finally:
+            b.net = timed_net
+        b.flops = flops.get_total_flops()
+        b.ops = None if speed.compile else counter.count
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -278,28 +303,31 @@ def report_timings(benches: list, ref, rounds_done: int, opts: argparse.Namespac
         med = statistics.median(b.times)
         rows.append({"variant": b.label, "median_ms": med * 1e3, "min_ms": min(b.times) * 1e3, "ratio": med / ref_med,
                      "min_ratio": min(b.times) / ref_min, "params": b.params, "ops": b.ops,
-                     "steps": len(b.times)})
+                     "flops": b.flops, "flop_ratio": b.flops / ref.flops, "steps": len(b.times)})
         if with_loss:
             rows[-1]["last_loss"] = float(b.loss)
 
     w = max(len("variant"), *(len(r["variant"]) for r in rows))
-    vs, vs_min = f"vs {ref.label}", f"min vs {ref.label}"
-    wv, wm = max(8, len(vs)), max(11, len(vs_min))
+    vs, vs_min, flop_vs = f"vs {ref.label}", f"min vs {ref.label}", f"FLOP vs {ref.label}"
+    wv, wm, wf = max(8, len(vs)), max(11, len(vs_min)), len(flop_vs)
     loss_head, loss_rule = (f"  {'last loss':>9}", f"  {'-' * 9}") if with_loss else ("", "")
     print()
     print(f"{'variant':<{w}}  {'median ms':>10}  {vs:>{wv}}  {'min ms':>9}  {vs_min:>{wm}}  {'params':>10}  {'ops':>6}  "
-          f"{'steps':>5}{loss_head}")
-    print(f"{'-' * w}  {'-' * 10}  {'-' * wv}  {'-' * 9}  {'-' * wm}  {'-' * 10}  {'-' * 6}  {'-' * 5}{loss_rule}")
+          f"{'GFLOP':>8}  {flop_vs:>{wf}}  {'steps':>5}{loss_head}")
+    print(f"{'-' * w}  {'-' * 10}  {'-' * wv}  {'-' * 9}  {'-' * wm}  {'-' * 10}  {'-' * 6}  {'-' * 8}  {'-' * wf}  "
+          f"{'-' * 5}{loss_rule}")
     for r in rows:
         loss = f"  {r['last_loss']:>9.3f}" if with_loss else ""
         ops = "-" if r["ops"] is None else f"{r['ops']:,}"
         print(f"{r['variant']:<{w}}  {r['median_ms']:>10.1f}  {r['ratio']:>{wv - 1}.2f}x  {r['min_ms']:>9.1f}  "
-              f"{r['min_ratio']:>{wm - 1}.2f}x  {r['params']:>10,}  {ops:>6}  {r['steps']:>5}{loss}")
+              f"{r['min_ratio']:>{wm - 1}.2f}x  {r['params']:>10,}  {ops:>6}  {r['flops'] / 1e9:>8.3f}  {r['flop_ratio']:>{wf - 1}.3f}x  "
+              f"{r['steps']:>5}{loss}")
     if rounds_done < opts.rounds:
         print(f"\nstopped after {rounds_done} of {opts.rounds} rounds: --budget {opts.budget:g} s reached")
     print(f"\ntimed phase {time.perf_counter() - t_start:.1f} s (incl. warm-up){load_text()}; "
           f"vs {ref.label} = median / median of {ref.label}; min vs {ref.label} = min / min of {ref.label}; "
-          "ops = operations one step dispatches, views excluded (- when compiled)")
+          "ops = operations one step dispatches, views excluded (- when compiled); "
+          f"GFLOP = the step's matrix products and convolutions, forward and backward; FLOP vs {ref.label} = their ratio")
 
     if opts.csv:
         with open(opts.csv, "w", newline="") as fh:
@@ -324,6 +352,7 @@ class Bench:
         self.opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, **speed.optimizer_options())
         self.times: list[float] = []
         self.ops: int | None = None  # count_ops
+        self.flops = 0  # count_ops
 
 
 def step(b: Bench, x: torch.Tensor, y: torch.Tensor, loss_fn: nn.Module, speed: Speed) -> None:

@@ -31,7 +31,9 @@ from the same run are comparable; absolute times depend on the load. When other 
 cores (the header and footer print the load average), the medians swing and the min ratio is the
 steadier estimate. The speed switches are step_time.py's: on CUDA the default is bf16 autocast, a
 fused Adam and TF32 matmuls, as training uses there; `--compile` compiles every model, as a
-recipe's `compile`.
+recipe's `compile`. The `ops`, `GFLOP` and `FLOP vs` columns are step_time.py's: at base width
+a CPU step is compute-bound, so a variant's time ratio follows its FLOP ratio, and SAS's gates
+(two 2h x h layers per residual, per token) set both.
 
 Run (from the repository root):
 
@@ -137,6 +139,7 @@ class Bench:
         self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, **speed.optimizer_options())
         self.times: list[float] = []
         self.ops: int | None = None  # count_ops
+        self.flops = 0  # count_ops
         self.loss: torch.Tensor | None = None
 
 

@@ -100,3 +100,50 @@ def test_a_resnet_run_counts_each_variants_ops_the_same_each_time_and_sas_dispat
     assert ops["add"] > 0 and ops["sas"] > ops["rskip_ln-lam2"] > ops["add"]
     assert ops_per_variant() == ops  # a count, not a timing: the same on every run and machine
     assert "ops = operations one step dispatches" in capsys.readouterr().out
+
+
+def _csv_column(path, column, cast=int) -> dict:
+    header, *rows = (line.split(",") for line in path.read_text().splitlines())
+    return {row[0]: cast(row[header.index(column)]) for row in rows}
+
+
+def test_the_flop_column_counts_what_each_gate_adds_to_the_transformers_step(tmp_path):
+    """SAS adds two Scaling Gates to each of the 2 + 3 residuals of a 1+1-layer Transformer; each
+    gate's two linear layers (2h -> h, h -> 1) cost 2*M*K*N FLOPs forward and as much again for
+    each of the two gradients, over the M tokens of its stack. Single-layer gates (2h -> 1) and
+    Highway's transform gate (h -> h) likewise; everything else is the baseline's."""
+    csv = tmp_path / "t.csv"
+    batch, src_len, tgt_len, h = 2, 5, 4, 64
+    argv = ["--preset", "mini_base", "--encoder-layers", "1", "--decoder-layers", "1", "--vocab", "40", "--batch", str(batch),
+            "--src-len", str(src_len), "--tgt-len", str(tgt_len), "--rounds", "1", "--warmup", "0", "--threads", "1",
+            "--device", "cpu", "--variants", "sas", "highway", "--budget", "0", "--csv", str(csv)]
+    assert transformer_step_time.main(argv) == 0
+    flops = _csv_column(csv, "flops")
+    tokens_per_residual = [batch * src_len] * 2 + [batch * tgt_len] * 3  # encoder: 2 sublayers, decoder: 3
+
+    def added(layers):  # (K, N) of each linear layer, once per residual, forward + two gradients
+        return sum(3 * 2 * m * k * n for m in tokens_per_residual for k, n in layers)
+
+    base = flops["xskip_ln"]
+    assert flops["sas-bias_a0-bias_b0"] - base == 2 * added([(2 * h, h), (h, 1)])
+    assert flops["sas-gatesingle"] - base == 2 * added([(2 * h, 1)])
+    assert flops["highway"] - base == added([(h, h)])
+    ratios = _csv_column(csv, "flop_ratio", float)
+    assert ratios["xskip_ln"] == 1.0 and ratios["sas-bias_a0-bias_b0"] == pytest.approx(flops["sas-bias_a0-bias_b0"] / base, abs=1e-4)
+
+
+def test_the_flop_column_counts_the_cpu_attention_and_a_compiled_run_too(tmp_path):
+    """torch counts its CUDA attention kernels, not the CPU's flash attention: the benchmark adds
+    the same formula (4 * batch * heads * Tq * Tk * head dim forward; the backward is 2.5 times it).
+    A compiled run counts the same FLOPs as an eager one (the eager model's step)."""
+    q = torch.randn(2, 4, 5, 16, requires_grad=True)
+    with step_time.FlopCounterMode(display=False, custom_mapping=step_time.CPU_ATTENTION_FLOPS) as counter:
+        torch.nn.functional.scaled_dot_product_attention(q, q, q).sum().backward()
+    assert counter.get_total_flops() == 4 * 2 * 4 * 5 * 5 * 16 * 7 // 2
+    argv = ["--depth", "8", "--size", "8", "--batch", "2", "--rounds", "1", "--steps", "1", "--warmup", "0", "--threads", "1",
+            "--device", "cpu", "--variants", "highway", "--budget", "0"]
+    eager, compiled = tmp_path / "e.csv", tmp_path / "c.csv"
+    assert step_time.main(argv + ["--csv", str(eager)]) == 0
+    assert step_time.main(argv + ["--compile", "aot_eager", "--csv", str(compiled)]) == 0
+    assert _csv_column(eager, "flops") == _csv_column(compiled, "flops")
+    assert _csv_column(eager, "flops")["highway"] > _csv_column(eager, "flops")["add"] > 0
