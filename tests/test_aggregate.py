@@ -9,7 +9,7 @@ from scipy import stats as scipy_stats
 
 from resrepro import files
 from resrepro.analysis import stats
-from resrepro.analysis.aggregate import aggregate
+from resrepro.analysis.aggregate import aggregate, paper_model
 
 
 def test_welch_verdicts():
@@ -86,6 +86,27 @@ def test_rows_named_as_baseline_by_others_are_marked_baseline(tmp_path):
     rows = aggregate(plan, tmp_path, "config/tables", "final")["rows"].set_index("label")
     assert rows.loc["CIFAR-10 Baseline", "verdict"] == "baseline"
     assert rows.loc["CIFAR-10 + Proposal", "verdict"] == "inconclusive"
+
+
+def test_a_row_on_its_baselines_own_runs_makes_no_claim(tmp_path):
+    """rskip-t1's "Baseline (He et al. 2016b)" is 1xSkip's model, so both rows are the same runs (as
+    are two paper depths one mini depth stands for): no p-value, no seeds needed, not evidence."""
+    base = "classification/digits/preact_resnet8/default"
+    adds, xskips = [f"{base}/add/seed{k}" for k in range(2)], [f"{base}/xskip-lam2/seed{k}" for k in range(2)]
+    plan = [
+        {"table": "rskip-t1", "row": 0, "label": "Baseline (He et al. 2016b)", "baseline": "1xSkip", "runs": adds[::-1]},
+        {"table": "rskip-t1", "row": 1, "label": "1xSkip", "baseline": "1xSkip", "runs": adds},
+        {"table": "rskip-t1", "row": 2, "label": "2xSkip", "baseline": "1xSkip", "runs": xskips},
+    ]
+    for run, error in zip(adds + xskips, (4.0, 6.0, 9.0, 11.0)):
+        _write_run(tmp_path, run, error)
+    rows = aggregate(plan, tmp_path, "config/tables", "final")["rows"].set_index("label")
+    same = rows.loc["Baseline (He et al. 2016b)"]
+    assert same["verdict"] == "no claim" and "same runs as its baseline" in same["reason"]
+    assert all(pd.isna(same[k]) for k in ("p_value", "difference", "resolvable", "seeds_needed"))
+    assert rows.loc["1xSkip", "verdict"] == "baseline"
+    other = rows.loc["2xSkip"]
+    assert other["verdict"] in ("supported", "contradicted", "inconclusive") and other["difference"] == pytest.approx(5.0)
 
 
 def test_runs_without_a_result_say_why(tmp_path):
@@ -486,3 +507,23 @@ def test_train_length_says_what_the_recipe_trained(spec, task, length):
     from resrepro.analysis.aggregate import train_length
 
     assert train_length(spec, task) == length
+
+
+def test_the_papers_model_a_row_stands_for_reads_in_a_sentence():
+    assert paper_model({"depth": 110, "size": "big"}) == "depth 110"
+    assert paper_model({"size": "big"}) == "size big"
+    assert paper_model({"size": "paper"}) == "model"  # the captioner: "captioner_mini for the paper's model"
+
+
+def test_a_row_whose_nets_did_not_learn_says_so():
+    """Within 3% of ln(classes), a net predicts every class about alike (noise-t2's mini nets
+    ended at 2.2974-2.3008 against ln 10 = 2.3026)."""
+    from resrepro.analysis.aggregate import unlearned_note
+
+    assert unlearned_note(pd.Series([2.2974, 2.3008]), "digits").startswith("These nets did not learn at this scale: "
+                                                                            "their training loss ended at 2.299, near ln 10 = 2.303")
+    assert unlearned_note(pd.Series([2.24, 2.24]), "cifar10") != ""  # 0.973 of ln 10
+    assert unlearned_note(pd.Series([2.23, 2.23]), "cifar10") == ""  # 0.968 of ln 10: it started to learn
+    assert unlearned_note(pd.Series([4.5]), "cifar100") != "" and unlearned_note(pd.Series([4.4]), "cifar100") == ""  # ln 100 = 4.605
+    assert unlearned_note(pd.Series([0.3, float("nan")]), "digits") == ""
+    assert unlearned_note(pd.Series([float("nan")]), "digits") == "" and unlearned_note(pd.Series([9.0]), "scenes") == ""

@@ -125,6 +125,17 @@ def test_summary_reads_rows_and_checks_and_says_what_did_not_run():
     assert partly["evidence"] == "sas-t4: 1 supported of 1 row; not in this run: sas-t6"
 
 
+def test_the_summary_says_how_many_of_a_claims_rows_rest_on_nets_that_did_not_learn():
+    rows = pd.DataFrame([row("noise-t2", "Res", "baseline"), row("noise-t2", "Pln", "supported"), row("noise-t2", "Pln 2", "supported"),
+                         row("noise-t2", "Pln 3", "supported")]).assign(unlearned=[True, True, True, False])
+    claim = {"claim": "c", "source": "s", "evidence": [Reference("table", "noise-t2")]}
+    out = summarise({"noise": [claim]}, rows, {})["noise"][0]
+    assert out["evidence"] == ("noise-t2: 3 supported of 3 rows; 2 of these rows on nets that did not learn at this scale "
+                               "(see their notes)")  # the baseline is not evidence
+    one = summarise({"noise": [{**claim, "evidence": [Reference("table", "noise-t2", label="Pln 3")]}]}, rows, {})["noise"][0]
+    assert one["evidence"] == "noise-t2: 1 supported of 1 row"
+
+
 def test_evidence_line_counts_per_source_in_order():
     pieces = [("t1", "row", "supported"), ("f2", "check", "inconclusive"), ("t1", "row", "supported"), ("t1", "row", "contradicted")]
     assert evidence_line(pieces, []) == "t1: 2 supported, 1 contradicted of 3 rows; f2: 1 inconclusive of 1 check"

@@ -56,7 +56,7 @@ DIFFERENCE_KEYS = {"label", "of", "minus", "abs"}
 NOT_REPRODUCED_KEYS = {"paper", "caption", "source", "claim", "not_reproduced"}
 # The version of the aggregate's tidy tables (analysis/aggregate.py): a parameter of the aggregate
 # rule, so that a release that adds or changes their columns rewrites them, without retraining.
-TIDY_FORMAT = 3
+TIDY_FORMAT = 4
 CELL_KEYS = {"label", "dataset", "arch", "depth", "size", "variant", "args"}
 
 

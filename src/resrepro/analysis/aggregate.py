@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -27,6 +28,11 @@ from . import stats
 
 UNFINISHED = ("failed", "incomplete", "missing")
 # A change to the columns below or to rows.csv's: bump experiments.TIDY_FORMAT, so that the aggregate reruns.
+# Labels per image dataset (data/cifar.py's CLASSES; scikit-learn's digits: 10), and how near a run's
+# last training loss may come to ln(classes), what predicting every class alike gives, before its
+# row says the net did not learn: a verdict on such nets says nothing about trained ones.
+CLASSES = {"cifar10": 10, "cifar100": 100, "digits": 10}
+UNLEARNED_SHARE = 0.97
 DIGITS = {"train_loss": 4}  # decimals a metric is shown with: a loss of 0.0723 is not 0.07
 RUN_COLUMNS = ["run", "task", "dataset", "arch", "recipe", "variant_id", "seed", "status", "error", "final_test_error", "best_test_error", "best_epoch", "final_train_error", "final_train_loss", "best_train_loss",
                "bleu", "sacrebleu", "sacrebleu_signature", *CAPTION_METRICS, "spice_note", "features", "scst_updates", "train_length", "epochs_completed", "diverged_step", "parameters", "wall_time_s",
@@ -198,6 +204,27 @@ def parameters_at_paper_size(row: dict, task: str) -> int:
     return _parameters_of(json.dumps({**spec, "classes": CLASSES[row["dataset"]], "in_channels": 3}, sort_keys=True))
 
 
+def unlearned_note(train_losses: pd.Series, dataset: str) -> str:
+    """What a row says when its nets did not learn: their mean last training loss is within
+    UNLEARNED_SHARE of ln(classes) (every class predicted alike); empty otherwise or when unknown."""
+    loss = pd.to_numeric(train_losses, errors="coerce").mean()
+    if dataset not in CLASSES or math.isnan(loss):
+        return ""
+    chance = math.log(CLASSES[dataset])
+    if loss < UNLEARNED_SHARE * chance:
+        return ""
+    return (f"These nets did not learn at this scale: their training loss ended at {loss:.3f}, near ln {CLASSES[dataset]} = "
+            f"{chance:.3f}, which predicting every class alike gives.")
+
+
+def paper_model(spec: dict) -> str:
+    """The paper's model a table row stands for, as "ran as" names it: "depth 110", "size big", or
+    "model" where the size is the paper's own (the captioner: `size: paper`)."""
+    if "depth" in spec:
+        return f"depth {spec['depth']}"
+    return "model" if spec["size"] == "paper" else f"size {spec['size']}"
+
+
 @functools.lru_cache(maxsize=None)
 def _parameters_of(spec_json: str) -> int:
     """models.parameters_of, once per distinct spec: tables share their baselines' models."""
@@ -232,7 +259,7 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
             "table": plan_row["table"], "row": plan_row["row"], "label": plan_row["label"], "formula": spec.get("formula", ""),
             "note": " ".join(filter(None, [spec.get("note", ""), unscored])),
             "paper_dataset": spec["dataset"], "paper_arch": spec.get("depth", spec.get("size")),
-            "paper_model": f"depth {spec['depth']}" if "depth" in spec else f"size {spec['size']}",  # what the caption says it stands for
+            "paper_model": paper_model(spec),
             "dataset": first["dataset"], "arch": first["arch"], "recipe": first["recipe"], "variant_id": first["variant_id"],
             "metric": metric, "higher_is_better": higher, "epoch_basis": epoch_basis, "paper": spec["paper"], "new": new,
             "at": spec.get("at", ""), "n": len(values), "n_runs": len(plan_row["runs"]),
@@ -254,7 +281,9 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
             if table.get("ratio"):  # the row against its baseline as a factor, beside the paper's
                 line["ratio"] = line["mean"] / pd.Series(base_values, dtype=float).mean()
                 line["paper_ratio"] = spec["paper"] / base_spec["paper"] if None not in (spec["paper"], base_spec["paper"]) else float("nan")
-            if new:
+            if set(plan_row["runs"]) == set(baseline["runs"]):  # e.g. two paper depths one mini depth stands for
+                v = stats.Verdict("no claim", None, None, None, "the same runs as its baseline at this scale: a row cannot be tested against itself")
+            elif new:
                 v = stats.compare_new(values, base_values, higher)
             elif None in (spec["paper"], base_spec["paper"]):
                 v = stats.Verdict("no claim", None, stats.difference_of_means(values, base_values), None, "the paper's value is not in our copy of its text")
@@ -277,6 +306,8 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
             line["parameters_at_paper_size"] = parameters_at_paper_size(spec, table["task"])
             line["loop_time_ratio"] = loop_time_ratio(runs, plan_row["runs"], (baseline or plan_row)["runs"])
         ok = [r for r in plan_row["runs"] if runs.loc[r, "status"] == "ok"]
+        unlearned = unlearned_note(runs.loc[ok, "final_train_loss"], first["dataset"]) if table["task"] == "classification" and ok else ""
+        line.update(note=" ".join(filter(None, [line["note"], unlearned])), unlearned=bool(unlearned))
         if table["task"] == "translation":
             line["sacrebleu"] = runs.loc[ok, "sacrebleu"].astype(float).mean()
             line["parameters_vocabulary"] = VOCAB_SIZES[spec["dataset"]]

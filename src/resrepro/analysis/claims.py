@@ -122,6 +122,15 @@ def evidence_of(ref: Reference, rows: pd.DataFrame, figure_verdicts: dict[str, l
     return [(ref.id, "check", v.verdict) for v in chosen]
 
 
+def unlearned_rows(ref: Reference, rows: pd.DataFrame) -> int:
+    """How many of a table reference's evidence rows rest on nets that did not learn at this scale
+    (aggregate.unlearned_note): their verdicts say nothing about trained nets."""
+    if ref.kind != "table" or "unlearned" not in rows:
+        return 0
+    mine = rows[(rows["table"] == ref.id) & (rows["label"] == ref.label if ref.label is not None else True)]
+    return sum(bool(r["unlearned"]) and row_verdict(r) not in NOT_EVIDENCE for _, r in mine.iterrows())
+
+
 def evidence_line(pieces: list[tuple[str, str, str]], not_run: list[str]) -> str:
     """One line: per table or figure, how many of its rows or checks gave each verdict; then the
     tables and figures the claim rests on that this run did not select."""
@@ -145,6 +154,8 @@ def summarise(claims: dict[str, list[dict]], rows: pd.DataFrame, figure_verdicts
         for c in entries:
             pieces = [p for ref in c["evidence"] for p in evidence_of(ref, rows, figure_verdicts)]
             not_run = [ref.id for ref in c["evidence"] if not ran(ref, rows, figure_verdicts)]
+            unlearned = sum(unlearned_rows(ref, rows) for ref in c["evidence"])
+            caveat = f"; {unlearned} of these rows on nets that did not learn at this scale (see their notes)" if unlearned else ""
             out[paper].append({"claim": c["claim"], "source": c["source"], "refs": list(dict.fromkeys(r.id for r in c["evidence"])),
-                               "verdict": claim_verdict([v for _, _, v in pieces]), "evidence": evidence_line(pieces, not_run)})
+                               "verdict": claim_verdict([v for _, _, v in pieces]), "evidence": evidence_line(pieces, not_run) + caveat})
     return out

@@ -1,4 +1,4 @@
-"""Paper 002's noise stability measurements (Sec. 4.2 and SM D) on its simplified nets.
+"""Paper 002's noise stability measurements (Sec. 5 and SM D) on its simplified nets.
 
 layer_cushion (Fig. 3): the per-sample layer cushion of Arora et al. 2018 (Definition 4.2). The
 cushion of layer i is the largest mu such that mu ||A_i||_F ||phi(x_{i-1})|| <= ||A_i phi(x_{i-1})||
@@ -11,7 +11,7 @@ that map as a matrix: each kernel tap's squared weights times the number of outp
 which the tap falls inside the (zero-padded) input. A residual block's map is its plain form (its
 conv plus the skip: 1 added at the ID entries), but its norm is that of its own weights, "after
 removing 1 from the ID entries, because the intent of the term is to measure change in the
-coefficients" (Sec. 4.2). A residual layer whose weights are 0 has an infinite cushion; a plain
+coefficients" (Sec. 5). A residual layer whose weights are 0 has an infinite cushion; a plain
 layer whose weights are the identity on C channels of H x W has 1 / sqrt(C H W).
 
 final_activations (SM D.4, Fig. 10): the distribution of the final activation (the last block's
@@ -175,7 +175,7 @@ def summarize_final_activations(frame: pd.DataFrame) -> str:
 register("final_activations", measure=measure_final_activations, summarize=summarize_final_activations)
 
 
-# Sec. 4.2: "the per-sample interlayer cushion of plain and residual blocks in commonly used
+# Sec. 5: "the per-sample interlayer cushion of plain and residual blocks in commonly used
 # networks" (Arora et al. 2018, Definition 4.3): for the map M from a block's input x to its output,
 # with Jacobian J at x and h the size of x,
 #     sqrt(h) ||J x|| / (||J||_F ||x||).

@@ -1,4 +1,4 @@
-"""Paper 001 Sec. 4.1: the learned effective scale of the skip (Liu et al. 2020: "2.82 and 2.64
+"""Paper 001 Sec. 4.3: the learned effective scale of the skip (Liu et al. 2020: "2.82 and 2.64
 for 2xSkip+LN and 2rSkip+LN, respectively, averaged over the shown blocks", Figure 3's middle blocks).
 
 The paper does not define it beyond its Appendix A, which writes a block's output as an affine
