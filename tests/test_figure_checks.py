@@ -36,8 +36,12 @@ def test_rises_and_falls_compare_each_curves_ends_and_all_curves_must_agree():
     assert not holds("rises", frame, along="block")  # "flat" ends where it starts
     assert not holds("falls", frame, along="block")
     assert holds("falls", rows({"down": [3.0, 9.0, 2.5], "down2": [1.0, 0.0]}), along="block")
-    # the evidence names the curve that rose least
-    assert TESTS["rises"].function(frame, along="block")[1] == "least rise: 3 to 3 along block (flat)"
+    # the evidence names the curve that rose (fell) least, or the one that did not where the check fails
+    assert TESTS["rises"].function(frame, along="block")[1] == "does not rise: 3 to 3 along block (flat)"
+    assert TESTS["rises"].function(rows({"up": [1.0, 5.0, 2.0]}), along="block")[1] == "least rise: 1 to 2 along block (up)"
+    down = rows({"down": [3.0, 9.0, 2.5], "down2": [1.0, 0.0]})
+    assert TESTS["falls"].function(down, along="block")[1] == "least fall: 3 to 2.5 along block (down)"
+    assert TESTS["falls"].function(frame, along="block")[1] == "does not fall: 1 to 2 along block (up)"
     shuffled = rows({"up": [1.0, 5.0, 2.0]}).iloc[::-1]  # order of the rows does not matter: sorted along the axis
     assert holds("rises", shuffled, along="block")
 
@@ -47,7 +51,7 @@ def test_curves_are_told_apart_by_every_column_in_use():
     test = rows({"a": [2.0, 1.0]}, split="test")
     both = pd.concat([train, test])
     assert not holds("rises", both, along="block")  # the held-out curve falls
-    assert TESTS["rises"].function(both, along="block")[1] == "least rise: 2 to 1 along block (a, split test)"
+    assert TESTS["rises"].function(both, along="block")[1] == "does not rise: 2 to 1 along block (a, split test)"
 
 
 def test_first_largest_and_smallest_against_the_mean_of_the_rest():
@@ -164,7 +168,7 @@ def test_a_curve_with_an_empty_column_counts_and_is_named_by_its_columns():
     ungrouped = rows({"net": [2.0, 1.0]}, quantity="loss", epoch=6.0)  # no group: NaN in the concatenation
     both = pd.concat([grouped, ungrouped], ignore_index=True)
     assert not holds("rises", both, along="block")
-    assert TESTS["rises"].function(both, along="block")[1] == "least rise: 2 to 1 along block (net, loss, group nan, epoch 6)"
+    assert TESTS["rises"].function(both, along="block")[1] == "does not rise: 2 to 1 along block (net, loss, group nan, epoch 6)"
     assert TESTS["rises"].function(grouped, along="block")[1] == "least rise: 1 to 2 along block (net, accuracy (%), group borderline, epoch 6)"
 
 

@@ -443,17 +443,24 @@ def test_a_figure_of_differences_draws_judges_and_sums_up_the_differences(tmp_pa
     assert section["verdicts"][0].evidence == "plain: 44 minus 32 layers 0.3 > residual: 44 minus 32 layers 0.1"
     lines = drawn["fig"].axes[0].get_lines()
     assert {line.get_label().split(" (")[0] for line in lines} == set(labels[4:])
+    # the axes name what is drawn (the checks above select the quantity by its own name)
+    assert drawn["fig"].axes[0].get_ylabel().replace("\n", " ") == "mean difference in training loss"
 
 
 def test_a_learning_curve_is_drawn_on_a_log_scale_only_when_no_value_is_negative(monkeypatch):
+    """Log where every value is positive; with exact zeros (noise-f6's equivalent nets), a symmetric
+    log scale, linear below the smallest positive value, so that the zeros show at the bottom."""
     drawn = []
     monkeypatch.setattr(figures, "to_png", lambda fig: drawn.append(fig) or b"png")
     rows = pd.DataFrame([{"figure": "f", "label": "net", "run": "r", "epoch": e, "quantity": "q", "value": v}
-                         for e, v in enumerate([2.0, 1.0, 0.0])])
+                         for e, v in enumerate([2.0, 1e-3, 0.0])])
+    figures.per_epoch(rows.assign(value=[2.0, 1.0, 0.5]), "f")
     figures.per_epoch(rows, "f")
     figures.per_epoch(rows.assign(value=[1.0, 0.0, -0.5]), "f")
     figures.per_epoch(rows.assign(value=0.0), "f")
-    assert [fig.axes[0].get_yscale() for fig in drawn] == ["log", "linear", "linear"]
+    assert [fig.axes[0].get_yscale() for fig in drawn] == ["log", "symlog", "linear", "linear"]
+    with_zeros = drawn[1].axes[0]
+    assert with_zeros.yaxis.get_transform().linthresh == 1e-3 and with_zeros.get_ylim()[0] == 0
 
 
 def test_the_caption_gallery_puts_each_models_caption_under_its_image():
@@ -577,6 +584,20 @@ def test_ran_as_says_the_data_models_training_and_seeds_a_table_really_ran():
         "6 epochs and 20 epochs; 1-5 seeds per row.")
     one = render_module.ran_as(trows.iloc[:1].assign(n_runs=1), runs.iloc[:0], "tiny")
     assert one == "Ran at tiny scale on 8x8 digits (scikit-learn's, 1,297 train / 500 test images) standing for CIFAR-10; preact_resnet32 for the paper's depth 110; 1 seed per row."
+
+
+def test_a_figure_says_the_data_nets_examples_and_seeds_it_really_measured():
+    """sas-f3's caption gives the paper's 10,000 examples; the line beside it says what ran."""
+    fdata = pd.DataFrame({"label": ["add", "add", "add", "sas"], "run": ["c/add/seed0", "c/add/seed0", "c/add/seed1", "c/sas/seed0"],
+                          "examples": [1297.0, 500.0, 1297.0, 1297.0]})
+    runs = pd.DataFrame({"run": ["c/add/seed0", "c/add/seed1", "c/sas/seed0", "other"], "dataset": ["digits", "digits", "digits", "cifar10"],
+                         "arch": ["preact_resnet32", "preact_resnet32", "preact_resnet14", "preact_resnet110"]})
+    assert render_module.figure_ran_as(fdata, runs, "mini") == (
+        "Ran at mini scale on 8x8 digits (scikit-learn's, 1,297 train / 500 test images); preact_resnet32 and preact_resnet14; "
+        "1,297 and 500 examples a measurement; 1-2 seeds per cell.")
+    one = render_module.figure_ran_as(fdata.iloc[3:].drop(columns="examples"), runs, "tiny")
+    assert one == "Ran at tiny scale on 8x8 digits (scikit-learn's, 1,297 train / 500 test images); preact_resnet14; 1 seed per cell."
+    assert render_module.figure_ran_as(fdata.assign(run="gone"), runs, "mini") == ""
 
 
 def test_every_table_says_how_it_ran(report):

@@ -263,3 +263,19 @@ def test_the_histogram_and_level_drawings_give_images():
     assert DRAWINGS["histogram"](frame, "noise-f7")[:4] == b"\x89PNG"
     levels = pd.DataFrame({"level": [1.0, 0.5, 1.0], "quantity": "q", "value": [30.0, 20.0, 25.0], "label": ["a", "a", "b"], "run": ["a/s0", "a/s0", "b/s0"]})
     assert DRAWINGS["per_level"](levels, "noise-f8b")[:4] == b"\x89PNG"
+
+
+def test_the_level_drawing_has_one_line_per_net_whatever_epoch_each_seed_reached_a_level_at(monkeypatch):
+    """noise-f8b: the epoch a level was reached differs between seeds and levels; it is not a
+    snapshot, so each net keeps one line (not one per epoch, which made the legend unreadable)."""
+    from resrepro.report import figures
+
+    drawn = []
+    monkeypatch.setattr(figures, "to_png", lambda fig: drawn.append(fig) or b"png")
+    levels = pd.DataFrame({"level": [1.0, 0.5, 1.0, 0.5, 1.0], "epoch": [2, 5, 3, 6, 4], "quantity": "test error",
+                           "value": [30.0, 20.0, 32.0, 22.0, 25.0], "label": ["plain"] * 4 + ["residual"],
+                           "run": ["plain/s0", "plain/s0", "plain/s1", "plain/s1", "residual/s0"]})
+    figures.per_level(levels, "noise-f8b")
+    lines = drawn[0].axes[0].get_lines()
+    assert [line.get_label() for line in lines] == ["plain (2 runs)", "residual (1 run)"]
+    assert dict(zip(lines[0].get_xdata(), lines[0].get_ydata())) == {1.0: 31.0, 0.5: 21.0}  # the mean over seeds per level

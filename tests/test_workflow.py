@@ -198,6 +198,10 @@ def test_the_report_in_headless_chromium(workdir, tmp_path):
         driver.find_elements(By.CSS_SELECTOR, "#rskip-t1 table tr:first-child th")[at].click()
         assert [float(v) for v in driver.execute_script(column, at)] == sorted(before, reverse=True)
         assert sorted(before) != before or sorted(before, reverse=True) != before  # the order changed at least once
+        # what a cell sorts by: seeds needed ("> 1000" above 765), parameter counts ("1.73M" above "467k")
+        cells = ["> 1000", "765", "467k", "1.73M", "29,302,804", "<0.001", "6.30 ± 0.30", "+0.42", "−1.5", "–"]
+        assert driver.execute_script("return arguments[0].map(sortNumber)", cells) == [
+            1000, 765, 467000, 1730000, 29302804, 0.001, 6.3, 0.42, -1.5, None]
         shot = tmp_path / "report.png"
         driver.save_screenshot(str(shot))
         assert shot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")

@@ -116,14 +116,14 @@ def _negated(margin):
 def rises(rows, along: str):
     """In every curve, the value at the last point along `along` exceeds that at the first."""
     holds, (_, first, last, where) = _every_curve(rows, along, _ends)
-    return holds, f"least rise: {first:.3g} to {last:.3g} along {along} ({where})"
+    return holds, f"{'least rise' if holds else 'does not rise'}: {first:.3g} to {last:.3g} along {along} ({where})"
 
 
 @_test("falls", ("along",))
 def falls(rows, along: str):
     """In every curve, the value at the last point along `along` is below that at the first."""
     holds, (_, first, last, where) = _every_curve(rows, along, _negated(_ends))
-    return holds, f"least fall: {first:.3g} to {last:.3g} along {along} ({where})"
+    return holds, f"{'least fall' if holds else 'does not fall'}: {first:.3g} to {last:.3g} along {along} ({where})"
 
 
 @_test("first_largest", ("along",))

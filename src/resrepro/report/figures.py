@@ -62,13 +62,27 @@ def _lines(frame: pd.DataFrame, title: str, x: str, xlabel: str, log_y: bool = F
                 name = f"{label}{f', {split}' if split else ''} ({runs} run{'s' if runs != 1 else ''})"
                 ax.plot(mean.index, mean.values, SPLIT_STYLES.get(split, "-"), color=f"C{colour}", marker=".", label=name)
                 ax.fill_between(mean.index, by_x.min().values, by_x.max().values, color=f"C{colour}", alpha=0.2)
-        ax.set(xlabel=xlabel, ylabel=_wrap(f"mean {quantity}"), title=_wrap(f"{title}: {quantity}", 50), yscale="log" if log_y else "linear")
+        ax.set(xlabel=xlabel, ylabel=_wrap(f"mean {quantity}"), title=_wrap(f"{title}: {quantity}", 50))
+        if log_y:
+            _log_scale(ax, of_quantity["value"])
         if log_x_falling:  # a training loss: falls as training goes on, so drawn from high to low
             ax.set_xscale("log")
             ax.invert_xaxis()
         ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))  # outside: lines stay readable
     return to_png(fig)
+
+
+def _log_scale(ax, values: pd.Series) -> None:
+    """A log y axis; where some values are exactly 0 (two nets equal to the last bit), a symmetric
+    log axis that is linear up to the smallest positive value, so that the zeros are drawn at the
+    bottom instead of dropped."""
+    positive = values[values > 0]
+    if (values == 0).any() and len(positive):
+        ax.set_yscale("symlog", linthresh=float(positive.min()))
+        ax.set_ylim(bottom=0)
+    else:
+        ax.set_yscale("log")
 
 
 def per_block(frame: pd.DataFrame, title: str) -> bytes | None:
@@ -89,8 +103,10 @@ def per_step(frame: pd.DataFrame, title: str) -> bytes | None:
 
 
 def per_level(frame: pd.DataFrame, title: str) -> bytes | None:
-    """A measurement per level of training loss reached (columns level, quantity, value)."""
-    return _lines(frame, title, "level", "training loss reached (log scale, falling)", log_x_falling=True)
+    """A measurement per level of training loss reached (columns level, quantity, value; `epoch`,
+    when the level was reached, differs between seeds and is not a snapshot: one line per net)."""
+    return _lines(frame.drop(columns="epoch", errors="ignore"), title, "level", "training loss reached (log scale, falling)",
+                  log_x_falling=True)
 
 
 def per_epoch_block(frame: pd.DataFrame, title: str) -> bytes | None:

@@ -66,6 +66,22 @@ def ran_as(trows: pd.DataFrame, table_runs: pd.DataFrame, scale: str) -> str:
     return f"Ran at {scale} scale on " + "; ".join(parts) + "."
 
 
+def figure_ran_as(fdata: pd.DataFrame, runs: pd.DataFrame, scale: str) -> str:
+    """A figure's counterpart of `ran_as`: the data and nets its measured runs really are, the
+    examples each measurement read (figures.csv's `examples`) and the seeds per cell, so that the
+    caption's setting (the paper's: "10,000 training examples") is not read as this run's."""
+    measured = runs[runs["run"].isin(set(fdata["run"]))]
+    if measured.empty:
+        return ""
+    parts = [_listed(DATASET_NAMES.get(d, d) for d in measured["dataset"]), _listed(measured["arch"])]
+    if "examples" in fdata and fdata["examples"].notna().any():
+        parts.append(f"{_listed(f'{int(n):,}' for n in sorted(fdata['examples'].dropna().unique(), reverse=True))} examples a measurement")
+    seeds = sorted(fdata.groupby("label")["run"].nunique())
+    count = f"{seeds[0]}" if seeds[0] == seeds[-1] else f"{seeds[0]}-{seeds[-1]}"
+    parts.append(f"{count} seed{'s' if seeds[-1] != 1 else ''} per cell")
+    return f"Ran at {scale} scale on " + "; ".join(parts) + "."
+
+
 def fmt(value, digits: int = 2) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
@@ -183,7 +199,8 @@ def _context(agg_dir: Path, tables, scale: str, recipe: dict, note: str, figure_
                              "gallery": caption_gallery(samples, table_id)})
         if paper_id == BEYOND and not sections:  # opt-in: no heading for what the run did not select
             continue
-        papers.append({"id": paper_id, "title": title, "sections": sections, "figures": _figure_sections(agg_dir, figure_config, paper_id, pool)})
+        papers.append({"id": paper_id, "title": title, "sections": sections,
+                       "figures": _figure_sections(agg_dir, figure_config, paper_id, pool, runs, scale)})
 
     judged = {f["id"]: f["verdicts"] for p in papers for f in p["figures"] if "verdicts" in f}
     stated = claims_of_papers.load_claims(claims, tables, figure_config) if claims else {}
@@ -233,7 +250,8 @@ def gpu_costs(path: Path) -> dict | None:
             "tables": tables, "total": total}
 
 
-def _figure_sections(agg_dir: Path, entries: dict, paper_id: str, pool=None) -> list[dict]:
+def _figure_sections(agg_dir: Path, entries: dict, paper_id: str, pool=None, runs: pd.DataFrame | None = None,
+                     scale: str = "") -> list[dict]:
     """The paper's figures: its entry (caption, claim, settings), what each cell's runs show, and
     the drawing of the measurement's kind from figures.csv (a Future of its PNG, from `pool`)."""
     pool = pool or _DrawHere()
@@ -254,11 +272,15 @@ def _figure_sections(agg_dir: Path, entries: dict, paper_id: str, pool=None) -> 
         fcells = cells[cells["figure"] == figure_id]
         fdata = data[data["figure"] == figure_id]
         shown = [{"label": c["label"], "n": int(c["n"]), "n_runs": int(c["n_runs"]), "summary": c["summary"]} for _, c in fcells.iterrows()]
+        ran = figure_ran_as(fdata, runs, scale) if runs is not None else ""
+        drawn = fdata
         if entry.get("differences"):  # the figure shows its cells' differences, not the cells
             fdata = figure_differences(fdata, entry["differences"])
             shown += difference_summaries(fdata, entry, fcells)
-        image = pool.submit(figures.DRAWINGS[fcells["kind"].iloc[0]], fdata, figure_id)
-        out.append({"id": figure_id, "entry": entry, "image": image,
+            what = "absolute difference in " if all(d.get("abs") for d in entry["differences"]) else "difference in "
+            drawn = fdata.assign(quantity=what + fdata["quantity"].astype(str))  # the axes say what is drawn; checks read fdata
+        image = pool.submit(figures.DRAWINGS[fcells["kind"].iloc[0]], drawn, figure_id)
+        out.append({"id": figure_id, "entry": entry, "image": image, "ran_as": ran,
                     "verdicts": [figure_checks.judge(fdata, check) for check in entry.get("checks", [])], "cells": shown})
     return out
 
