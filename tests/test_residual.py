@@ -624,3 +624,32 @@ def test_a_gate_logit_of_8_is_below_one_under_autocast():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         t = gate(torch.ones(1, 1, 2))
     assert torch.all(t < 1.0) and torch.allclose(t, torch.full_like(t, 1 / (1 + math.exp(-8))), atol=1e-7)
+
+
+def test_pooling_for_the_gates_is_the_spatial_mean_and_its_backward_divides_before_broadcasting():
+    """The same values and gradients as `mean` (to the last bit), on a map that is not square; the
+    backward's only division is of the (N, C) gradient (mean's divides the whole map)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Divisions(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.shapes = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket is torch.ops.aten.div:
+                self.shapes.append(tuple(args[0].shape))
+            return func(*args, **(kwargs or {}))
+
+    x = torch.randn(2, 3, 4, 6, requires_grad=True)
+    pooled = residual.pool_for_gate(x, "conv")
+    assert torch.equal(pooled, x.mean(dim=(2, 3)))
+    weights = torch.randn(2, 3)
+    (grad,) = torch.autograd.grad((pooled * weights).sum(), x)
+    (mean_grad,) = torch.autograd.grad((x.mean(dim=(2, 3)) * weights).sum(), x)
+    assert torch.equal(grad, mean_grad) and torch.allclose(grad, (weights / 24)[:, :, None, None].expand(2, 3, 4, 6))
+    with Divisions() as divisions:
+        (residual.pool_for_gate(x, "conv") * weights).sum().backward()
+    assert divisions.shapes and all(shape == (2, 3) for shape in divisions.shapes)
+    tokens = torch.randn(2, 5, 3)
+    assert residual.pool_for_gate(tokens, "seq") is tokens

@@ -76,8 +76,10 @@ def make_norm(kind: str, dim: int, layout: str) -> nn.Module:
 
 
 def pool_for_gate(t: torch.Tensor, layout: str) -> torch.Tensor:
-    """(N, C, H, W) -> (N, C) by spatial mean; (N, T, D) stays per token."""
-    return t.mean(dim=(2, 3)) if layout == "conv" else t
+    """(N, C, H, W) -> (N, C) by spatial mean; (N, T, D) stays per token. The mean as a sum divided
+    after: the same values, and its backward divides the (N, C) gradient before broadcasting it,
+    where `mean`'s divides the whole (N, C, H, W) map (a pass over the activation per gate input)."""
+    return t.sum(dim=(2, 3)) / (t.shape[2] * t.shape[3]) if layout == "conv" else t
 
 
 def expand_gate(g: torch.Tensor, layout: str) -> torch.Tensor:
