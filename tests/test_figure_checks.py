@@ -261,3 +261,18 @@ def test_an_ordered_check_of_two_cells_states_the_difference_its_seeds_resolve()
     assert judge(seeds[seeds["seed"] == 0], {"claim": "c", "test": "ordered", "cells": ["a", "b"]}).resolvable is None  # one seed
     assert judge(seeds, {"claim": "c", "test": "below", "value": 9}).resolvable is None  # not a comparison of two cells
     assert judge(seeds, {"claim": "c", "test": "below", "value": 9, "cells": ["a", "b"]}).resolvable is None  # nor is this
+
+
+def test_falls_more_compares_the_first_to_last_ratio_of_two_cells():
+    """sas-f4: SAS's gradient norms fall towards the last block shown (3 to 1.5: 2x), x + F's
+    stay about level (2 to 1.6: 1.25x); another column (the split) is averaged within each cell."""
+    sas = rows({"SAS": [3.0, 2.0, 1.5]})
+    plain = pd.concat([rows({"x + F": [2.2, 2.0, 1.7]}, split="train"), rows({"x + F": [1.8, 2.0, 1.5]}, split="test")])
+    both = pd.concat([sas, plain])
+    assert holds("falls_more", both, cells=["SAS", "x + F"], along="block")
+    assert not holds("falls_more", both, cells=["x + F", "SAS"], along="block")
+    assert TESTS["falls_more"].function(both, cells=["SAS", "x + F"], along="block")[1] == "first block / last: SAS 2, x + F 1.25"
+    level = rows({"SAS": [2.0, 2.0]})
+    assert not holds("falls_more", pd.concat([level, rows({"x + F": [2.0, 2.0]})]), cells=["SAS", "x + F"], along="block")  # equal: no
+    one_point = rows({"SAS": [2.0]})
+    assert not holds("falls_more", pd.concat([one_point, plain]), cells=["SAS", "x + F"], along="block")  # no curve to fall

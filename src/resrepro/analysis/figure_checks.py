@@ -160,6 +160,20 @@ def ordered(rows, cells: list[str]):
         ", ".join(f"{c} {m:.3g}" for c, m in zip(cells, means))
 
 
+@_test("falls_more", ("cells", "along"))
+def falls_more(rows, cells: list[str], along: str):
+    """The first cell's curve falls more from its first point along `along` to its last than the
+    second cell's does, as a ratio first / last (each curve the mean over the cell's other
+    columns): "with x + F the gradients are basically the same in every block; with SAS more
+    gradient goes to the lower blocks". Values must be positive (norms)."""
+    ratios = []
+    for cell in cells:
+        curve = rows[rows["label"] == cell].groupby(along)["value"].mean().sort_index()
+        ratios.append(float(curve.iloc[0] / curve.iloc[-1]) if len(curve) > 1 and curve.iloc[-1] > 0 else float("nan"))
+    holds = ratios[0] > ratios[1]  # False where either is undefined (NaN)
+    return holds, f"first {along} / last: " + ", ".join(f"{c} {r:.3g}" for c, r in zip(cells, ratios))
+
+
 @_test("ordered_at_each", ("cells", "along"), ("share",))
 def ordered_at_each(rows, cells: list[str], along: str, share: float = 1.0):
     """At least `share` of the points along `along` (every one by default) have the first cell's
