@@ -82,6 +82,13 @@ def figure_ran_as(fdata: pd.DataFrame, runs: pd.DataFrame, scale: str) -> str:
     return f"Ran at {scale} scale on " + "; ".join(parts) + "."
 
 
+def with_repeats(claim: dict, repeats: dict[str, str]) -> dict:
+    """A claim's summary whose evidence line also says which of its figures repeat another's runs
+    at this scale (`repeats`: figure -> the figure it repeats): counted twice, not two pieces."""
+    said = [f"{r} repeats {repeats[r]}" for r in claim["refs"] if r in repeats]
+    return {**claim, "evidence": claim["evidence"] + f" ({'; '.join(said)}: the same runs at this scale)"} if said else claim
+
+
 def fmt(value, digits: int = 2) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
@@ -205,8 +212,9 @@ def _context(agg_dir: Path, tables, scale: str, recipe: dict, note: str, figure_
     judged = {f["id"]: f["verdicts"] for p in papers for f in p["figures"] if "verdicts" in f}
     stated = claims_of_papers.load_claims(claims, tables, figure_config) if claims else {}
     summary = claims_of_papers.summarise(stated, rows, judged)
+    repeats = {f["id"]: f["same_as"] for p in papers for f in p["figures"] if f.get("same_as")}
     for paper in papers:
-        paper["claims"] = summary.get(paper["id"], [])
+        paper["claims"] = [with_repeats(c, repeats) for c in summary.get(paper["id"], [])]
 
     status = runs["status"].value_counts().to_dict()
     unfinished = runs[runs["status"].isin(UNFINISHED)]
@@ -260,7 +268,7 @@ def _figure_sections(agg_dir: Path, entries: dict, paper_id: str, pool=None, run
     measured = (agg_dir / "figure_cells.csv").exists()
     cells = pd.read_csv(agg_dir / "figure_cells.csv", keep_default_na=False) if measured else pd.DataFrame(columns=["figure"])
     data = pd.read_csv(agg_dir / "figures.csv") if measured else pd.DataFrame(columns=["figure"])
-    out = []
+    out, measured_as = [], {}  # (measurement, settings, runs) -> the first figure that measured them
     for figure_id, entry in entries.items():
         if entry["paper"] != paper_id:
             continue
@@ -273,6 +281,9 @@ def _figure_sections(agg_dir: Path, entries: dict, paper_id: str, pool=None, run
         fdata = data[data["figure"] == figure_id]
         shown = [{"label": c["label"], "n": int(c["n"]), "n_runs": int(c["n_runs"]), "summary": c["summary"]} for _, c in fcells.iterrows()]
         ran = figure_ran_as(fdata, runs, scale) if runs is not None else ""
+        # e.g. a CIFAR-100 figure whose runs, at mini scale, are the CIFAR-10 figure's (one stand-in dataset)
+        same_as = measured_as.setdefault((entry["measurement"], json.dumps(entry.get("settings") or {}, sort_keys=True),
+                                          frozenset(fdata["run"])), figure_id) if len(fdata) else figure_id
         drawn = fdata
         if entry.get("differences"):  # the figure shows its cells' differences, not the cells
             fdata = figure_differences(fdata, entry["differences"])
@@ -280,7 +291,7 @@ def _figure_sections(agg_dir: Path, entries: dict, paper_id: str, pool=None, run
             what = "absolute difference in " if all(d.get("abs") for d in entry["differences"]) else "difference in "
             drawn = fdata.assign(quantity=what + fdata["quantity"].astype(str))  # the axes say what is drawn; checks read fdata
         image = pool.submit(figures.DRAWINGS[fcells["kind"].iloc[0]], drawn, figure_id)
-        out.append({"id": figure_id, "entry": entry, "image": image, "ran_as": ran,
+        out.append({"id": figure_id, "entry": entry, "image": image, "ran_as": ran, "same_as": same_as if same_as != figure_id else None,
                     "verdicts": [figure_checks.judge(fdata, check) for check in entry.get("checks", [])], "cells": shown})
     return out
 
