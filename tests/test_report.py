@@ -696,13 +696,16 @@ def test_the_section_beyond_the_papers_shows_only_when_selected(tmp_path):
         assert ("beyond" in [p["id"] for p in context["papers"]]) == expected
 
 
-def test_a_figure_on_another_figures_runs_and_measurement_says_it_repeats_it(tmp_path):
-    """At mini scale CIFAR-100 runs as the CIFAR-10 stand-in: iter-f10's runs are iter-f4's. Its
-    section and the claims citing it say so; a figure on other runs does not."""
+def test_a_figure_that_draws_what_another_draws_says_it_repeats_it(tmp_path):
+    """At mini scale CIFAR-100 runs as the CIFAR-10 stand-in: iter-f10 draws what iter-f4 draws (the
+    same runs, quantity and values, whatever the cells' labels). Its section and the claims citing
+    it say so; a figure drawing another quantity of the same runs does not."""
     from resrepro.report import render as render_module
 
-    rows = [{"figure": f, "cell": 0, "label": "original ResNet-110", "run": run, "seed": 0, "block": b, "split": "train",
-             "quantity": "cos", "value": -0.1 * b} for f, run in (("iter-f4", "c/add/seed0"), ("iter-f10", "c/add/seed0"), ("iter-f2", "c/add/seed0"))
+    rows = [{"figure": f, "cell": 0, "label": label, "run": "c/add/seed0", "seed": 0, "block": b, "split": "train",
+             "quantity": quantity, "value": -0.1 * b} for f, label, quantity in (("iter-f4", "original ResNet-110", "cos"),
+                                                                                ("iter-f10", "original ResNet-110 (CIFAR-100)", "cos"),
+                                                                                ("iter-f2", "original ResNet-110", "||F(h)|| / ||h||"))
             for b in (1, 2)]
     pd.DataFrame(rows).to_csv(tmp_path / "figures.csv", index=False)
     pd.DataFrame([{"figure": f, "cell": 0, "label": "original ResNet-110", "measurement": m, "kind": "per_block", "n": 1, "n_runs": 1,
@@ -710,7 +713,7 @@ def test_a_figure_on_another_figures_runs_and_measurement_says_it_repeats_it(tmp
                  ).to_csv(tmp_path / "figure_cells.csv", index=False)
     sections = {s["id"]: s for s in render_module._figure_sections(tmp_path, load_figures(["config/figures/iter.yaml"]), "iter")}
     assert sections["iter-f10"]["same_as"] == "iter-f4"
-    assert sections["iter-f4"]["same_as"] is None and sections["iter-f2"]["same_as"] is None  # first; another measurement
+    assert sections["iter-f4"]["same_as"] is None and sections["iter-f2"]["same_as"] is None  # first; another quantity
     claim = {"claim": "c", "refs": ["iter-f4", "iter-f10"], "evidence": "iter-f4: 1 supported of 1 check; iter-f10: 1 supported of 1 check"}
     assert render_module.with_repeats(claim, {"iter-f10": "iter-f4"})["evidence"] == (
         "iter-f4: 1 supported of 1 check; iter-f10: 1 supported of 1 check (iter-f10 repeats iter-f4: the same runs at this scale)")

@@ -7,6 +7,7 @@ papers' values in config/tables. Figures are embedded as base64 PNG so the file 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import math
 import multiprocessing
@@ -80,6 +81,14 @@ def figure_ran_as(fdata: pd.DataFrame, runs: pd.DataFrame, scale: str) -> str:
     count = f"{seeds[0]}" if seeds[0] == seeds[-1] else f"{seeds[0]}-{seeds[-1]}"
     parts.append(f"{count} seed{'s' if seeds[-1] != 1 else ''} per cell")
     return f"Ran at {scale} scale on " + "; ".join(parts) + "."
+
+
+def drawn_data_key(drawn: pd.DataFrame) -> str:
+    """What a figure draws, whatever its id and cell labels: the same runs, quantities, points and
+    values give the same key."""
+    data = drawn.drop(columns=["figure", "cell", "label"], errors="ignore").dropna(axis=1, how="all")
+    data = data[sorted(data.columns)]
+    return hashlib.sha256(data.sort_values(list(data.columns)).to_csv(index=False).encode()).hexdigest()
 
 
 def with_repeats(claim: dict, repeats: dict[str, str]) -> dict:
@@ -268,7 +277,7 @@ def _figure_sections(agg_dir: Path, entries: dict, paper_id: str, pool=None, run
     measured = (agg_dir / "figure_cells.csv").exists()
     cells = pd.read_csv(agg_dir / "figure_cells.csv", keep_default_na=False) if measured else pd.DataFrame(columns=["figure"])
     data = pd.read_csv(agg_dir / "figures.csv") if measured else pd.DataFrame(columns=["figure"])
-    out, measured_as = [], {}  # (measurement, settings, runs) -> the first figure that measured them
+    out, measured_as = [], {}  # what a figure draws (drawn_data_key) -> the first figure that drew it
     for figure_id, entry in entries.items():
         if entry["paper"] != paper_id:
             continue
@@ -281,9 +290,6 @@ def _figure_sections(agg_dir: Path, entries: dict, paper_id: str, pool=None, run
         fdata = data[data["figure"] == figure_id]
         shown = [{"label": c["label"], "n": int(c["n"]), "n_runs": int(c["n_runs"]), "summary": c["summary"]} for _, c in fcells.iterrows()]
         ran = figure_ran_as(fdata, runs, scale) if runs is not None else ""
-        # e.g. a CIFAR-100 figure whose runs, at mini scale, are the CIFAR-10 figure's (one stand-in dataset)
-        same_as = measured_as.setdefault((entry["measurement"], json.dumps(entry.get("settings") or {}, sort_keys=True),
-                                          frozenset(fdata["run"])), figure_id) if len(fdata) else figure_id
         drawn = fdata
         if entry.get("differences"):  # the figure shows its cells' differences, not the cells
             fdata = figure_differences(fdata, entry["differences"])
@@ -291,6 +297,8 @@ def _figure_sections(agg_dir: Path, entries: dict, paper_id: str, pool=None, run
             what = "absolute difference in " if all(d.get("abs") for d in entry["differences"]) else "difference in "
             drawn = fdata.assign(quantity=what + fdata["quantity"].astype(str))  # the axes say what is drawn; checks read fdata
         image = pool.submit(figures.DRAWINGS[fcells["kind"].iloc[0]], drawn, figure_id)
+        # e.g. a CIFAR-100 figure whose runs, at mini scale, are the CIFAR-10 figure's (one stand-in dataset)
+        same_as = measured_as.setdefault(drawn_data_key(drawn), figure_id) if len(drawn) else figure_id
         out.append({"id": figure_id, "entry": entry, "image": image, "ran_as": ran, "same_as": same_as if same_as != figure_id else None,
                     "verdicts": [figure_checks.judge(fdata, check) for check in entry.get("checks", [])], "cells": shown})
     return out
