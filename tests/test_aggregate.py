@@ -525,5 +525,7 @@ def test_a_row_whose_nets_did_not_learn_says_so():
     assert unlearned_note(pd.Series([2.24, 2.24]), "cifar10") != ""  # 0.973 of ln 10
     assert unlearned_note(pd.Series([2.23, 2.23]), "cifar10") == ""  # 0.968 of ln 10: it started to learn
     assert unlearned_note(pd.Series([4.5]), "cifar100") != "" and unlearned_note(pd.Series([4.4]), "cifar100") == ""  # ln 100 = 4.605
+    assert unlearned_note(pd.Series([0.97 * math.log(10)]), "digits") != ""  # the boundary itself is "did not learn"
     assert unlearned_note(pd.Series([0.3, float("nan")]), "digits") == ""
+    assert unlearned_note(pd.Series([2.3, None], dtype=object), "digits") != ""  # a run without the value: left out
     assert unlearned_note(pd.Series([float("nan")]), "digits") == "" and unlearned_note(pd.Series([9.0]), "scenes") == ""

@@ -595,6 +595,9 @@ def test_a_figure_says_the_data_nets_examples_and_seeds_it_really_measured():
     assert render_module.figure_ran_as(fdata, runs, "mini") == (
         "Ran at mini scale on 8x8 digits (scikit-learn's, 1,297 train / 500 test images); preact_resnet32 and preact_resnet14; "
         "1,297 and 500 examples a measurement; 1-2 seeds per cell.")
+    three = pd.DataFrame({"label": ["a", "b", "b", "c", "c", "c"], "run": ["r0", "r0", "r1", "r0", "r1", "r2"]})
+    named = pd.DataFrame({"run": ["r0", "r1", "r2"], "dataset": ["my_data"] * 3, "arch": ["net"] * 3})
+    assert render_module.figure_ran_as(three, named, "mini") == "Ran at mini scale on my_data; net; 1-3 seeds per cell."
     one = render_module.figure_ran_as(fdata.iloc[3:].drop(columns="examples"), runs, "tiny")
     assert one == "Ran at tiny scale on 8x8 digits (scikit-learn's, 1,297 train / 500 test images); preact_resnet14; 1 seed per cell."
     assert render_module.figure_ran_as(fdata.assign(run="gone"), runs, "mini") == ""
@@ -702,7 +705,7 @@ def test_a_figure_that_draws_what_another_draws_says_it_repeats_it(tmp_path):
     it say so; a figure drawing another quantity of the same runs does not."""
     from resrepro.report import render as render_module
 
-    rows = [{"figure": f, "cell": 0, "label": label, "run": "c/add/seed0", "seed": 0, "block": b, "split": "train",
+    rows = [{"figure": f, "cell": 0 if f != "iter-f10" else 3, "label": label, "run": "c/add/seed0", "seed": 0, "block": b, "split": "train",
              "quantity": quantity, "value": -0.1 * b} for f, label, quantity in (("iter-f4", "original ResNet-110", "cos"),
                                                                                 ("iter-f10", "original ResNet-110 (CIFAR-100)", "cos"),
                                                                                 ("iter-f2", "original ResNet-110", "||F(h)|| / ||h||"))
@@ -718,6 +721,8 @@ def test_a_figure_that_draws_what_another_draws_says_it_repeats_it(tmp_path):
     assert render_module.with_repeats(claim, {"iter-f10": "iter-f4"})["evidence"] == (
         "iter-f4: 1 supported of 1 check; iter-f10: 1 supported of 1 check (iter-f10 repeats iter-f4: the same runs at this scale)")
     assert render_module.with_repeats(claim, {}) == claim
+    both = render_module.with_repeats({**claim, "refs": ["iter-f10", "iter-f11"]}, {"iter-f10": "iter-f4", "iter-f11": "iter-f2"})
+    assert both["evidence"].endswith("(iter-f10 repeats iter-f4; iter-f11 repeats iter-f2: the same runs at this scale)")
     pd.DataFrame([r for r in rows if r["figure"] == "iter-f2"]).to_csv(tmp_path / "figures.csv", index=False)  # nothing measured
     unmeasured = {s["id"]: s for s in render_module._figure_sections(tmp_path, load_figures(["config/figures/iter.yaml"]), "iter")}
     assert unmeasured["iter-f10"]["same_as"] is None  # two figures without data repeat nothing

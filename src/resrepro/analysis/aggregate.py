@@ -207,7 +207,7 @@ def parameters_at_paper_size(row: dict, task: str) -> int:
 def unlearned_note(train_losses: pd.Series, dataset: str) -> str:
     """What a row says when its nets did not learn: their mean last training loss is within
     UNLEARNED_SHARE of ln(classes) (every class predicted alike); empty otherwise or when unknown."""
-    loss = pd.to_numeric(train_losses, errors="coerce").mean()
+    loss = train_losses.astype(float).mean()
     if dataset not in CLASSES or math.isnan(loss):
         return ""
     chance = math.log(CLASSES[dataset])

@@ -86,7 +86,7 @@ def figure_ran_as(fdata: pd.DataFrame, runs: pd.DataFrame, scale: str) -> str:
 def drawn_data_key(drawn: pd.DataFrame) -> str:
     """What a figure draws, whatever its id and cell labels: the same runs, quantities, points and
     values give the same key."""
-    data = drawn.drop(columns=["figure", "cell", "label"], errors="ignore").dropna(axis=1, how="all")
+    data = drawn.drop(columns=["figure", "cell", "label"])
     data = data[sorted(data.columns)]
     return hashlib.sha256(data.sort_values(list(data.columns)).to_csv(index=False).encode()).hexdigest()
 
