@@ -157,5 +157,6 @@ def summarise(claims: dict[str, list[dict]], rows: pd.DataFrame, figure_verdicts
             unlearned = sum(unlearned_rows(ref, rows) for ref in c["evidence"])
             caveat = f"; {unlearned} of these rows on nets that did not learn at this scale (see their notes)" if unlearned else ""
             out[paper].append({"claim": c["claim"], "source": c["source"], "refs": list(dict.fromkeys(r.id for r in c["evidence"])),
+                               "cited": list(dict.fromkeys((r.id, str(r)) for r in c["evidence"])),  # with the row or check it names
                                "verdict": claim_verdict([v for _, _, v in pieces]), "evidence": evidence_line(pieces, not_run) + caveat})
     return out
