@@ -535,6 +535,16 @@ def test_paper_against_reproduced_draws_rows_with_both_values_only(monkeypatch):
     assert offsets == [[(93.7, 95.0)], [(30.0, 28.0)]]
     assert tuple(axes[1].collections[0].get_facecolor()[0][:3]) == pytest.approx(matplotlib.colors.to_rgb(figures.VERDICT_COLOURS["contradicted"]))
     assert figures.paper_against_reproduced(rows.assign(mean=float("nan"))) is None
+    assert [ax.get_xscale() for ax in axes] == ["linear", "linear"]
+    decay = pd.DataFrame({"paper_id": ["noise"] * 2, "metric": ["decay term"] * 2, "paper": [1e-3, 2e-3], "mean": [0.15, 0.01],
+                          "verdict": ["", ""]})  # 150 times apart: log axes, or the paper's values sit on one point
+    drawn.clear()
+    figures.paper_against_reproduced(decay)
+    (ax,) = [ax for ax in drawn["fig"].axes if ax.collections]
+    assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log")
+    drawn.clear()
+    figures.paper_against_reproduced(decay.assign(mean=[0.09, 0.01]))  # 90 times apart: linear
+    assert [ax.get_xscale() for ax in drawn["fig"].axes if ax.collections] == ["linear"]
 
 
 @pytest.mark.parametrize("n, text", [(None, "–"), (float("nan"), "–"), (4, "4"), (4.0, "4"), (float("inf"), "> 1000")])

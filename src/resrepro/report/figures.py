@@ -256,8 +256,13 @@ def paper_against_reproduced(rows: pd.DataFrame) -> bytes | None:
             ax.scatter(group["paper"], group["mean"], marker=markers[paper], color=VERDICT_COLOURS.get(verdict, NO_VERDICT_COLOUR),
                        edgecolor="black", linewidth=0.4, s=28, zorder=3)
         low, high = min(mine["paper"].min(), mine["mean"].min()), max(mine["paper"].max(), mine["mean"].max())
-        pad = 0.05 * (high - low) or 0.05 * abs(high) or 0.05
-        ax.plot([low - pad, high + pad], [low - pad, high + pad], color="grey", linewidth=0.8, linestyle="--", zorder=1)
+        if low > 0 and high / low > 100:  # e.g. paper 002's decay terms, 1e-3 beside 0.1: log axes keep them apart
+            ax.set(xscale="log", yscale="log")
+            ends = [low / 2, high * 2]
+        else:
+            pad = 0.05 * (high - low) or 0.05 * abs(high) or 0.05
+            ends = [low - pad, high + pad]
+        ax.plot(ends, ends, color="grey", linewidth=0.8, linestyle="--", zorder=1)
         ax.set(title=_wrap(metric.replace("_", " "), 30), xlabel="paper", ylabel="reproduced (mean over seeds)")
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(metrics):]:
