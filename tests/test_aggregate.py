@@ -529,3 +529,12 @@ def test_a_row_whose_nets_did_not_learn_says_so():
     assert unlearned_note(pd.Series([0.3, float("nan")]), "digits") == ""
     assert unlearned_note(pd.Series([2.3, None], dtype=object), "digits") != ""  # a run without the value: left out
     assert unlearned_note(pd.Series([float("nan")]), "digits") == "" and unlearned_note(pd.Series([9.0]), "scenes") == ""
+
+
+def test_the_aggregates_class_counts_are_the_datasets_own():
+    """aggregate.CLASSES stays torch-free for the workflow's parse; the data modules define the counts."""
+    from resrepro.analysis.aggregate import CLASSES
+    from resrepro.data import cifar, digits
+
+    assert {k: CLASSES[k] for k in cifar.CLASSES} == cifar.CLASSES
+    assert CLASSES["digits"] == len(set(digits.load_digits().target))

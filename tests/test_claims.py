@@ -116,7 +116,7 @@ def test_summary_reads_rows_and_checks_and_says_what_did_not_run():
     assert [c["verdict"] for c in out] == ["inconclusive", "supported", "diverged", "contradicted", "not run", "inconclusive"]
     assert (out[5]["claim"], out[5]["source"], out[5]["evidence"]) == ("whole figure", "Fig. 3", "sas-f3: 1 supported, 1 contradicted of 2 checks")
     assert out[0]["evidence"] == "sas-t4: 1 supported, 1 diverged of 2 rows; sas-f3: 1 supported of 1 check"
-    assert out[0]["refs"] == ["sas-t4", "sas-f3"]
+    assert [ref for ref, _ in out[0]["cited"]] == ["sas-t4", "sas-f3"]
     assert out[0]["cited"] == [("sas-t4", "sas-t4"), ("sas-f3", "sas-f3: check 1")]  # the summary names the row or check
     assert out[1]["cited"] == [("sas-t4", "sas-t4: SAS")]
     assert out[4]["evidence"] == "not in this run: sas-t6, sas-f4"

@@ -727,11 +727,12 @@ def test_a_figure_that_draws_what_another_draws_says_it_repeats_it(tmp_path):
     sections = {s["id"]: s for s in render_module._figure_sections(tmp_path, load_figures(["config/figures/iter.yaml"]), "iter")}
     assert sections["iter-f10"]["same_as"] == "iter-f4"
     assert sections["iter-f4"]["same_as"] is None and sections["iter-f2"]["same_as"] is None  # first; another quantity
-    claim = {"claim": "c", "refs": ["iter-f4", "iter-f10"], "evidence": "iter-f4: 1 supported of 1 check; iter-f10: 1 supported of 1 check"}
+    claim = {"claim": "c", "cited": [("iter-f4", "iter-f4"), ("iter-f10", "iter-f10: check 1"), ("iter-f10", "iter-f10: check 2")], "evidence": "iter-f4: 1 supported of 1 check; iter-f10: 1 supported of 1 check"}
     assert render_module.with_repeats(claim, {"iter-f10": "iter-f4"})["evidence"] == (
         "iter-f4: 1 supported of 1 check; iter-f10: 1 supported of 1 check (iter-f10 repeats iter-f4: the same runs at this scale)")
     assert render_module.with_repeats(claim, {}) == claim
-    both = render_module.with_repeats({**claim, "refs": ["iter-f10", "iter-f11"]}, {"iter-f10": "iter-f4", "iter-f11": "iter-f2"})
+    both = render_module.with_repeats({**claim, "cited": [("iter-f10", "iter-f10"), ("iter-f11", "iter-f11")]},
+                                      {"iter-f10": "iter-f4", "iter-f11": "iter-f2"})
     assert both["evidence"].endswith("(iter-f10 repeats iter-f4; iter-f11 repeats iter-f2: the same runs at this scale)")
     pd.DataFrame([r for r in rows if r["figure"] == "iter-f2"]).to_csv(tmp_path / "figures.csv", index=False)  # nothing measured
     unmeasured = {s["id"]: s for s in render_module._figure_sections(tmp_path, load_figures(["config/figures/iter.yaml"]), "iter")}

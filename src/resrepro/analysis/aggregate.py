@@ -28,7 +28,8 @@ from . import stats
 
 UNFINISHED = ("failed", "incomplete", "missing")
 # A change to the columns below or to rows.csv's: bump experiments.TIDY_FORMAT, so that the aggregate reruns.
-# Labels per image dataset (data/cifar.py's CLASSES; scikit-learn's digits: 10), and how near a run's
+# Labels per image dataset (data/cifar.py's CLASSES, which imports torch; scikit-learn's digits: 10; a
+# test ties them), and how near a run's
 # last training loss may come to ln(classes), what predicting every class alike gives, before its
 # row says the net did not learn: a verdict on such nets says nothing about trained ones.
 CLASSES = {"cifar10": 10, "cifar100": 100, "digits": 10}
@@ -195,7 +196,6 @@ def parameters_at_paper_size(row: dict, task: str) -> int:
     joint vocabulary the pipeline builds for the row's dataset at paper scale (VOCAB_SIZES); a
     classifier's, the dataset's classes and RGB input."""
     from .. import models
-    from ..data.cifar import CLASSES
 
     arch = models.registry.get(row.get("arch", models.registry.DEFAULT_FOR_TASK[task]))
     spec = {"arch": arch.name, arch.size_key: row[arch.size_key], "variant": row["variant"], "args": row.get("args") or {}}

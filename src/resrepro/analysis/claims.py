@@ -110,13 +110,18 @@ def ran(ref: Reference, rows: pd.DataFrame, figure_verdicts: dict[str, list]) ->
     return ref.id in set(rows["table"]) if ref.kind == "table" else ref.id in figure_verdicts
 
 
+def evidence_rows(ref: Reference, rows: pd.DataFrame) -> list[pd.Series]:
+    """The rows of a table reference (its table, or its one row) whose verdicts are evidence."""
+    mine = rows[rows["table"] == ref.id]
+    if ref.label is not None:
+        mine = mine[mine["label"] == ref.label]
+    return [r for _, r in mine.iterrows() if row_verdict(r) not in NOT_EVIDENCE]
+
+
 def evidence_of(ref: Reference, rows: pd.DataFrame, figure_verdicts: dict[str, list]) -> list[tuple[str, str, str]]:
     """The pieces (source id, "row" or "check", verdict) a reference stands for in this run."""
     if ref.kind == "table":
-        mine = rows[rows["table"] == ref.id]
-        if ref.label is not None:
-            mine = mine[mine["label"] == ref.label]
-        return [(ref.id, "row", v) for v in map(row_verdict, (r for _, r in mine.iterrows())) if v not in NOT_EVIDENCE]
+        return [(ref.id, "row", row_verdict(r)) for r in evidence_rows(ref, rows)]
     checks = figure_verdicts.get(ref.id, [])
     chosen = checks if ref.number is None or not checks else [checks[ref.number - 1]]
     return [(ref.id, "check", v.verdict) for v in chosen]
@@ -127,8 +132,7 @@ def unlearned_rows(ref: Reference, rows: pd.DataFrame) -> int:
     (aggregate.unlearned_note): their verdicts say nothing about trained nets."""
     if ref.kind != "table" or "unlearned" not in rows:
         return 0
-    mine = rows[(rows["table"] == ref.id) & (rows["label"] == ref.label if ref.label is not None else True)]
-    return sum(bool(r["unlearned"]) and row_verdict(r) not in NOT_EVIDENCE for _, r in mine.iterrows())
+    return sum(bool(r["unlearned"]) for r in evidence_rows(ref, rows))
 
 
 def evidence_line(pieces: list[tuple[str, str, str]], not_run: list[str]) -> str:
@@ -156,7 +160,7 @@ def summarise(claims: dict[str, list[dict]], rows: pd.DataFrame, figure_verdicts
             not_run = [ref.id for ref in c["evidence"] if not ran(ref, rows, figure_verdicts)]
             unlearned = sum(unlearned_rows(ref, rows) for ref in c["evidence"])
             caveat = f"; {unlearned} of these rows on nets that did not learn at this scale (see their notes)" if unlearned else ""
-            out[paper].append({"claim": c["claim"], "source": c["source"], "refs": list(dict.fromkeys(r.id for r in c["evidence"])),
-                               "cited": list(dict.fromkeys((r.id, str(r)) for r in c["evidence"])),  # with the row or check it names
+            out[paper].append({"claim": c["claim"], "source": c["source"],
+                               "cited": list(dict.fromkeys((r.id, str(r)) for r in c["evidence"])),  # (id, with the row or check it names)
                                "verdict": claim_verdict([v for _, _, v in pieces]), "evidence": evidence_line(pieces, not_run) + caveat})
     return out

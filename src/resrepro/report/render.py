@@ -94,7 +94,7 @@ def drawn_data_key(drawn: pd.DataFrame) -> str:
 def with_repeats(claim: dict, repeats: dict[str, str]) -> dict:
     """A claim's summary whose evidence line also says which of its figures repeat another's runs
     at this scale (`repeats`: figure -> the figure it repeats): counted twice, not two pieces."""
-    said = [f"{r} repeats {repeats[r]}" for r in claim["refs"] if r in repeats]
+    said = [f"{r} repeats {repeats[r]}" for r in dict.fromkeys(ref for ref, _ in claim["cited"]) if r in repeats]
     return {**claim, "evidence": claim["evidence"] + f" ({'; '.join(said)}: the same runs at this scale)"} if said else claim
 
 
