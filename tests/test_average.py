@@ -265,3 +265,27 @@ def test_average_command_averages_exactly_the_n_newest(tmp_path, last):
     assert saved["averaged_from"] == [f"step{s}.pt" for s in newest]
     assert saved["model"]["w"].tolist() == pytest.approx([sum(newest) / last, 1.0])
     assert saved["step"] == 1000
+
+
+def test_a_step_written_by_another_run_is_refused_naming_it(tmp_path):
+    for step, run in [(100, "a"), (200, "a"), (300, "b")]:
+        _write_ckpt(tmp_path / f"step{step}.pt", [1.0], step, 0)
+        torch.save({**torch.load(tmp_path / f"step{step}.pt", weights_only=True), "run_id": run}, tmp_path / f"step{step}.pt")
+    paths = [tmp_path / f"step{s}.pt" for s in (100, 200, 300)]
+    with pytest.raises(ValueError, match=r"step300.pt was written by another training run \(run id b, not a\)"):
+        average_checkpoints(paths, tmp_path / "avg.pt", run_id="a")
+    assert not (tmp_path / "avg.pt").exists()
+    assert average_checkpoints(paths[:2], tmp_path / "avg.pt", run_id="a")["step"] == 200
+    assert average_checkpoints(paths, tmp_path / "any.pt")["step"] == 300  # no run named: no check (a standalone average)
+
+
+def test_evaluation_averages_only_the_steps_of_the_run_that_wrote_last_pt(tmp_path):
+    from resrepro import cli
+
+    for step, run in [(100, "old"), (200, "new"), (300, "new")]:
+        torch.save({"model": {"w": torch.tensor([float(step)])}, "step": step, "run_id": run}, tmp_path / f"step{step}.pt")
+    torch.save({"model": {"w": torch.tensor([0.0])}, "step": 300, "run_id": "new"}, tmp_path / "last.pt")
+    cli.average_newest(tmp_path, 2, tmp_path / "averaged.pt")
+    assert torch.load(tmp_path / "averaged.pt", weights_only=True)["model"]["w"].tolist() == [250.0]
+    with pytest.raises(ValueError, match="step100.pt was written by another training run"):
+        cli.average_newest(tmp_path, 3, tmp_path / "averaged.pt")

@@ -191,3 +191,30 @@ def test_a_fresh_admin_run_is_profiled_once_and_resumes_without_a_new_profile(tm
     assert calls == [True]  # resumed from its checkpoint: no second profile
     train(spec(variant="xskip_ln", args={}, max_updates=8), corpus(100, 0), corpus(10, 1), 26, tmp_path / "ln", device="cpu", progress=False)
     assert calls == [True, False]
+
+
+def test_a_rerun_with_another_spec_starts_afresh_and_averages_only_its_own_steps(tmp_path):
+    """A changed recipe (here max_updates 24 -> 20) reruns in the same folder: the earlier run's
+    step24.pt and step22.pt must not be averaged with the new run's steps."""
+    from resrepro.cli import average_newest
+
+    train_pairs, dev_pairs = corpus(100, 0), corpus(10, 1)
+    every = dict(update_freq=1, checkpoint_every=2, keep_checkpoints=10)
+    train(spec(max_updates=24, **every), train_pairs, dev_pairs, 26, tmp_path, device="cpu", progress=False)
+    train(spec(max_updates=20, **every), train_pairs, dev_pairs, 26, tmp_path, device="cpu", progress=False)
+    average_newest(tmp_path / "checkpoints", 10, tmp_path / "averaged.pt")
+    averaged = torch.load(tmp_path / "averaged.pt", weights_only=True)
+    assert averaged["averaged_from"] == [f"step{s}.pt" for s in range(2, 21, 2)]
+    assert averaged["step"] == 20
+    last = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True)
+    assert averaged["run_id"] == last["run_id"] is not None
+
+
+def test_a_resumed_run_keeps_its_run_id(tmp_path):
+    train_pairs, dev_pairs = corpus(100, 0), corpus(10, 1)
+    train(spec(max_updates=8, update_freq=1, checkpoint_every=4), train_pairs, dev_pairs, 26, tmp_path, device="cpu", progress=False)
+    first = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True)["run_id"]
+    train(spec(max_updates=8, update_freq=1, checkpoint_every=4), train_pairs, dev_pairs, 26, tmp_path, device="cpu", progress=False)
+    steps = [torch.load(p, weights_only=True)["run_id"] for p in (tmp_path / "checkpoints").glob("step*.pt")]
+    assert torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True)["run_id"] == first
+    assert steps == [first, first]

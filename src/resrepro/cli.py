@@ -123,10 +123,13 @@ def cmd_train_translation(a) -> None:
 
 
 def average_newest(checkpoints: Path, last: int, out: Path) -> None:
-    """Average the `last` newest step checkpoints into `out`, and say which."""
-    from .train.average import average_checkpoints, checkpoints_to_average
+    """Average the `last` newest step checkpoints into `out`, and say which. Each must come from the
+    run that wrote last.pt, where there is one."""
+    from .train.average import average_checkpoints, checkpoints_to_average, run_id_of
 
-    summary = average_checkpoints(checkpoints_to_average(checkpoints, last), out)
+    resume_point = checkpoints / "last.pt"
+    run_id = run_id_of(resume_point) if resume_point.exists() else None
+    summary = average_checkpoints(checkpoints_to_average(checkpoints, last), out, run_id)
     print(f"averaged {summary['n']} checkpoints ({', '.join(summary['files'])}) -> {out}", file=sys.stderr)
 
 

@@ -547,7 +547,8 @@ def gpus_for(config: dict, run: Run) -> int:
 
 def check_recipe(task: str, recipe: dict, where: str) -> None:
     """What a typo makes silently wrong and the schema cannot see: a learning-rate schedule that
-    never applies, an average over checkpoints that training does not keep or never writes."""
+    never applies, an average over checkpoints that training does not keep or never writes, step
+    checkpoints kept that no average reads (disk)."""
     if task == "classification":
         milestones = recipe["lr_milestones"]
         if milestones != sorted(set(milestones)):
@@ -565,6 +566,9 @@ def check_recipe(task: str, recipe: dict, where: str) -> None:
         if last > recipe["keep_checkpoints"]:
             raise ConfigError(f"{where}: {task}.average_last ({last}) exceeds keep_checkpoints "
                               f"({recipe['keep_checkpoints']}): training keeps only the newest {recipe['keep_checkpoints']}")
+        if recipe["keep_checkpoints"] > last:  # disk: a big run's step checkpoints are 0.7 GB each
+            raise ConfigError(f"{where}: {task}.keep_checkpoints ({recipe['keep_checkpoints']}) exceeds average_last ({last}): "
+                              f"no run keeps step checkpoints that its averaging never reads")
         if last > written:
             raise ConfigError(f"{where}: {task}.average_last ({last}) exceeds the {written} checkpoints that "
                               f"max_updates {updates} at checkpoint_every {every} writes")

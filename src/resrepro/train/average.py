@@ -136,9 +136,9 @@ def checkpoints_to_average(folder: Path, n: int, pattern: str = "step*.pt") -> l
     return [p for _, _, p in numbered[-n:]]
 
 
-def _load(path: Path) -> dict:
+def _load(path: Path, mmap: bool = False) -> dict:
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as e:  # noqa: BLE001 - any failure is "this file is not a usable checkpoint"
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise RuntimeError(f"cannot load checkpoint {path}: {type(e).__name__}: {reason}") from None
@@ -147,9 +147,15 @@ def _load(path: Path) -> dict:
     return ckpt
 
 
-def average_checkpoints(paths: list[Path], out: Path) -> dict:
+def run_id_of(resume_point: Path) -> str | None:
+    """The id of the training run that wrote a resume point (last.pt); None when it has none."""
+    return _load(resume_point, mmap=True).get("run_id")
+
+
+def average_checkpoints(paths: list[Path], out: Path, run_id: str | None = None) -> dict:
     """Average the models of the checkpoints at `paths`, oldest first (as checkpoints_to_average
-    returns them), and write them to `out` atomically.
+    returns them), and write them to `out` atomically. With `run_id`, each checkpoint must have
+    been written by that training run: a step left by an earlier run in the same folder is refused.
 
     The output holds {"model": the averaged state dict, "averaged_from": [file names]} plus the
     newest (last) checkpoint's other entries, its "step" included, minus optimizer state
@@ -159,6 +165,11 @@ def average_checkpoints(paths: list[Path], out: Path) -> dict:
     if not paths:
         raise ValueError("no checkpoints to average")
     ckpts = [_load(p) for p in paths]
+    if run_id is not None:
+        for path, ckpt in zip(paths, ckpts):
+            if ckpt.get("run_id") != run_id:
+                raise ValueError(f"{path} was written by another training run (run id {ckpt.get('run_id')}, not {run_id}): "
+                                 "its weights are not this run's; retrain the run (delete its folder) to average it")
     try:
         model = average_state_dicts([c["model"] for c in ckpts])
     except ValueError as e:

@@ -186,7 +186,7 @@ def self_critical(spec: dict, first_step: int, splits: dict, vocabulary: list[st
             started, sums = time.perf_counter(), np.zeros(2)
             state.generator = gen.get_state()
             files.write_text(out_dir / "scst_log.csv", log_csv(state.log, SCST_LOG_FIELDS))
-            save_step(ckpt_dir, model, xe["model_spec"], first_step + state.step, spec["keep_checkpoints"])
+            save_step(ckpt_dir, model, xe["model_spec"], first_step + state.step, spec["keep_checkpoints"], xe.get("run_id"))
             save(ckpt_dir / "scst.pt", model, opt, spec, state, xe["model_spec"], [random_state(device)])
     bar.close()
     if state.diverged is not None:

@@ -9,6 +9,7 @@ a GPU, includes that GPU's generator, which dropout draws from there.
 from __future__ import annotations
 
 import sys
+import uuid
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -29,6 +30,13 @@ class LoopState:
     log: list[dict] = field(default_factory=list)
     diverged: dict | None = None
     generator: torch.Tensor | None = None  # classification: the live state; translation: at the epoch's start
+    # Which training run wrote a checkpoint: a run that starts afresh in the same folder (its spec
+    # changed, the folder name did not) gets a new id, and averaging refuses another run's steps.
+    run_id: str | None = None
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex
 
 
 def random_state(device: torch.device) -> dict:

@@ -38,7 +38,7 @@ from .. import files, models, provenance, residual
 from ..devices import pick_device, use_deterministic_algorithms
 from ..models.transformer import label_smoothed_loss
 from ..speed import Speed, speed_of
-from .checkpoint import LoopState, random_state, resume, save
+from .checkpoint import LoopState, new_run_id, random_state, resume, save
 from .classification import log_csv
 
 LOG_FIELDS = ("step", "epoch", "lr", "train_loss", "dev_loss", "tokens_per_s", "seconds")
@@ -185,7 +185,9 @@ def train_sequences(spec: dict, train_data, dev_data, model_inputs: dict, out_di
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9, **speed.optimizer_options())
     state = resume(ckpt_dir / "last.pt", spec, model, opt, device, rank)
     if state is None:
-        state = LoopState(generator=gen.get_state())
+        if rank == 0:  # an earlier run's steps (another spec, same folder) must never be averaged with this one's
+            remove_checkpoints(ckpt_dir)
+        state = LoopState(generator=gen.get_state(), run_id=new_run_id())
         # Admin's profile (a no-op for other variants): one batch through the fresh model, before DDP,
         # whose construction gives every rank rank 0's result
         def first_batch():
@@ -293,7 +295,7 @@ def random_states_of_all_ranks(device, world: int) -> list[dict]:
 def _save(ckpt_dir: Path, model, opt, spec: dict, state: LoopState, model_spec: dict, random_states: list[dict]) -> None:
     """last.pt for resuming; step<N>.pt (model and its spec) for averaging, the newest `keep_checkpoints` kept."""
     if state.diverged is None:
-        save_step(ckpt_dir, model, model_spec, state.step, spec["keep_checkpoints"])
+        save_step(ckpt_dir, model, model_spec, state.step, spec["keep_checkpoints"], state.run_id)
     save(ckpt_dir / "last.pt", model, opt, spec, state, model_spec, random_states)
 
 
@@ -302,8 +304,15 @@ def step_checkpoints(ckpt_dir: Path) -> list[Path]:
     return sorted(ckpt_dir.glob("step*.pt"), key=lambda p: int(p.stem.removeprefix("step")))
 
 
-def save_step(ckpt_dir: Path, model, model_spec: dict, step: int, keep: int) -> None:
-    """step<N>.pt (the model and its spec, what averaging reads), the newest `keep` kept."""
-    files.save_torch(ckpt_dir / f"step{step}.pt", {"model": model.state_dict(), "model_spec": model_spec, "step": step})
+def remove_checkpoints(ckpt_dir: Path) -> None:
+    """Every checkpoint of an earlier run in this folder: its steps, its resume points."""
+    for old in ckpt_dir.glob("*.pt"):
+        old.unlink()
+
+
+def save_step(ckpt_dir: Path, model, model_spec: dict, step: int, keep: int, run_id: str | None) -> None:
+    """step<N>.pt (the model and its spec, what averaging reads, stamped with the run that wrote it),
+    the newest `keep` kept."""
+    files.save_torch(ckpt_dir / f"step{step}.pt", {"model": model.state_dict(), "model_spec": model_spec, "step": step, "run_id": run_id})
     for old in step_checkpoints(ckpt_dir)[:-keep]:
         old.unlink()
