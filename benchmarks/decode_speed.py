@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     model = Transformer(cfg).to(device).eval()
     gen = torch.Generator().manual_seed(opts.seed)
     src = torch.randint(3, opts.vocab, (opts.batch, opts.src_len), generator=gen).to(device)
-    max_len = max_lengths(src, PAD, opts.max_len_a, opts.max_len_b, cfg.max_positions)[0]
+    max_len = max_lengths(model.source_lengths(src), opts.max_len_a, opts.max_len_b)[0]
     kw = dict(bos=BOS, eos=EOS, beam=opts.beam, alpha=opts.alpha, max_len_a=opts.max_len_a, max_len_b=opts.max_len_b)
 
     print(f"resrepro decode speed: beam search, beam {opts.beam}, alpha {opts.alpha:g}, with vs without the "

@@ -176,6 +176,33 @@ def test_outputs_are_clean_and_respect_max_length():
     assert all(not {PAD, BOS, EOS} & set(h) for h in out)
 
 
+def test_a_source_longer_than_the_position_table_is_decoded():
+    """A 1,100-token source (the table holds 1,024 positions) gets a hypothesis, under the papers'
+    limit of source length + 50 tokens, which lies past the table too."""
+    model = tiny(1)
+    src = random_src(1, 6, [1100, 12])
+    nbest = beam_search_nbest(model, src, BOS, EOS, beam=4, alpha=0.6, max_len_a=1.0, max_len_b=50)
+    assert [len(n) for n in nbest] == [4, 4] and all(len(n[0][1]) > 0 for n in nbest)
+    assert len(greedy(model, src[:1], BOS, EOS, max_len_a=1.0, max_len_b=50)[0]) <= 1150
+
+
+def test_decoding_past_the_position_table_is_as_a_longer_table_decodes_and_is_not_cut_at_it():
+    """A model whose table stops at 8 positions decodes a 12-token source to its full limit of 16
+    tokens, as the same model with 1,024 positions does, to the score."""
+    model = tiny(2)
+    short_table = Untied(TransformerConfig(**{**vars(model.cfg), "max_positions": 8}), 2.0).eval()
+    short_table.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        for m in (model, short_table):
+            m.out.bias[EOS] -= 1e4  # every hypothesis runs to its length limit
+    src = random_src(2, 6, [12, 5])
+    kw = dict(beam=3, alpha=0.6, max_len_a=1.0, max_len_b=4)
+    nbest = beam_search_nbest(short_table, src, BOS, EOS, **kw)
+    assert nbest == beam_search_nbest(model, src, BOS, EOS, **kw)
+    assert [len(n[0][1]) for n in nbest] == [16, 9]
+    assert greedy(short_table, src, BOS, EOS, 1.0, 4) == greedy(model, src, BOS, EOS, 1.0, 4)
+
+
 def test_mode_restored_and_arguments_checked():
     model = tiny(0).train()
     src = random_src(0, 6, [3])

@@ -91,6 +91,21 @@ def test_training_learns_and_resumes_bit_identically(scenes_dir, tmp_path, monke
     assert resumed["final"]["dev_loss"] == whole["final"]["dev_loss"]
 
 
+def test_a_caption_longer_than_the_model_positions_is_dropped_and_the_run_trains(scenes_dir, tmp_path):
+    """A 1,100-word caption (the captioner holds 1,024 positions) is no training example: an epoch
+    trains, and metrics.json says one was dropped; the regions, which have no positions, never count."""
+    data_dir = tmp_path / "scenes"
+    shutil.copytree(scenes_dir, data_dir)
+    entries = json.loads((data_dir / "train.captions.json").read_text())
+    entries[0]["captions"].append(" ".join(["circle"] * 1100))
+    (data_dir / "train.captions.json").write_text(json.dumps(entries))
+    run = spec(max_updates=21, checkpoint_every=21, keep_checkpoints=1)  # one epoch: 1,000 captions at 50 a batch
+    m = train_captioning.train(run, data_dir, tmp_path / "run", device="cpu", progress=False)
+    assert not m["diverged"] and (m["dropped_long_pairs"], m["max_train_len"]) == (1, 1024)
+    vocabulary, split = captions.load_vocabulary(data_dir), captions.load_split(data_dir, "train")
+    assert train_captioning.CaptionedImages(split, vocabulary, spec(), max_len=14).dropped == 1  # 16 regions, captions of 13 words
+
+
 def train_killed_then_resumed(run_spec, data_dir, out_dir, device, monkeypatch) -> dict:
     """Train until the second checkpoint is written, stop there as a kill would, then train again:
     the second call must resume from that checkpoint (same spec), not start afresh."""

@@ -10,7 +10,8 @@ import zipfile
 import numpy as np
 import pytest
 
-from resrepro.data import captions, coco, features, scenes
+from resrepro.data import backbones, captions, coco, features, scenes
+from resrepro.data.download import ChecksumError
 
 
 def test_scenes_are_seeded_and_captions_name_what_is_drawn():
@@ -157,6 +158,58 @@ def test_prepare_coco_with_a_backbone_grid_leaves_out_what_cannot_be_read(coco_r
     backbone = coco.GridBackbone("resnet18", None, 64, "cpu")
     (_, image), = list(coco.read_images(coco_raw, coco.read_karpathy(coco_raw / "caption_datasets.zip")["train"][:1]))
     assert np.allclose(train.features[0], backbone([image])[0], rtol=2e-3, atol=2e-3)
+
+
+@pytest.fixture
+def offline(monkeypatch, tmp_path):
+    """No network, and an empty torch hub cache: any download attempt fails."""
+    import socket
+
+    def refuse(*args, **kwargs):
+        raise OSError("this test has no network")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch-home"))
+
+
+def test_prepare_coco_reads_the_backbone_weights_from_the_fetched_file_offline(coco_raw, tmp_path, offline):
+    import torch
+    import torchvision
+
+    backbone = {"name": "resnet18", "weights": "IMAGENET1K_V1", "size": 64}
+    weights = backbones.weights_path(backbone, tmp_path / "backbones")
+    assert weights.name == "resnet18.IMAGENET1K_V1.pth"
+    weights.parent.mkdir()
+    torch.manual_seed(1)
+    state = torchvision.models.resnet18().state_dict()  # random, in place of ImageNet's
+    torch.save(state, weights)
+    meta = coco.prepare_coco(coco_raw, tmp_path / "prepared", features="grid", backbone=backbone, min_count=3, batch=2,
+                             device="cpu", weights_file=weights)
+    assert meta["features"]["weights_file"] == weights.name and meta["features"]["dim"] == 512 + 2
+    loaded = backbones.load_backbone("resnet18", "IMAGENET1K_V1", weights).state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in state.items())
+    with pytest.raises(ValueError, match="fetch_backbone"):  # pretrained weights without their file: no download
+        coco.GridBackbone("resnet18", "IMAGENET1K_V1", 64, "cpu")
+
+
+def test_fetch_backbone_verifies_the_hash_prefix_in_the_file_name(tmp_path, monkeypatch, offline):
+    import hashlib
+
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    content = b"weights" * 1000
+    name = f"resnet18-{hashlib.sha256(content).hexdigest()[:8]}.pth"  # torchvision's naming
+    (mirror / name).write_bytes(content)
+    monkeypatch.setattr(backbones, "weights_url", lambda model, weights: f"https://download.pytorch.org/models/{name}")
+    dest = tmp_path / "backbones" / "resnet18.IMAGENET1K_V1.pth"
+    assert backbones.fetch_backbone("resnet18", "IMAGENET1K_V1", dest, mirror=str(mirror)) == dest
+    assert dest.read_bytes() == content
+    dest.unlink()
+    (mirror / name).write_bytes(b"something else")
+    with pytest.raises(ChecksumError, match="sha256") as err:
+        backbones.fetch_backbone("resnet18", "IMAGENET1K_V1", dest, mirror=str(mirror))
+    assert str(dest) in str(err.value) and not list(dest.parent.iterdir())
 
 
 def _tsv_row(cocoid: int, boxes: np.ndarray, feats: np.ndarray, w: int, h: int) -> str:

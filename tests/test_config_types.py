@@ -63,3 +63,16 @@ def test_the_schema_takes_a_translation_length_bucket_and_refuses_a_negative_one
     jsonschema.validate(0, bucket)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(-1, bucket)
+
+
+def test_the_schema_takes_a_max_train_len_for_translation_and_captioning_and_refuses_a_non_positive_one():
+    schema = yaml.safe_load(SCHEMA.read_text())
+    for task in ("translation", "captioning"):
+        limit = {**schema["properties"][task]["properties"]["max_train_len"], "$defs": schema["$defs"]}
+        jsonschema.validate(256, limit)
+        for value in (0, 25.6, "256"):
+            with pytest.raises(jsonschema.ValidationError):
+                jsonschema.validate(value, limit)
+    config = {"translation": {"max_train_len": "256"}}
+    coerce_overrides(config, SCHEMA)  # from --config translation='{max_train_len: 256}' on a shell that quotes it
+    assert config == {"translation": {"max_train_len": 256}}

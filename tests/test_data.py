@@ -15,9 +15,10 @@ import pytest
 import torch
 
 from conftest import CIFAR10_NAMES, PER_BATCH, _cifar10_label, _cifar100_label, _pixel, _py2_pickle
+from short_server import serving
 from resrepro.data.cifar import prepare_cifar
 from resrepro.data.digits import prepare_digits
-from resrepro.data.download import ChecksumError, fetch, verify
+from resrepro.data.download import ChecksumError, IncompleteDownload, fetch, verify
 from resrepro.data.images import (
     augment_batch,
     iterate_batches,
@@ -133,6 +134,27 @@ def test_fetch_network_error_names_url_and_mirror(tmp_path: Path):
         fetch(url, dest, "0" * 32)
     assert url in str(info.value)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_fetch_downloads_a_file_cut_short_again(source: Path, tmp_path: Path):
+    dest = tmp_path / "downloads" / "file.tar.gz"
+    with serving(source.read_bytes(), cut=1) as server:
+        fetch(server.url + "file.tar.gz", dest, _md5(source))
+    assert server.requests == 2 and dest.read_bytes() == source.read_bytes()
+
+
+def test_fetch_of_a_file_short_of_its_declared_size_fails_and_leaves_nothing(source: Path, tmp_path: Path):
+    dest = tmp_path / "downloads" / "file.tar.gz"
+    declared = source.stat().st_size + 1
+    with pytest.raises(IncompleteDownload, match=f"expected {declared:,} bytes, received {declared - 1:,}"):
+        fetch(source.as_uri(), dest, _md5(source), size=declared)
+    assert list(dest.parent.iterdir()) == []
+
+
+def test_fetch_takes_a_local_path_as_a_url(source: Path, tmp_path: Path):
+    dest = tmp_path / "downloads" / "file.tar.gz"
+    fetch(str(source), dest, _md5(source))
+    assert dest.read_bytes() == source.read_bytes()
 
 
 def test_verify(source: Path):

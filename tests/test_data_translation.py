@@ -18,9 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sentencepiece as spm
+from short_server import serving
 
 from resrepro.data import synthetic_translation as synth
-from resrepro.data.download import ChecksumError
+from resrepro.data.download import ATTEMPTS, ChecksumError, IncompleteDownload
 from resrepro.data.subword import (BOS_ID, EOS_ID, PAD_ID, UNK_ID, VOCAB_SIZES, SubwordVocab, count_lines,
                                    train_subword)
 from resrepro.data.translation import (IWSLT15_LINES, SOURCES, RemoteFile, check_lines, extract_members,
@@ -258,6 +259,27 @@ def test_first_download_with_wrong_line_count_is_not_trusted(tmp_path: Path):
     msg = str(err.value)
     assert "train.en" in msg and "2 lines, expected 133,317" in msg and mirror.as_uri() in msg
     assert not (tmp_path / "raw" / "train.en").exists() and read_lock(lock) == {}
+
+
+MILLION_BYTES = bytes(range(250)) * 4000  # 1,000,000 bytes, not text: no line count to catch a short file
+
+
+def test_a_download_cut_short_once_is_downloaded_again_and_the_whole_file_recorded(tmp_path: Path):
+    lock = tmp_path / "lock.json"
+    with serving(MILLION_BYTES, cut=1) as server:
+        got = fetch_file(RemoteFile("train.tgz", server.url + "train.tgz"), tmp_path / "raw", key="toy/train.tgz", lock_path=lock)
+    assert server.requests == 2
+    assert got.read_bytes() == MILLION_BYTES
+    assert read_lock(lock)["toy/train.tgz"]["md5"] == hashlib.md5(MILLION_BYTES).hexdigest()
+
+
+def test_a_download_always_cut_short_fails_naming_both_sizes_and_records_nothing(tmp_path: Path):
+    lock = tmp_path / "lock.json"
+    with serving(MILLION_BYTES, cut=None) as server, pytest.raises(IncompleteDownload) as err:
+        fetch_file(RemoteFile("train.tgz", server.url + "train.tgz"), tmp_path / "raw", key="toy/train.tgz", lock_path=lock)
+    assert server.requests == ATTEMPTS
+    assert f"{server.url}train.tgz: expected 1,000,000 bytes, received 500,000" in str(err.value)
+    assert read_lock(lock) == {} and list((tmp_path / "raw").iterdir()) == []
 
 
 def test_mirror_replaces_the_host_but_not_the_file_name():

@@ -258,6 +258,12 @@ SCHEMA = "workflow/schemas/config.schema.yaml"
         ("resources={train_classifier: {mem_mb: lots}}", "mem_mb"),
         ("resources={train_clasifier: {mem_mb: 100}}", "train_clasifier"),
         ("unknown_key=1", "unknown_key"),
+        ("download_urls={cifar10: 'htp:/x'}", "download_urls.cifar10: 'htp:/x' is neither a URL"),
+        ("download_urls={cifar100: 'not a url'}", "download_urls.cifar100: 'not a url' is neither a URL"),
+        ("download_urls={mscoco: ''}", "download_urls.mscoco: empty"),
+        ("download_urls={iwslt15_en_vi: 'https:/mirror/iwslt'}", "download_urls.iwslt15_en_vi: 'https:/mirror/iwslt' names no host"),
+        ("download_urls={imagenet: 'https://mirror.example/imagenet.tar'}", "download_urls.imagenet: no rule downloads 'imagenet'"),
+        ("download_urls={wmt14_en_de_stanford: 'https://mirror.example/'}", "download_urls.wmt14_en_de_stanford: no rule downloads"),
     ],
 )
 def test_bad_config_override_fails_naming_the_key(override, message):
@@ -275,6 +281,15 @@ def test_good_overrides_are_typed_and_planned():
     assert (config["classification"]["epochs"], config["classification"]["lr"]) == (3, 0.05)
     plan = experiments.make_plan(config)
     assert {len(r["runs"]) for r in plan.rows} == {2} and len(plan.rows) == 12  # 7 of Table 4, 5 of Table 1 beside them
+
+
+def test_download_urls_take_urls_and_existing_files_or_folders(tmp_path):
+    archive = tmp_path / "cifar-100-python.tar.gz"
+    archive.write_bytes(b"")
+    config = snakefile_config("download_urls={cifar10: 'https://mirror.example/cifar-10-python.tar.gz', "
+                              f"cifar100: '{archive}', iwslt15_en_vi: 'ftp://mirror.example/iwslt/', "
+                              f"mscoco: '{tmp_path.as_uri()}', wmt14_en_de: 'config', resnet101: 'http://mirror.example/models'}}")
+    experiments.make_plan(config)
 
 
 GOOD_ROW = {"label": "x+F", "dataset": "cifar10", "depth": 20, "variant": "add", "paper": 8.0}

@@ -142,3 +142,23 @@ def test_sigterm_as_at_a_time_limit_is_recorded_and_the_rerun_resumes(tmp_path, 
     assert "resuming from" in rerun.stderr and not (out / "failed.json").exists()
     resumed = json.loads((out / "metrics.json").read_text())
     assert resumed["final"] == whole["final"] and resumed["best"] == whole["best"]
+
+
+def test_a_run_longer_than_its_job_stops_at_a_checkpoint_and_the_next_job_continues_it(tmp_path, uninterrupted):
+    """A job of --minutes too short for the run (here 0.6 s) stops after an epoch's checkpoint, before
+    its limit, fails (so Snakemake's retry starts the next job) and says why; the next job
+    continues the run to exactly the numbers of an uninterrupted run."""
+    data, whole = uninterrupted
+    out = tmp_path / "limited" / "seed3"
+    first = subprocess.run([*train_cmd(data, out), "--minutes", "0.01"], capture_output=True, text=True)
+    assert first.returncode != 0
+    stopped_at = checkpoint_epoch(out)
+    assert 1 <= stopped_at < SPEC["epochs"]
+    failed = json.loads((out / "failed.json").read_text())
+    assert f"stopped after epoch {stopped_at} of {SPEC['epochs']}, checkpointed, before the job's time limit" in failed["error"]
+    assert not (out / "metrics.json").exists() and not (out.parent / "trained.json").exists()
+    rerun = subprocess.run([*train_cmd(data, out), "--minutes", "60"], check=True, capture_output=True, text=True)
+    assert f"resuming from {out / 'checkpoints' / 'last.pt'} (step" in rerun.stderr
+    resumed = json.loads((out / "metrics.json").read_text())
+    assert resumed["final"] == whole["final"] and resumed["best"] == whole["best"]
+    assert not (out / "failed.json").exists()

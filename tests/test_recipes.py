@@ -161,6 +161,17 @@ def test_paper_config_states_each_papers_translation_protocol(paper):
         assert refined["source"].strip()
 
 
+def test_paper_scales_drop_training_pairs_over_256_subwords_and_mini_keeps_its_specs(mini, paper):
+    """tensor2tensor's transformer_base max_length at paper and gpu-day scale; mini leaves the key
+    out (no synthetic pair is that long), so its runs' specs, and their results, stay as they were."""
+    for config in (paper, load("config/mini.yaml", "config/gpu-day.yaml")):
+        plan = experiments.make_plan(config)
+        specs = [experiments.train_spec(config, run) for run in plan.runs.values() if run.task == "translation"]
+        assert specs and all(spec["max_train_len"] == 256 for spec in specs)
+    plan = experiments.make_plan(mini)
+    assert not any("max_train_len" in experiments.train_spec(mini, run) for run in plan.runs.values())
+
+
 @pytest.mark.parametrize(
     "task, refine, message",
     [
@@ -197,9 +208,11 @@ def test_a_refinements_values_are_checked_by_the_schema(mini):
         ("classification", {"lr_milestones": [6, 6]}, "must be strictly increasing"),
         ("classification", {"epochs": 12, "lr_milestones": [6, 12]}, "lr_milestones [6, 12] must lie within the 12 epochs (epoch 12 is never reached)"),
         ("translation", {"average_last": 11}, "translation.average_last (11) exceeds keep_checkpoints (10)"),
-        ("translation", {"keep_checkpoints": 11}, "translation.keep_checkpoints (11) exceeds average_last (10): no run keeps step checkpoints"),
         ("translation", {"max_updates": 420, "checkpoint_every": 50, "average_last": 10},
          "translation.average_last (10) exceeds the 9 checkpoints that max_updates 420 at checkpoint_every 50 writes"),
+        ("translation", {"max_train_len": 1025}, "translation.max_train_len 1025 exceeds the 1024 positions the model holds"),
+        ("translation", {"max_train_len": 1020, "length_bucket": 24},
+         "translation.max_train_len 1020 (padded to length_bucket 24: 1032) exceeds the 1024 positions the model holds"),
     ],
 )
 def test_recipes_that_would_silently_go_wrong_are_refused(mini, task, change, message):
@@ -219,6 +232,10 @@ def test_the_edges_of_the_recipe_checks_pass(mini):
     cfg["translation"].update(max_updates=401)  # 8 at multiples of 50, and the last update
     experiments.make_plan(cfg)
     cfg["classification"]["lr_milestones"] = []
+    experiments.make_plan(cfg)
+    cfg["translation"].update(max_train_len=1024)  # every position the model holds
+    experiments.make_plan(cfg)
+    cfg["translation"].update(max_train_len=1020, length_bucket=12)  # padded to 1,020
     experiments.make_plan(cfg)
 
 
@@ -257,3 +274,16 @@ def test_paper_002s_equivalent_training_refines_its_table_2_by_variant(mini, pap
         assert t1_run.recipe == "noise" and "dtype" not in experiments.train_spec(cfg, t1_run)
     assert experiments.train_spec(paper, t1_run)["epochs"] == 200
     assert recipes.matches({"variant": "plain"}, {"variant": "plain"}) and not recipes.matches({"variant": "plain"}, {"variant": "add"})
+
+
+@pytest.mark.parametrize("scale", ["config/mini.yaml", "config/gpu-day.yaml", "config/paper.yaml"])
+def test_no_run_keeps_more_step_checkpoints_than_its_averaging_reads(scale):
+    """Disk: a big Transformer's step checkpoint is about 0.8 GB. Each scale's recipes keep exactly
+    the checkpoints their evaluation averages (a lower average_last on the command line stays an
+    evaluation-only change)."""
+    config = load(scale)
+    plan = experiments.make_plan(config)
+    sequence_runs = [run for run in plan.runs.values() if run.task in ("translation", "captioning")]
+    assert sequence_runs
+    for run in sequence_runs:
+        assert experiments.train_spec(config, run)["keep_checkpoints"] == experiments.eval_spec(run)["average_last"], run

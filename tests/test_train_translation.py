@@ -1,4 +1,6 @@
-"""Translation training contracts: token batching, the schedule, resume bit-identically, divergence."""
+"""Translation training contracts: token batching, the schedule, resume bit-identically, divergence, long pairs dropped."""
+
+import json
 
 import pytest
 import torch
@@ -125,6 +127,48 @@ def test_a_run_with_length_buckets_trains(tmp_path):
     m = train(spec(max_updates=16, update_freq=1, length_bucket=4), corpus(300, 0), corpus(30, 1), 26, tmp_path, device="cpu", progress=False)
     log = (tmp_path / "train_log.csv").read_text().splitlines()
     assert m["diverged"] is False and float(log[-1].split(",")[4]) < float(log[1].split(",")[4])
+
+
+def test_pairs_with_a_side_over_the_limit_are_no_examples():
+    pairs = [([5, 6, 7], [8]), ([9] * 5, [10]), ([11], [12] * 4), ([13], [14, 15])]  # sides with EOS: (4, 2), (6, 2), (2, 5), (2, 3)
+    data = TokenPairs(pairs, spec(max_tokens=64), max_len=4)
+    assert data.dropped == 2 and data.lengths == [(4, 2), (2, 3)]
+    src, _, tgt_out = data.collate([1, 0])
+    assert src.tolist() == [[13, 2, 0, 0], [5, 6, 7, 2]] and tgt_out.tolist() == [[14, 15, 2], [8, 2, 0]]
+    everything = TokenPairs(pairs, spec(max_tokens=64))
+    assert everything.dropped == 0 and len(everything.lengths) == 4
+
+
+def test_a_training_pair_longer_than_the_model_positions_is_dropped_and_the_run_trains_and_resumes(tmp_path, monkeypatch, capsys):
+    """A 1,100-subword pair (the Transformer holds 1,024 positions) is no training example: the run
+    trains, resumes after a kill, ends as an uninterrupted one, and says it dropped one."""
+    g = torch.Generator().manual_seed(2)
+    long_source = torch.randint(4, 24, (1100,), generator=g).tolist()
+    train_pairs = corpus(100, 0) + [(long_source, [x + 1 for x in reversed(long_source)])]
+    run = dict(max_updates=8, update_freq=1, checkpoint_every=4)
+    whole = train(spec(**run), train_pairs, corpus(10, 1), 26, tmp_path / "whole", device="cpu", progress=False)
+    assert "dropped 1 training examples with a side over 1024 tokens" in capsys.readouterr().err
+    saved = translation._save
+
+    def killed_at_the_first_checkpoint(*args, **kwargs):
+        saved(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(translation, "_save", killed_at_the_first_checkpoint)
+    with pytest.raises(KeyboardInterrupt):
+        train(spec(**run), train_pairs, corpus(10, 1), 26, tmp_path / "resumed", device="cpu", progress=False)
+    monkeypatch.setattr(translation, "_save", saved)
+    resumed = train(spec(**run), train_pairs, corpus(10, 1), 26, tmp_path / "resumed", device="cpu", progress=False)
+    assert resumed["final"]["dev_loss"] == whole["final"]["dev_loss"] and resumed["updates"] == 8
+    written = json.loads((tmp_path / "resumed" / "metrics.json").read_text())
+    assert (written["dropped_long_pairs"], written["max_train_len"]) == (1, 1024)
+
+
+def test_the_recipe_max_train_len_drops_every_pair_with_a_longer_side(tmp_path):
+    pairs = corpus(100, 0)
+    over_8 = sum(max(len(s), len(t)) + 1 > 8 for s, t in pairs)
+    m = train(spec(max_updates=2, checkpoint_every=2, max_train_len=8), pairs, corpus(10, 1), 26, tmp_path, device="cpu", progress=False)
+    assert 0 < over_8 < 100 and (m["dropped_long_pairs"], m["max_train_len"]) == (over_8, 8)
 
 
 def test_resume_after_a_kill_is_bit_identical(tmp_path, monkeypatch):

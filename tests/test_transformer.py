@@ -129,3 +129,24 @@ def test_sinusoid_positions_are_real_values_under_a_meta_device_context():
     assert table[3].tolist() == pytest.approx([math.sin(3.0), math.sin(3e-4), math.cos(3.0), math.cos(3e-4)])
     with torch.device("meta"):
         assert torch.equal(sinusoid_positions(5, 4), table)
+
+
+def test_inputs_longer_than_the_position_table_use_the_sinusoids_a_longer_table_holds():
+    """Past max_positions the positions are computed for the length asked (a pure function of the
+    position): a model whose table stops at 8 gives, on 12 source and 11 target tokens, teacher
+    forcing and incremental decoding exactly as one whose table holds 1,024; within its table it
+    reads the table itself."""
+    torch.manual_seed(0)
+    model = tiny().eval()
+    short_table = tiny(max_positions=8).eval()
+    short_table.load_state_dict(model.state_dict())  # positions are no state: only the table's length differs
+    g = torch.Generator().manual_seed(1)
+    src, tgt = torch.randint(1, 40, (2, 12), generator=g), torch.randint(1, 40, (2, 11), generator=g)
+    with torch.no_grad():
+        assert torch.equal(short_table(src, tgt), model(src, tgt))
+        memory, mask = short_table.encode(src)
+        cache = short_table.new_cache()
+        steps = torch.stack([short_table.decode_step(tgt[:, t : t + 1], memory, mask, cache, t) for t in range(11)], 1)
+    torch.testing.assert_close(steps, model(src, tgt), atol=1e-5, rtol=1e-5)
+    assert short_table.position_rows(2, 8).data_ptr() == short_table.positions[2:8].data_ptr()
+    assert torch.equal(short_table.position_rows(6, 12), model.positions[6:12])

@@ -8,6 +8,7 @@ import html as html_text
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -441,7 +442,7 @@ def test_paper_scale_dry_run_lists_every_job(workdir):
     assert cfg["seeds_per_job"] == 1 and len(plan.jobs) == len(plan.runs)  # each seed its own job, on its own GPU
     assert jobs == {"download_cifar": 2, "prepare_cifar": 2, "train_classifier": len(plan.runs) - n_mt - n_cap,
                     "fetch_translation": 3, "prepare_translation": 3, "train_translator": n_mt,
-                    "evaluate_translation": n_mt, "fetch_coco": 1, "prepare_coco": 1, "train_captioner": n_cap,
+                    "evaluate_translation": n_mt, "fetch_coco": 1, "fetch_backbone": 1, "prepare_coco": 1, "train_captioner": n_cap,
                     "evaluate_captioning": n_cap, "measure": n_measured, "aggregate": 1, "gpu_hours": 1, "report": 1, "all": 1}
 
 
@@ -490,6 +491,33 @@ def test_download_rule_rejects_a_file_with_the_wrong_checksum(workdir, cifar100_
     log = (workdir / "logs" / "data" / "download_cifar100.log").read_text()
     assert "ChecksumError" in log and target in log and "eb9058c3a382ffc7106e4002c42a8d85" in log
     assert not (workdir / target).exists()
+
+
+DOWNLOADS = {"resources/cifar10-python.tar.gz": "cmd_download", "resources/iwslt15_en_vi/fetched.json": "cmd_fetch_translation",
+             "resources/mscoco/fetched.json": "cmd_fetch_coco", "resources/backbones/resnet101.IMAGENET1K_V2.pth": "cmd_fetch_backbone"}
+
+
+@pytest.mark.parametrize("with_mirror", [False, True])
+def test_every_download_command_parses_with_or_without_a_mirror(tmp_path, monkeypatch, with_mirror):
+    """The commands of the download rules, as a paper-scale dry run prints them, are ones the CLI
+    accepts: with no mirror configured the option gets an empty value instead of none."""
+    from resrepro import cli
+
+    for item in COPIED:
+        (shutil.copytree if (REPO / item).is_dir() else shutil.copy)(REPO / item, tmp_path / item)
+    mirror = str(tmp_path) if with_mirror else ""  # an existing folder: a mirror the config accepts
+    keys = ("cifar10", "iwslt15_en_vi", "mscoco", "resnet101")
+    config = ["--config", "download_urls={" + ", ".join(f"{key}: {mirror}" for key in keys) + "}"] if mirror else []
+    out = snakemake(tmp_path, *DOWNLOADS, "-n", "-p", "--configfile", "config/paper.yaml", *config)
+    commands = [line.removeprefix("Shell command: ").split(" 2> ")[0] for line in (out.stdout + out.stderr).splitlines()
+                if line.startswith("Shell command: resrepro")]
+    parsed = []
+    for command in DOWNLOADS.values():
+        monkeypatch.setattr(cli, command, parsed.append)
+    for command in commands:
+        cli.main(shlex.split(command)[1:])
+    assert sorted(a.command for a in parsed) == ["download", "fetch-backbone", "fetch-coco", "fetch-translation"]
+    assert [a.url if a.command == "download" else a.mirror for a in parsed] == [mirror] * 4
 
 
 def test_beyond_the_papers_and_a_residual_from_outside_the_package_run_end_to_end(workdir):

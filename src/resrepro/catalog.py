@@ -146,6 +146,10 @@ ARCHITECTURES: dict[str, Architecture] = {
     )
 }
 DEFAULT_FOR_TASK = {"classification": "preact_resnet", "translation": "transformer", "captioning": "transformer_captioner"}  # a row without `arch:`
+# The positions the Transformer and the captioner hold a sinusoid table for (models/transformer.py).
+# Every side of a training example (tokens with EOS or BOS) fits them: a recipe's max_train_len may
+# lower this, not exceed it (experiments.check_recipe). Decoding computes positions past them.
+MAX_POSITIONS = 1024
 
 
 def check_placed(variant: str, arch: Architecture, where: str) -> None:

@@ -49,7 +49,8 @@ def seed_trainer(a, train_one, outcome):
 def cmd_train(a) -> None:
     from .train.classification import train
 
-    return seed_trainer(a, lambda spec, run_dir: train(spec, a.data, run_dir, device=a.device, progress=not a.no_progress),
+    return seed_trainer(a, lambda spec, run_dir: train(spec, a.data, run_dir, device=a.device, progress=not a.no_progress,
+                                                       stop_by=a.stop_by),
                         lambda m: ("" if m["diverged"] else f"final test error {m['final']['test_error']:.2f}%")
                         + f" after {m['epochs_completed']} epochs")
 
@@ -119,7 +120,8 @@ def cmd_train_translation(a) -> None:
     meta = load_prepared_meta(a.data)
     train_pairs, dev_pairs = load_encoded(a.data, "train"), load_encoded(a.data, "dev")
     return seed_trainer(a, lambda spec, run_dir: train(spec, train_pairs, dev_pairs, meta["subword"]["vocab_size"], run_dir,
-                                                       device=a.device, progress=not a.no_progress), sequence_outcome)
+                                                       device=a.device, progress=not a.no_progress, stop_by=a.stop_by),
+                        sequence_outcome)
 
 
 def average_newest(checkpoints: Path, last: int, out: Path) -> None:
@@ -165,6 +167,12 @@ def cmd_fetch_coco(a) -> None:
     files.write_json(a.done, {"dataset": "mscoco", "files": [p.name for p in paths]})
 
 
+def cmd_fetch_backbone(a) -> None:
+    from .data.backbones import fetch_backbone
+
+    fetch_backbone(a.name, a.weights, a.out, mirror=a.mirror or None)
+
+
 def cmd_prepare_captioning(a) -> None:
     if a.dataset == "scenes":
         from .data.captions import prepare_scenes
@@ -174,7 +182,7 @@ def cmd_prepare_captioning(a) -> None:
         from .data.coco import prepare_coco
 
         meta = prepare_coco(a.raw_dir, a.out_dir, features=a.features, bottom_up=a.bottom_up, backbone=json.loads(a.backbone) or None,
-                            device=a.device)
+                            device=a.device, weights_file=a.weights_file)
     print(f"{a.out_dir}: {meta['splits']} images, {meta['words_kept']} words seen at least {meta['min_count']} times "
           f"(of {meta['words_in_train']}), {meta['features']['kind']} features {meta['features']['regions']} x {meta['features']['dim']}",
           file=sys.stderr)
@@ -188,7 +196,8 @@ def cmd_train_captioning(a) -> None:
         return sequence_outcome(m) + (f", then {scst['updates']} self-critical (dev CIDEr-D {scst['final']['dev_cider']:.3f})"
                                       if scst and scst["final"] else "")
 
-    return seed_trainer(a, lambda spec, run_dir: train(spec, a.data, run_dir, device=a.device, progress=not a.no_progress), outcome)
+    return seed_trainer(a, lambda spec, run_dir: train(spec, a.data, run_dir, device=a.device, progress=not a.no_progress,
+                                                       stop_by=a.stop_by), outcome)
 
 
 def cmd_evaluate_captioning(a) -> None:
@@ -243,6 +252,10 @@ def each_seed(command):
         from . import files
 
         signal.signal(signal.SIGTERM, on_sigterm)
+        if getattr(a, "minutes", 0) and a.stop_by is None:  # one deadline for the job, whichever process trains
+            from .train.time_limit import deadline
+
+            a.stop_by = deadline(a.minutes, time.time())
         if getattr(a, "parallel", 1) > 1 and len(a.seeds) > 1:
             return run_seeds_side_by_side(a)
         do_seed = command(a)
@@ -292,6 +305,8 @@ def run_seeds_side_by_side(a) -> None:
     def one_seed(seed: int) -> tuple[int, Path]:
         done = Path(a.cell_dir) / f"seed{seed}" / "done.json"
         argv = [*a.command_line, "--seeds", str(seed), "--done", str(done), "--parallel", "1"]  # argparse: the last value wins
+        if a.stop_by is not None:
+            argv += ["--stop-by", repr(a.stop_by)]
         return subprocess.run([sys.executable, "-m", "resrepro.cli", *argv]).returncode, done
 
     with ThreadPoolExecutor(max_workers=a.parallel) as pool:
@@ -334,6 +349,9 @@ def add_seed_job(sub, name: str, help: str, command, data: str, training: bool) 
     if training:
         s.add_argument("--no-progress", action="store_true")
         add_parallel_argument(s)
+        s.add_argument("--minutes", type=float, default=0,
+                       help="the job's time limit: a run stops at a checkpoint before it, and the job's next attempt continues it")
+        s.add_argument("--stop-by", type=float, default=None, help=argparse.SUPPRESS)  # the parent job's deadline, for --parallel
     s.set_defaults(run=each_seed(command))
 
 
@@ -344,7 +362,7 @@ def main(argv: list[str] | None = None) -> None:
     s = sub.add_parser("download", help="download a dataset archive, verified by md5")
     s.add_argument("dataset", choices=["cifar10", "cifar100"])
     s.add_argument("--out", required=True)
-    s.add_argument("--url", help="a mirror URL instead of the official one")
+    s.add_argument("--url", help="a mirror URL or file path instead of the official one")
     s.set_defaults(run=cmd_download)
 
     s = sub.add_parser("prepare", help="turn a dataset into the prepared .pt format")
@@ -399,7 +417,7 @@ def main(argv: list[str] | None = None) -> None:
     s = sub.add_parser("fetch-translation", help="download a translation dataset's files (checksummed)")
     s.add_argument("dataset")
     s.add_argument("--done", required=True, help="marker file written when every file is there")
-    s.add_argument("--mirror", default="", help="a mirror base URL instead of the official one")
+    s.add_argument("--mirror", default="", help="a mirror base URL or folder instead of the official one")
     s.set_defaults(run=cmd_fetch_translation)
 
     s = sub.add_parser("prepare-translation", help="joint subword vocabulary and encoded splits")
@@ -422,8 +440,15 @@ def main(argv: list[str] | None = None) -> None:
 
     s = sub.add_parser("fetch-coco", help="download MSCOCO 2014's images and Karpathy's splits (checksummed)")
     s.add_argument("--done", required=True, help="marker file written when every file is there")
-    s.add_argument("--mirror", default="", help="a mirror base URL instead of the official ones")
+    s.add_argument("--mirror", default="", help="a mirror base URL or folder instead of the official ones")
     s.set_defaults(run=cmd_fetch_coco)
+
+    s = sub.add_parser("fetch-backbone", help="download a torchvision backbone's weights (verified by the hash in its file name)")
+    s.add_argument("name", help="a torchvision model, e.g. resnet101")
+    s.add_argument("--weights", required=True, help="its weights, e.g. IMAGENET1K_V2")
+    s.add_argument("--out", required=True, help="the weight file to write")
+    s.add_argument("--mirror", default="", help="a mirror base URL or folder instead of download.pytorch.org")
+    s.set_defaults(run=cmd_fetch_backbone)
 
     s = sub.add_parser("prepare-captioning", help="vocabulary, captions and image features of a captioning dataset")
     s.add_argument("dataset", choices=["scenes", "mscoco"])
@@ -432,6 +457,7 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--features", choices=["grid", "bottom_up"], default="grid", help="mscoco: a backbone's grid, or bottom-up boxes")
     s.add_argument("--bottom-up", nargs="*", default=[], help="Anderson et al.'s TSV files (features bottom_up)")
     s.add_argument("--backbone", default="{}", help='JSON: {"name": "resnet101", "weights": "IMAGENET1K_V2", "size": 224} (features grid)')
+    s.add_argument("--weights-file", nargs="?", help="the backbone's weights, from fetch-backbone (features grid with weights)")
     s.add_argument("--device", default="auto")
     s.set_defaults(run=cmd_prepare_captioning)
 

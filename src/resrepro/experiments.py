@@ -10,6 +10,7 @@ parses the workflow, so a bad config fails before any job starts, naming the key
 from __future__ import annotations
 
 import json
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import yaml
 
 from . import catalog, recipes
 from .catalog import ConfigError
+from .data import backbones
 
 TASKS = ("classification", "translation", "captioning")
 # The tables beyond the papers (config/tables/beyond.yaml, issue 16): their rows have no paper value
@@ -58,6 +60,10 @@ NOT_REPRODUCED_KEYS = {"paper", "caption", "source", "claim", "not_reproduced"}
 # rule, so that a release that adds or changes their columns rewrites them, without retraining.
 TIDY_FORMAT = 4
 CELL_KEYS = {"label", "dataset", "arch", "depth", "size", "variant", "args"}
+# download_urls keys: the datasets a rule downloads (workflow/rules/data.smk); the captioning
+# backbone's weights are one more, under the backbone's name (rule fetch_backbone)
+DOWNLOADED = ("cifar10", "cifar100", "iwslt15_en_vi", "wmt14_en_de", "wmt14_en_fr", "mscoco")
+URL_SCHEMES = ("http", "https", "ftp", "file")
 
 
 def table_files(tables_dir: str | Path) -> list[Path]:
@@ -381,6 +387,7 @@ def seeds_for(config: dict, table_id: str, task: str) -> list[int]:
 
 
 def make_plan(config: dict) -> Plan:
+    check_download_urls(config)
     all_tables = load_tables(config["tables_dir"])
     beyond = config.get("beyond", False)
     selected = [t for t, table in all_tables.items() if beyond or table["paper"] != BEYOND] if config["tables"] == "all" else config["tables"]
@@ -435,6 +442,35 @@ def make_plan(config: dict) -> Plan:
         load_claims(config["claims"], all_tables, all_figures)
     plan.jobs = group_into_jobs(plan.runs, config.get("seeds_per_job", 1))
     return plan
+
+
+def check_download_urls(config: dict) -> None:
+    """Each download_urls entry names what a rule downloads and is a URL or an existing file or
+    folder (downloads are local rules: they read a path where the workflow is parsed)."""
+    backbone = backbones.with_defaults(config.get("captioning", {}).get("features", {}).get("backbone"))["name"]
+    allowed = [*DOWNLOADED, backbone]
+    for key, location in config.get("download_urls", {}).items():
+        if key not in allowed:
+            raise ConfigError(f"download_urls.{key}: no rule downloads {key!r}; allowed: {', '.join(allowed)}")
+        problem = location_problem(location)
+        if problem:
+            raise ConfigError(f"download_urls.{key}: {problem}")
+
+
+def location_problem(location: str) -> str | None:
+    """What is wrong with a mirror location, or None: a URL needs a host (file:// a path); a string
+    without a scheme is taken as a path only if it exists, since a typo would look like one."""
+    if not location:
+        return "empty; give a URL or a file path, or leave the key out for the official source"
+    parts = urllib.parse.urlsplit(location)
+    if parts.scheme == "file":
+        return None if parts.path else f"{location!r} names no file or folder"
+    if parts.scheme in URL_SCHEMES:
+        return None if parts.netloc else f"{location!r} names no host (expected {parts.scheme}://host/...)"
+    if not parts.scheme and Path(location).exists():
+        return None
+    return (f"{location!r} is neither a URL ({', '.join(s + '://' for s in URL_SCHEMES)}) "
+            "nor an existing file or folder")
 
 
 def extra_row(table: dict, entry: dict, where: str) -> dict | None:
@@ -545,10 +581,35 @@ def gpus_for(config: dict, run: Run) -> int:
     return default
 
 
+# Training loops stop at a checkpoint before their job's time limit and resume in the next job.
+CONTINUING_RULES = ("train_classifier", "train_translator", "train_captioner")
+
+
+def job_minutes(config: dict, rule: str, rounds: int = 1) -> int:
+    """The runtime a job of `rule` asks for: its minutes per run (config `resources`) times the
+    rounds its runs take one after another, at most max_job_minutes for a training job, which then
+    continues in the next job. Any other job that would need longer is refused."""
+    need, cap = config["resources"][rule]["runtime"] * rounds, config.get("max_job_minutes", 1440)
+    if need <= cap:
+        return need
+    if rule in CONTINUING_RULES:
+        return cap
+    raise ConfigError(f"resources.{rule}.runtime: a job of {rounds} run(s) needs {need} minutes, more than max_job_minutes "
+                      f"({cap}), and only training continues in a next job; run fewer seeds per job (seeds_per_job) or "
+                      "raise max_job_minutes")
+
+
+def continuations(config: dict, rule: str, rounds_per_job: list[int]) -> int:
+    """How many jobs after its first the longest training job of `rule` takes at max_job_minutes
+    (the rule's retries, beside those for failures)."""
+    need, cap = config["resources"][rule]["runtime"], config.get("max_job_minutes", 1440)
+    return max((-(-need * rounds // cap) - 1 for rounds in rounds_per_job), default=0)
+
+
 def check_recipe(task: str, recipe: dict, where: str) -> None:
     """What a typo makes silently wrong and the schema cannot see: a learning-rate schedule that
     never applies, an average over checkpoints that training does not keep or never writes, step
-    checkpoints kept that no average reads (disk)."""
+    checkpoints kept that no average reads (disk), training sentences longer than the model's positions."""
     if task == "classification":
         milestones = recipe["lr_milestones"]
         if milestones != sorted(set(milestones)):
@@ -566,12 +627,22 @@ def check_recipe(task: str, recipe: dict, where: str) -> None:
         if last > recipe["keep_checkpoints"]:
             raise ConfigError(f"{where}: {task}.average_last ({last}) exceeds keep_checkpoints "
                               f"({recipe['keep_checkpoints']}): training keeps only the newest {recipe['keep_checkpoints']}")
-        if recipe["keep_checkpoints"] > last:  # disk: a big run's step checkpoints are 0.7 GB each
-            raise ConfigError(f"{where}: {task}.keep_checkpoints ({recipe['keep_checkpoints']}) exceeds average_last ({last}): "
-                              f"no run keeps step checkpoints that its averaging never reads")
         if last > written:
             raise ConfigError(f"{where}: {task}.average_last ({last}) exceeds the {written} checkpoints that "
                               f"max_updates {updates} at checkpoint_every {every} writes")
+        if "max_train_len" in recipe:
+            _check_max_train_len(task, recipe, where)
+
+
+def _check_max_train_len(task: str, recipe: dict, where: str) -> None:
+    """A training batch's longest side, max_train_len rounded up to the length bucket it is padded
+    to, must have a row in the model's sinusoid table (catalog.MAX_POSITIONS)."""
+    limit, bucket = recipe["max_train_len"], recipe.get("length_bucket", 0)
+    padded = -(-limit // bucket) * bucket if bucket else limit
+    if padded > catalog.MAX_POSITIONS:
+        rounded = f" (padded to length_bucket {bucket}: {padded})" if bucket else ""
+        raise ConfigError(f"{where}: {task}.max_train_len {limit}{rounded} exceeds the {catalog.MAX_POSITIONS} positions "
+                          "the model holds; lower it")
 
 
 def train_spec(config: dict, run: Run) -> dict:

@@ -32,9 +32,11 @@ EVAL_KEYS = {"classification": frozenset(), "translation": frozenset({"average_l
 # deterministic: off, torch's fastest kernels; snapshots: none; the speed switches: speed.DEFAULTS).
 SPEED_KEYS = frozenset({"amp", "channels_last", "compile", "fused_optimizer", "tf32"})  # speed.DEFAULTS's keys (speed imports torch)
 # init: paper 002's simplified nets only (models/simple_net.py); dtype: float32 unless float64 (its SM B);
-# length_bucket: 0, batches as long as their longest sentence (train/translation.pad_to_bucket).
+# length_bucket: 0, batches as long as their longest sentence (train/translation.pad_to_bucket);
+# max_train_len: the model's positions, catalog.MAX_POSITIONS (train/translation.max_train_len).
 OPTIONAL_KEYS = {"classification": frozenset({"deterministic", "lr_decay", "snapshots", "init", "dtype"}) | SPEED_KEYS,
-                 "translation": frozenset({"dropout", "deterministic", "length_bucket"}) | SPEED_KEYS, "captioning": frozenset({"dropout", "deterministic", "scst"}) | SPEED_KEYS}
+                 "translation": frozenset({"dropout", "deterministic", "length_bucket", "max_train_len"}) | SPEED_KEYS,
+                 "captioning": frozenset({"dropout", "deterministic", "scst", "max_train_len"}) | SPEED_KEYS}
 MATCH_KEYS = ("paper", "table", "kind", "dataset", "arch", "depth", "size", "variant")
 DEFAULT = "default"
 

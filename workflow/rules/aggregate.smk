@@ -27,7 +27,7 @@ rule aggregate:
         "logs/{scale}/aggregate.benchmark.tsv"
     resources:
         mem_mb=needs("aggregate", "mem_mb"),
-        runtime=needs("aggregate", "runtime"),
+        runtime=job_runtime("aggregate"),
     conda:
         "../../envs/resrepro.yaml"
     shell:
@@ -45,6 +45,9 @@ rule gpu_hours:
         "results/{scale}/aggregate/gpu_hours.csv",
     log:
         "logs/{scale}/gpu_hours.log",
+    resources:
+        mem_mb=needs("gpu_hours", "mem_mb"),
+        runtime=job_runtime("gpu_hours"),
     conda:
         "../../envs/resrepro.yaml"
     shell:

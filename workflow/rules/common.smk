@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 
 from resrepro import experiments
+from resrepro.data import backbones
 
 PLAN = experiments.make_plan(config)
 
@@ -81,17 +82,20 @@ def single_gpu():
 PRIORITY = {"data": 3, "long_training": 2, "training": 1, "evaluation": 1}
 
 
-DEFAULT_NEEDS = {"mem_mb": 2000, "runtime": 60}
-
-
 def needs(rule_name, key):
-    """A rule's memory (mem_mb) or runtime (minutes) at this scale, from config `resources`."""
-    return config.get("resources", {}).get(rule_name, {}).get(key, DEFAULT_NEEDS[key])
+    """A rule's memory (mem_mb) or runtime (minutes) at this scale, from config `resources` (the
+    schema requires every rule's)."""
+    return config["resources"][rule_name][key]
+
+
+def job_runtime(rule_name):
+    """A one-run job's runtime (minutes); refused at parse if above max_job_minutes."""
+    return experiments.job_minutes(config, rule_name)
 
 
 def runtime_of_seeds(rule_name, task):
-    """A training or evaluation job's runtime: the scale's minutes per run times the job's seeds."""
-    return lambda wildcards: needs(rule_name, "runtime") * len(job_runs(task, wildcards))
+    """An evaluation job's runtime: the scale's minutes per run times the job's seeds."""
+    return lambda wildcards: experiments.job_minutes(config, rule_name, len(job_runs(task, wildcards)))
 
 
 def seeds_at_once(task):
@@ -99,9 +103,23 @@ def seeds_at_once(task):
     return lambda wildcards: min(config.get("seeds_in_parallel", 1), len(job_runs(task, wildcards)))
 
 
+def training_rounds(task, runs):
+    return -(-len(runs) // min(config.get("seeds_in_parallel", 1), len(runs)))
+
+
 def runtime_of_training(rule_name, task):
-    """A training job's runtime: the minutes per run times the rounds its seeds take, side by side."""
-    return lambda wildcards: needs(rule_name, "runtime") * -(-len(job_runs(task, wildcards)) // seeds_at_once(task)(wildcards))
+    """A training job's runtime: the minutes per run times the rounds its seeds take, side by side,
+    at most max_job_minutes (the run then continues in the next job)."""
+    return lambda wildcards: experiments.job_minutes(config, rule_name, training_rounds(task, job_runs(task, wildcards)))
+
+
+def training_retries(rule_name, task):
+    """A training rule's retries: the jobs its longest run continues in, and those asked for failures
+    (--retries; None keeps them as asked when no run needs a next job)."""
+    jobs = [[PLAN.runs[p] for p in paths] for paths in PLAN.jobs.values()]
+    continued = experiments.continuations(config, rule_name, [training_rounds(task, runs) for runs in jobs if runs[0].task == task])
+    settings = workflow.execution_settings  # None while linting
+    return continued + (settings.retries if settings else 0) if continued else None
 
 
 def prepared_data(wildcards):
@@ -195,6 +213,14 @@ def bottom_up_files(wildcards):
     """Anderson et al.'s TSV files when the features are bottom-up: inputs, so that a missing one stops the run here."""
     features = coco_features()
     return features.get("tsv", []) if features["kind"] == "bottom_up" else []
+
+
+def backbone_weights(wildcards):
+    """The grid backbone's weight file, an input so that fetch_backbone downloads it before the GPU
+    job starts; none for bottom-up features or a backbone without weights."""
+    features = coco_features()
+    path = backbones.weights_path(features.get("backbone")) if features["kind"] == "grid" else None
+    return [str(path)] if path else []
 
 
 def download_url(wildcards):

@@ -1,4 +1,5 @@
 # Data: official archives (checksummed) -> prepared tensors in results/data/.
+# Mirrors are passed as --mirror={...:q}: with none configured the option still gets its (empty) value.
 
 
 localrules:
@@ -17,10 +18,13 @@ rule download_cifar:
     wildcard_constraints:
         name="cifar10|cifar100",
     retries: 2
+    resources:
+        mem_mb=needs("download_cifar", "mem_mb"),
+        runtime=job_runtime("download_cifar"),
     conda:
         "../../envs/resrepro.yaml"
     shell:
-        "resrepro download {wildcards.name} --out {output} --url {params.url:q} 2> {log}"
+        "resrepro download {wildcards.name} --out {output} --url={params.url:q} 2> {log}"
 
 
 rule prepare_cifar:
@@ -36,7 +40,7 @@ rule prepare_cifar:
         name="cifar10|cifar100",
     resources:
         mem_mb=needs("prepare_cifar", "mem_mb"),
-        runtime=needs("prepare_cifar", "runtime"),
+        runtime=job_runtime("prepare_cifar"),
     priority: PRIORITY["data"]
     conda:
         "../../envs/resrepro.yaml"
@@ -51,6 +55,9 @@ rule prepare_digits:
         "logs/data/prepare_digits.log",
     benchmark:
         "logs/data/prepare_digits.benchmark.tsv"
+    resources:
+        mem_mb=needs("prepare_digits", "mem_mb"),
+        runtime=job_runtime("prepare_digits"),
     priority: PRIORITY["data"]
     conda:
         "../../envs/resrepro.yaml"
@@ -74,10 +81,13 @@ rule fetch_translation:
     wildcard_constraints:
         dataset="iwslt15_en_vi|wmt14_en_de|wmt14_en_fr",
     retries: 2
+    resources:
+        mem_mb=needs("fetch_translation", "mem_mb"),
+        runtime=job_runtime("fetch_translation"),
     conda:
         "../../envs/resrepro.yaml"
     shell:
-        "resrepro fetch-translation {wildcards.dataset} --done {output} --mirror {params.mirror:q} 2> {log}"
+        "resrepro fetch-translation {wildcards.dataset} --done {output} --mirror={params.mirror:q} 2> {log}"
 
 
 rule prepare_translation:
@@ -93,7 +103,7 @@ rule prepare_translation:
         dataset="iwslt15_en_vi|wmt14_en_de|wmt14_en_fr",
     resources:
         mem_mb=needs("prepare_translation", "mem_mb"),
-        runtime=needs("prepare_translation", "runtime"),
+        runtime=job_runtime("prepare_translation"),
     priority: PRIORITY["data"]
     conda:
         "../../envs/resrepro.yaml"
@@ -108,6 +118,9 @@ rule synthesize_translation:
         "logs/data/prepare_synthetic.log",
     benchmark:
         "logs/data/prepare_synthetic.benchmark.tsv"
+    resources:
+        mem_mb=needs("synthesize_translation", "mem_mb"),
+        runtime=job_runtime("synthesize_translation"),
     priority: PRIORITY["data"]
     conda:
         "../../envs/resrepro.yaml"
@@ -122,6 +135,9 @@ rule synthesize_scenes:
         "logs/data/prepare_scenes.log",
     benchmark:
         "logs/data/prepare_scenes.benchmark.tsv"
+    resources:
+        mem_mb=needs("synthesize_scenes", "mem_mb"),
+        runtime=job_runtime("synthesize_scenes"),
     priority: PRIORITY["data"]
     conda:
         "../../envs/resrepro.yaml"
@@ -143,10 +159,42 @@ rule fetch_coco:
     benchmark:
         "logs/data/fetch_mscoco.benchmark.tsv"
     retries: 2
+    resources:
+        mem_mb=needs("fetch_coco", "mem_mb"),
+        runtime=job_runtime("fetch_coco"),
     conda:
         "../../envs/resrepro.yaml"
     shell:
-        "resrepro fetch-coco --done {output} --mirror {params.mirror:q} 2> {log}"
+        "resrepro fetch-coco --done {output} --mirror={params.mirror:q} 2> {log}"
+
+
+localrules:
+    fetch_backbone,
+
+
+# The grid backbone's ImageNet weights (data/backbones.py), downloaded here: prepare_coco runs on a
+# GPU node, which may have no internet.
+rule fetch_backbone:
+    output:
+        "resources/backbones/{backbone}.{weights}.pth",
+    params:
+        mirror=lambda wildcards: config.get("download_urls", {}).get(wildcards.backbone, ""),
+    log:
+        "logs/data/fetch_backbone_{backbone}.{weights}.log",
+    benchmark:
+        "logs/data/fetch_backbone_{backbone}.{weights}.benchmark.tsv"
+    wildcard_constraints:
+        backbone="[a-z0-9_]+",
+        weights="[A-Za-z0-9_]+",
+    resources:
+        mem_mb=needs("fetch_backbone", "mem_mb"),
+        runtime=job_runtime("fetch_backbone"),
+    retries: 2
+    conda:
+        "../../envs/resrepro.yaml"
+    shell:
+        "resrepro fetch-backbone {wildcards.backbone} --weights {wildcards.weights} --out {output}"
+        " --mirror={params.mirror:q} 2> {log}"
 
 
 # Karpathy's splits, the vocabulary, and one feature file per split: a backbone's grid on a GPU
@@ -155,6 +203,7 @@ rule prepare_coco:
     input:
         fetched="resources/mscoco/fetched.json",
         bottom_up=bottom_up_files,
+        weights=backbone_weights,
     output:
         "results/data/mscoco/prepared.json",
     params:
@@ -167,11 +216,11 @@ rule prepare_coco:
     resources:
         gpu=single_gpu(),
         mem_mb=needs("prepare_coco", "mem_mb"),
-        runtime=needs("prepare_coco", "runtime"),
+        runtime=job_runtime("prepare_coco"),
     priority: PRIORITY["data"]
     conda:
         "../../envs/resrepro.yaml"
     shell:
         "resrepro launch --gpus {resources.gpu} -- prepare-captioning mscoco --raw-dir $(dirname {input.fetched})"
         " --out-dir $(dirname {output}) --features {params.kind} --backbone {params.backbone:q}"
-        " --bottom-up {input.bottom_up} 2> {log}"
+        " --bottom-up {input.bottom_up} --weights-file {input.weights} 2> {log}"

@@ -21,7 +21,7 @@ rule measure:
     resources:
         gpu=single_gpu(),
         mem_mb=needs("measure", "mem_mb"),
-        runtime=needs("measure", "runtime"),
+        runtime=job_runtime("measure"),
     conda:
         "../../envs/resrepro.yaml"
     shell:

@@ -38,6 +38,9 @@ rule report:
         "logs/{scale}/report.log",
     benchmark:
         "logs/{scale}/report.benchmark.tsv"
+    resources:
+        mem_mb=needs("report", "mem_mb"),
+        runtime=job_runtime("report"),
     conda:
         "../../envs/resrepro.yaml"
     shell:

@@ -4,6 +4,8 @@
 # job keeps them and its rerun resumes each seed from its last finished epoch; seeds already
 # finished only rewrite their metrics. With seeds_in_parallel > 1 its seeds train side by side, each
 # its own process on the job's device; a resource, not a param: changing it retrains nothing.
+# A run longer than the job's runtime (at most max_job_minutes) stops at a checkpoint before the
+# limit and fails the job; its retries continue it, each in a new job, and append to its log.
 
 
 rule train_classifier:
@@ -25,13 +27,14 @@ rule train_classifier:
         mem_mb=needs("train_classifier", "mem_mb"),
         runtime=runtime_of_training("train_classifier", "classification"),
         seeds_at_once=seeds_at_once("classification"),
+    retries: training_retries("train_classifier", "classification")
     priority: PRIORITY["training"]
     conda:
         "../../envs/resrepro.yaml"
     shell:
         # launch: the job's GPU (its lock held till the end), or none visible when it holds none
         "resrepro launch --gpus {resources.gpu} -- train --spec {params.spec:q} --seeds {params.seeds} --data {input}"
-        " --cell-dir {params.cell} --done {output} --threads {threads} --parallel {resources.seeds_at_once} 2> {log}"
+        " --cell-dir {params.cell} --done {output} --threads {threads} --parallel {resources.seeds_at_once} --minutes {resources.runtime} 2>> {log}"
 
 
 rule train_translator:
@@ -53,6 +56,7 @@ rule train_translator:
         mem_mb=needs("train_translator", "mem_mb"),
         runtime=runtime_of_training("train_translator", "translation"),
         seeds_at_once=seeds_at_once("translation"),
+    retries: training_retries("train_translator", "translation")
     priority: PRIORITY["long_training"]
     conda:
         "../../envs/resrepro.yaml"
@@ -60,7 +64,7 @@ rule train_translator:
         # Several GPUs: torchrun ranks inside this one job (one Slurm allocation).
         "resrepro launch --gpus {resources.gpu} -- train-translation --spec {params.spec:q} --seeds {params.seeds}"
         " --data $(dirname {input}) --cell-dir {params.cell} --done {output} --threads {threads}"
-        " --parallel {resources.seeds_at_once} 2> {log}"
+        " --parallel {resources.seeds_at_once} --minutes {resources.runtime} 2>> {log}"
 
 
 rule train_captioner:
@@ -82,10 +86,11 @@ rule train_captioner:
         mem_mb=needs("train_captioner", "mem_mb"),
         runtime=runtime_of_training("train_captioner", "captioning"),
         seeds_at_once=seeds_at_once("captioning"),
+    retries: training_retries("train_captioner", "captioning")
     priority: PRIORITY["long_training"]
     conda:
         "../../envs/resrepro.yaml"
     shell:
         "resrepro launch --gpus {resources.gpu} -- train-captioning --spec {params.spec:q} --seeds {params.seeds}"
         " --data $(dirname {input}) --cell-dir {params.cell} --done {output} --threads {threads}"
-        " --parallel {resources.seeds_at_once} 2> {log}"
+        " --parallel {resources.seeds_at_once} --minutes {resources.runtime} 2>> {log}"

@@ -11,9 +11,10 @@ training set with the generic unknown word token UNK, resulting in 9,567 words";
 says how many this preparation keeps (data/captions.py).
 
 Features, chosen in config (`captioning.features`), both with each region's centre appended:
-- grid: an ImageNet-pretrained torchvision backbone (ResNet-101, IMAGENET1K_V2, weights fetched by
-  torchvision into its cache on first use), each image resized to size x size (no crop: a caption
-  may name anything in the frame), the last stage's map as (size/32)^2 regions of 2048 values;
+- grid: an ImageNet-pretrained torchvision backbone (ResNet-101, IMAGENET1K_V2), its weights read
+  from the file that rule fetch_backbone downloaded (data/backbones.py; this GPU job downloads
+  nothing), each image resized to size x size (no crop: a caption may name anything in the frame),
+  the last stage's map as (size/32)^2 regions of 2048 values;
 - bottom_up: Anderson et al. (2018)'s precomputed Faster R-CNN boxes, their TSV files
   (image_id, image_w, image_h, num_boxes, boxes, features; base64 float32), which the user
   downloads and names in config; the level the paper's CIDEr (~126-130) needs.
@@ -36,7 +37,7 @@ from typing import Iterator
 import numpy as np
 
 from .. import files
-from . import captions
+from . import backbones, captions
 from .features import grid_centres
 from .translation import DEFAULT_LOCK, RemoteFile, fetch_file
 
@@ -104,14 +105,14 @@ def read_images(raw_dir: str | Path, images: list[Image]) -> Iterator[tuple[Imag
 class GridBackbone:
     """A torchvision classifier's last convolutional map as a grid of region features."""
 
-    def __init__(self, name: str = "resnet101", weights: str | None = "IMAGENET1K_V2", size: int = 224, device: str = "auto"):
+    def __init__(self, name: str = "resnet101", weights: str | None = "IMAGENET1K_V2", size: int = 224, device: str = "auto",
+                 weights_file: str | Path | None = None):
         import torch
-        import torchvision
 
         from ..devices import pick_device
 
         self.device = pick_device(device)
-        net = torchvision.models.get_model(name, weights=weights)
+        net = backbones.load_backbone(name, weights, weights_file)
         self.body = torch.nn.Sequential(*list(net.children())[:-2]).eval().to(self.device)  # drop pooling and classifier
         self.size = size
         # ImageNet's normalisation, as the weights' own transforms use it
@@ -152,14 +153,17 @@ def read_bottom_up(paths: list[str | Path]) -> dict[int, np.ndarray]:
 
 
 def prepare_coco(raw_dir: str | Path, out_dir: str | Path, features: str = "grid", bottom_up: list[str] | None = None,
-                 backbone: dict | None = None, min_count: int = 5, batch: int = 64, device: str = "auto") -> dict:
+                 backbone: dict | None = None, min_count: int = 5, batch: int = 64, device: str = "auto",
+                 weights_file: str | Path | None = None) -> dict:
     """Karpathy's splits of the fetched files -> the prepared format (data/captions.py). Features
-    are written split by split into memory-mapped .npy files (COCO's train split is ~20 GB)."""
+    are written split by split into memory-mapped .npy files (COCO's train split is ~20 GB).
+    `weights_file`: the backbone's weights (grid features with weights; backbones.fetch_backbone)."""
     raw_dir, out = Path(raw_dir), Path(out_dir)
     splits = read_karpathy(raw_dir / "caption_datasets.zip")
     if features == "grid":
-        extract = GridBackbone(**(backbone or {}), device=device)
-        info = {"kind": "grid", **(backbone or {"name": "resnet101", "weights": "IMAGENET1K_V2", "size": 224}),
+        backbone = backbones.with_defaults(backbone)
+        extract = GridBackbone(**backbone, device=device, weights_file=weights_file)
+        info = {"kind": "grid", **backbone, "weights_file": Path(weights_file).name if weights_file else None,
                 "made_by": "data/coco.GridBackbone: the backbone's last map, the image resized to size x size"}
     elif features == "bottom_up":
         if not bottom_up:

@@ -1,9 +1,12 @@
 """Checksummed downloads.
 
-`fetch` is the only way the pipeline gets a file from the internet: it skips the download
-when a file with the right md5 is already there, writes to a temporary file next to the
-destination and renames it only once the md5 matches, so a killed or corrupt download never
-leaves anything that looks finished. A bad file is deleted and named in the error.
+Every file the pipeline gets from the internet comes through `downloaded`: it writes to a
+temporary file next to the destination and hands it over only when it is whole (as long as its
+Content-Length, or the size its source declares; a short one is deleted and downloaded again, a
+few times, then the error names the URL and both sizes). The caller checks it and renames it,
+so a killed, short or corrupt download never leaves anything that looks finished. `fetch` does
+that with an md5, and skips the download when a file with the right md5 is already there.
+A location may be a URL or a local file path.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ import os
 import sys
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Iterator
 
 from torchvision.datasets.utils import calculate_md5
 from tqdm import tqdm
@@ -26,17 +31,27 @@ BROWSER_USER_AGENT = (
     "Chrome/124.0.0.0 Safari/537.36"
 )
 _CHUNK = 1 << 20  # bytes read per step of the progress bar
+ATTEMPTS = 3  # downloads of a file that arrives short, within one call
 
 # Errors that mean "the remote side failed"; disk errors (OSError) still propagate as they are.
 _NETWORK_ERRORS = (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError)
 
 
 class ChecksumError(RuntimeError):
-    """A file's md5 is not the expected one; the message names the file and both md5s."""
+    """A file's md5 (or sha256) is not the expected one; the message names the file and both."""
 
-    def __init__(self, path: str | Path, expected: str, actual: str, note: str = "") -> None:
+    def __init__(self, path: str | Path, expected: str, actual: str, note: str = "", algorithm: str = "md5") -> None:
         self.path, self.expected, self.actual = Path(path), expected, actual
-        super().__init__(f"{path}: md5 is {actual}, expected {expected}{note}")
+        super().__init__(f"{path}: {algorithm} is {actual}, expected {expected}{note}")
+
+
+class IncompleteDownload(RuntimeError):
+    """A body that arrived short of its Content-Length (or of the size its source declares)."""
+
+    def __init__(self, url: str, expected: int | None, received: int, note: str = "") -> None:
+        self.url, self.expected, self.received = url, expected, received
+        promised = f"{expected:,} bytes" if expected is not None else "more bytes (the connection closed early)"
+        super().__init__(f"{url}: expected {promised}, received {received:,}{note}")
 
 
 def verify(path: str | Path, md5: str) -> None:
@@ -52,11 +67,12 @@ def fetch(
     md5: str,
     user_agent: str = BROWSER_USER_AGENT,
     timeout: float = 60.0,
+    size: int | None = None,
 ) -> Path:
     """Download `url` to `dest` unless a file with this md5 is already there; return `dest`.
 
     Raises ChecksumError if the downloaded file has the wrong md5 (the file is deleted) and
-    RuntimeError, naming the URL, if the download itself fails.
+    RuntimeError, naming the URL, if the download itself fails or keeps arriving short.
     """
     dest = Path(dest)
     if dest.exists():
@@ -68,36 +84,85 @@ def fetch(
             print(f"removing bad file ({err}); downloading again", file=sys.stderr)
             dest.unlink()
 
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            _download(url, out, user_agent, timeout, desc=dest.name)
+    with downloaded(url, dest, user_agent=user_agent, timeout=timeout, size=size) as tmp:
         try:
             verify(tmp, md5)
         except ChecksumError as err:
-            # Name the destination, not the temporary file, which is deleted below.
+            # Name the destination, not the temporary file, which is deleted.
             note = f" (downloaded from {url}; removed)"
             raise ChecksumError(dest, err.expected, err.actual, note) from None
         os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
     return dest
 
 
+@contextmanager
+def downloaded(
+    url: str,
+    dest: str | Path,
+    *,
+    user_agent: str = BROWSER_USER_AGENT,
+    timeout: float = 60.0,
+    size: int | None = None,
+) -> Iterator[Path]:
+    """The whole body of `url` in a temporary file next to `dest`, deleted on leaving unless the
+    caller has moved it to `dest` by then. `size`: the bytes the source declares, if it does."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        _download_whole(url, tmp, user_agent, timeout, size, desc=dest.name)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would make the finished file private
+        yield tmp
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def url_of(location: str) -> str:
+    """A URL as it is; a local file path as its file:// URL."""
+    return location if urllib.parse.urlsplit(location).scheme else Path(location).absolute().as_uri()
+
+
+def _download_whole(url: str, path: Path, user_agent: str, timeout: float, size: int | None, desc: str) -> None:
+    """Download `url` into `path` until it arrives whole, at most ATTEMPTS times."""
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            with open(path, "wb") as out:
+                _download(url, out, user_agent, timeout, desc)
+            received = path.stat().st_size
+            if size is not None and received != size:
+                raise IncompleteDownload(url, size, received)
+            return
+        except IncompleteDownload as err:
+            print(f"{err} (attempt {attempt} of {ATTEMPTS})", file=sys.stderr)
+            last = err
+    raise IncompleteDownload(url, last.expected, last.received,
+                             f" (the last of {ATTEMPTS} attempts; removed). If the host keeps cutting the "
+                             "connection, download the file by hand or set a mirror URL for it in the config.")
+
+
 def _download(url: str, out: BinaryIO, user_agent: str, timeout: float, desc: str) -> None:
-    """Copy the body of `url` into the open binary file `out`, with a progress bar on stderr."""
-    request = urllib.request.Request(url, headers={"User-Agent": user_agent})
+    """Copy the body of `url` into the open binary file `out`, with a progress bar on stderr.
+    Raises IncompleteDownload when fewer bytes come than its Content-Length promised."""
+    request = urllib.request.Request(url_of(url), headers={"User-Agent": user_agent})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             length = response.headers.get("Content-Length")
             total = int(length) if length and length.isdigit() else None
+            received = 0
             with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,
                       desc=desc, file=sys.stderr) as bar:
-                while chunk := response.read(_CHUNK):
-                    out.write(chunk)
-                    bar.update(len(chunk))
+                try:
+                    # read(n) ends quietly when the connection closes early: count the bytes.
+                    while chunk := response.read(_CHUNK):
+                        out.write(chunk)
+                        received += len(chunk)
+                        bar.update(len(chunk))
+                except http.client.IncompleteRead as err:
+                    raise IncompleteDownload(url, total, received) from err
+            if total is not None and received != total:
+                raise IncompleteDownload(url, total, received)
     except _NETWORK_ERRORS as err:
         raise RuntimeError(
             f"could not download {url}: {err}. If the host is down or refuses this client, "
@@ -105,4 +170,4 @@ def _download(url: str, out: BinaryIO, user_agent: str, timeout: float, desc: st
         ) from err
 
 
-__all__ = ["BROWSER_USER_AGENT", "ChecksumError", "fetch", "verify"]
+__all__ = ["ATTEMPTS", "BROWSER_USER_AGENT", "ChecksumError", "IncompleteDownload", "downloaded", "fetch", "url_of", "verify"]

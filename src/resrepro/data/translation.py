@@ -28,8 +28,10 @@ VERIFICATION, per file (`fetch_file`)
     file is removed and named (resrepro.data.download.ChecksumError). The first download of
     a plain-text file with a known line count (IWSLT) is checked before it is trusted.
   * A config may pin an md5 (`md5=` argument), which wins over both.
+  * A download shorter than its Content-Length is downloaded again (resrepro.data.download):
+    a short file is never checked, kept or recorded.
 Downloads send a browser User-Agent (nlp.stanford.edu refuses some clients) and accept a
-mirror: a base URL under which every file of the dataset lies by its file name.
+mirror: a base URL or a local folder under which every file of the dataset lies by its file name.
 
 PREPARED FORMAT (out_dir/, written by `prepare_translation` / `prepare_synthetic`)
   {train,dev,test}.{src,tgt}  text as distributed, one sentence per line, UTF-8 (tokenized
@@ -70,7 +72,7 @@ import sentencepiece
 
 from resrepro.data import subword
 from resrepro.data import synthetic_translation as synth
-from resrepro.data.download import BROWSER_USER_AGENT, ChecksumError, _download, fetch
+from resrepro.data.download import BROWSER_USER_AGENT, ChecksumError, downloaded, fetch
 from resrepro.data.subword import SubwordVocab, count_lines, train_subword
 from resrepro.files import atomic_write, write_json
 from torchvision.datasets.utils import calculate_md5
@@ -92,6 +94,7 @@ class RemoteFile:
     url: str
     md5: str | None = None  # from a public record (cited); None: trust on first use
     lines: int | None = None  # expected lines of a plain-text file, checked on first download
+    size: int | None = None  # bytes, where the source declares them (else its Content-Length is checked)
 
 
 @dataclass(frozen=True)
@@ -225,7 +228,7 @@ def get_source(name: str) -> TranslationSource:
 
 
 def source_url(file: RemoteFile, mirror: str | None = None) -> str:
-    """The file's own URL, or `mirror` (a base URL) joined with the file's name."""
+    """The file's own URL, or `mirror` (a base URL or a local folder) joined with the file's name."""
     return file.url if not mirror else mirror.rstrip("/") + "/" + file.name
 
 
@@ -255,7 +258,8 @@ def fetch_file(
     The md5 checked is, in order: `md5` (a pin from config), `file.md5` (a public record),
     the lock file's entry under `key`. With none of them this is the first use: the file is
     downloaded (or a file already at the destination, e.g. fetched by hand, is taken), its
-    line count checked when known, and its md5 written to the lock. Raises ChecksumError
+    line count checked when known, and its md5 written to the lock. A download that arrives
+    short is tried again and never recorded (download.IncompleteDownload). Raises ChecksumError
     naming the file when it differs from the expected md5 (the file is removed), ValueError
     when a first download has the wrong number of lines (removed as well).
     """
@@ -263,21 +267,13 @@ def fetch_file(
     url = source_url(file, mirror)
     expected = md5 or file.md5 or read_lock(lock_path).get(key, {}).get("md5")
     if expected:
-        return fetch(url, dest, expected, user_agent=user_agent)
+        return fetch(url, dest, expected, user_agent=user_agent, size=file.size)
 
     if not dest.exists():
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-        tmp = Path(tmp_name)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                _download(url, out, user_agent, 60.0, desc=dest.name)
+        with downloaded(url, dest, user_agent=user_agent, size=file.size) as tmp:
             if file.lines is not None:
                 check_lines(tmp, file.lines, name=f"{dest} (downloaded from {url}; removed)")
-            os.chmod(tmp, 0o644)
             os.replace(tmp, dest)
-        finally:
-            tmp.unlink(missing_ok=True)
     elif file.lines is not None:
         check_lines(dest, file.lines)
     actual = calculate_md5(dest)

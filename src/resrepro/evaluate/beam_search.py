@@ -25,9 +25,11 @@ the sentence stops (with `early_stop=False` it runs to its maximum length; the b
 is the same either way). Stopped sentences leave the batch, so no work is spent on them.
 
 Maximum length (generated tokens incl. EOS) per sentence: int(max_len_a * src_len + max_len_b),
-src_len the model's `source_lengths` (a sentence's non-pad tokens; an image's regions), at least 1
-and at most the model's `max_positions`. The source is whatever the model's `encode` takes: token
-ids (N, S) for the translation Transformer, features (N, regions, dim) for the captioner.
+src_len the model's `source_lengths` (a sentence's non-pad tokens; an image's regions), at least 1.
+Neither the source nor this limit is bounded by the model's `max_positions`: positions past its
+sinusoid table are computed as needed (Transformer.position_rows), so every test sentence is
+decoded whole, as tensor2tensor decodes it. The source is whatever the model's `encode` takes:
+token ids (N, S) for the translation Transformer, features (N, regions, dim) for the captioner.
 
 PAD and BOS are never generated (their log-probabilities are set to -inf after the softmax,
 without renormalising, as fairseq does for PAD), so returned hypotheses contain neither; EOS is
@@ -58,9 +60,9 @@ def best_reachable(alive_best: torch.Tensor, t: int, max_len: torch.Tensor, alph
     return alive_best / length_penalty(max_len.float(), alpha).clamp(min=length_penalty(t + 1, alpha))
 
 
-def max_lengths(src_len: list[int], max_len_a: float, max_len_b: int, max_positions: int) -> list[int]:
-    """Per source: int(max_len_a * its length + max_len_b), clipped to [1, max_positions]."""
-    return [min(max(int(max_len_a * n + max_len_b), 1), max_positions) for n in src_len]
+def max_lengths(src_len: list[int], max_len_a: float, max_len_b: int) -> list[int]:
+    """Per source: int(max_len_a * its length + max_len_b), at least 1."""
+    return [max(int(max_len_a * n + max_len_b), 1) for n in src_len]
 
 
 def banned_tokens(model, bos: int, eos: int) -> list[int]:
@@ -108,11 +110,10 @@ def beam_search_nbest(
     if beam < 1:
         raise ValueError("beam must be >= 1")
     banned = banned_tokens(model, bos, eos)
-    cfg = model.cfg
     device = _device(model)
     src = src.to(device)
     n, k = src.shape[0], beam
-    limits = max_lengths(model.source_lengths(src), max_len_a, max_len_b, cfg.max_positions)
+    limits = max_lengths(model.source_lengths(src), max_len_a, max_len_b)
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(n)]
     steps_run, tokens_generated = 0, 0
     was_training = model.training
@@ -246,10 +247,9 @@ def _one_path(model, src: torch.Tensor, bos: int, eos: int, max_len_a: float, ma
     """Decode one token per source per step, `choose` picking it from the log-probabilities (N, V),
     in eval mode; a sequence ends at EOS (not kept) or at its maximum length."""
     banned = banned_tokens(model, bos, eos)
-    cfg = model.cfg
     device = _device(model)
     src = src.to(device)
-    limits = max_lengths(model.source_lengths(src), max_len_a, max_len_b, cfg.max_positions)
+    limits = max_lengths(model.source_lengths(src), max_len_a, max_len_b)
     out: list[list[int]] = [[] for _ in range(src.shape[0])]
     was_training = model.training
     model.eval()

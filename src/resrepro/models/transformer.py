@@ -22,6 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .. import residual
+from ..catalog import MAX_POSITIONS
 from .registry import register
 
 # The papers' configurations (Vaswani et al. 2017 Table 3; paper 001 Table 5's two-block model).
@@ -58,7 +59,7 @@ class TransformerConfig:
     relu_dropout: float = 0.0
     variant: str = "xskip_ln"  # the post-LN baseline LN(x + F)
     args: dict = field(default_factory=dict)
-    max_positions: int = 1024
+    max_positions: int = MAX_POSITIONS  # the sinusoid table held; longer inputs compute theirs (position_rows)
     pad_id: int = 0
 
     def place(self, stack: str) -> residual.Place:
@@ -202,8 +203,16 @@ class Transformer(nn.Module):
 
     def _embed(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
         length = tokens.shape[1]
-        x = self.embed(tokens) * math.sqrt(self.cfg.d_model) + self.positions[offset : offset + length]
+        x = self.embed(tokens) * math.sqrt(self.cfg.d_model) + self.position_rows(offset, offset + length)
         return self.drop(x)
+
+    def position_rows(self, start: int, end: int) -> torch.Tensor:
+        """The sinusoids of positions start .. end - 1: rows of the table, and past its end computed
+        for the length asked, as tensor2tensor computes its timing signal for any length (a test
+        sentence longer than the table is decoded, not cut)."""
+        if end <= len(self.positions):
+            return self.positions[start:end]
+        return sinusoid_positions(end, self.cfg.d_model)[start:].to(self.positions)
 
     def src_mask(self, src: torch.Tensor) -> torch.Tensor:
         return (src != self.cfg.pad_id)[:, None, None, :]  # (N, 1, 1, S): True = attend

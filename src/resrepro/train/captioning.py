@@ -38,19 +38,24 @@ from ..evaluate.beam_search import banned_tokens, greedy, sample
 from ..evaluate.cider import CiderD
 from ..speed import speed_of
 from .checkpoint import LoopState, random_state, resume, save
+from .time_limit import TimeLimitReached, must_stop
 from .classification import log_csv
-from .translation import save_step, shifted_targets, step_checkpoints, train_sequences
+from .translation import max_train_len, save_step, shifted_targets, step_checkpoints, train_sequences
 
 SCST_LOG_FIELDS = ("step", "epoch", "reward", "baseline", "dev_cider", "seconds")
 
 
 class CaptionedImages:
     """A captioning split as the training loop reads it (see translation.TokenPairs): examples are
-    (image, caption) pairs; `collate` gives the images' features (N, regions, dim) as the source."""
+    (image, caption) pairs; `collate` gives the images' features (N, regions, dim) as the source.
+    With `max_len`, a caption longer than that (with its EOS) is no example (`dropped` counts them):
+    only the caption is a sequence, the regions have no positions."""
 
-    def __init__(self, split: captions.CaptionSplit, vocabulary: list[str], spec: dict):
+    def __init__(self, split: captions.CaptionSplit, vocabulary: list[str], spec: dict, max_len: int | None = None):
         self.features, self.spec = split.features, spec
-        self.pairs = captions.training_pairs(split, vocabulary)
+        pairs = captions.training_pairs(split, vocabulary)
+        self.pairs = [(image, c) for image, c in pairs if max_len is None or len(c) + 1 <= max_len]
+        self.dropped = len(pairs) - len(self.pairs)
         regions = split.features.shape[1]
         self.lengths = [(regions, len(c) + 1) for _, c in self.pairs]
 
@@ -65,18 +70,21 @@ class CaptionedImages:
         return (features, *shifted_targets([self.pairs[i][1] for i in idx], self.spec["pad_id"], self.spec["bos_id"], self.spec["eos_id"]))
 
 
-def train(spec: dict, data_dir: str | Path, out_dir: str | Path, device: str = "auto", progress: bool = True) -> dict:
+def train(spec: dict, data_dir: str | Path, out_dir: str | Path, device: str = "auto", progress: bool = True,
+          stop_by: float | None = None) -> dict:
     """Run (or resume) one captioning run on a prepared dataset (data/captions.py); writes
-    out_dir/{train_log.csv, metrics.json, checkpoints/} as a translation run does."""
+    out_dir/{train_log.csv, metrics.json, checkpoints/} as a translation run does; both stages stop
+    at a checkpoint before `stop_by` as the translation loop does."""
     meta, vocabulary = captions.load_meta(data_dir), captions.load_vocabulary(data_dir)
-    train_data = CaptionedImages(captions.load_split(data_dir, "train"), vocabulary, spec)
+    train_data = CaptionedImages(captions.load_split(data_dir, "train"), vocabulary, spec, max_train_len(spec))
     dev_data = CaptionedImages(captions.load_split(data_dir, "val"), vocabulary, spec)
     inputs = {"vocab_size": len(vocabulary), "feature_dim": meta["features"]["dim"]}
     cross_entropy = {k: v for k, v in spec.items() if k != "scst"}
-    metrics = train_sequences(cross_entropy, train_data, dev_data, inputs, out_dir, device, progress)
+    metrics = train_sequences(cross_entropy, train_data, dev_data, inputs, out_dir, device, progress, stop_by)
     if spec.get("scst") and not metrics["diverged"]:
         splits = {name: captions.load_split(data_dir, name) for name in ("train", "val")}
-        metrics = {**metrics, "spec": spec, "scst": self_critical(spec, metrics["updates"], splits, vocabulary, out_dir, device, progress)}
+        metrics = {**metrics, "spec": spec, "scst": self_critical(spec, metrics["updates"], splits, vocabulary, out_dir, device, progress,
+                                                                        stop_by)}
         metrics["diverged"] = metrics["scst"]["diverged"]
         files.write_json(Path(out_dir) / "metrics.json", metrics)
     return metrics
@@ -128,7 +136,7 @@ def scst_update(model, opt, feats: torch.Tensor, images, reward: CiderD, spec: d
 
 
 def self_critical(spec: dict, first_step: int, splits: dict, vocabulary: list[str], out_dir: str | Path, device: str = "auto",
-                  progress: bool = True) -> dict:
+                  progress: bool = True, stop_by: float | None = None) -> dict:
     """The self-critical stage (module docstring) after `first_step` cross-entropy updates; writes
     scst_log.csv and step<N>.pt checkpoints; returns its summary for metrics.json."""
     cfg = spec["scst"]
@@ -188,6 +196,9 @@ def self_critical(spec: dict, first_step: int, splits: dict, vocabulary: list[st
             files.write_text(out_dir / "scst_log.csv", log_csv(state.log, SCST_LOG_FIELDS))
             save_step(ckpt_dir, model, xe["model_spec"], first_step + state.step, spec["keep_checkpoints"], xe.get("run_id"))
             save(ckpt_dir / "scst.pt", model, opt, spec, state, xe["model_spec"], [random_state(device)])
+            if state.step < cfg["updates"] and must_stop(stop_by, row["seconds"]):
+                raise TimeLimitReached(f"{out_dir}: stopped after self-critical update {state.step} of {cfg['updates']}, "
+                                       "checkpointed, before the job's time limit; the next attempt continues from it")
     bar.close()
     if state.diverged is not None:
         state.generator = gen.get_state()

@@ -32,6 +32,7 @@ from ..devices import pick_device, use_deterministic_algorithms
 from ..evaluate.classification import evaluate
 from ..speed import speed_of
 from .checkpoint import LoopState, random_state, resume, save, save_snapshot, snapshot_epochs
+from .time_limit import TimeLimitReached, must_stop
 
 LOG_FIELDS = ("epoch", "step", "lr", "train_loss", "train_error", "test_loss", "test_error", "seconds")
 
@@ -71,9 +72,12 @@ def log_csv(rows: list[dict], fields: tuple[str, ...] = LOG_FIELDS) -> str:
     return buf.getvalue()
 
 
-def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = "auto", progress: bool = True) -> dict:
+def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = "auto", progress: bool = True,
+          stop_by: float | None = None) -> dict:
     """Run (or resume) one training run; writes out_dir/{train_log.csv, metrics.json, checkpoints/last.pt}
-    and, where the recipe asks for `snapshots`, checkpoints/epoch<E>.pt (checkpoint.snapshot_epochs)."""
+    and, where the recipe asks for `snapshots`, checkpoints/epoch<E>.pt (checkpoint.snapshot_epochs).
+    With `stop_by` (time.time()), it stops after an epoch's checkpoint when the next epoch might not
+    end before then (time_limit.TimeLimitReached)."""
     out_dir = Path(out_dir)
     ckpt_path = out_dir / "checkpoints" / "last.pt"
     if spec.get("deterministic"):
@@ -165,6 +169,9 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
         if state.epoch in keep:  # before last.pt: a job killed between the two redoes this epoch
             save_snapshot(out_dir, state.epoch, model, model_spec)
         checkpoint()
+        if state.epoch < spec["epochs"] and must_stop(stop_by, time.perf_counter() - started):
+            raise TimeLimitReached(f"{out_dir}: stopped after epoch {state.epoch} of {spec['epochs']}, checkpointed, before the job's "
+                                   "time limit; the next attempt continues from it")
     bar.close()
     if state.diverged is not None:  # remember it, so a rerun does not retrain a known divergence
         checkpoint()

@@ -10,7 +10,9 @@ batches to emulate the 8-GPU WMT batch on fewer GPUs, Adam (0.9, 0.98, 1e-9) wit
 square-root schedule and warm-up of Vaswani et al. (2017), label smoothing 0.1. With
 `length_bucket: N`, every batch is padded to one of a few shapes (`pad_to_bucket`): on a GPU an
 eager step is its kernel launches, and CUDA graphs (`compile: cudagraphs`) replay a step only for a
-shape they have recorded.
+shape they have recorded. A training pair with a side longer than `max_train_len` tokens (with EOS
+or BOS; default the model's MAX_POSITIONS) is dropped, as tensor2tensor drops it (`max_length`);
+how many is printed and kept in metrics.json. The dev split keeps every pair.
 
 Contracts (docs/design.md), as for classification: a checkpoint every `checkpoint_every` updates, kept
 as checkpoints/step<N>.pt (the last `keep_checkpoints` of them, for averaging) plus last.pt with
@@ -35,10 +37,12 @@ from torch import nn
 from tqdm import tqdm
 
 from .. import files, models, provenance, residual
+from ..catalog import MAX_POSITIONS
 from ..devices import pick_device, use_deterministic_algorithms
 from ..models.transformer import label_smoothed_loss
 from ..speed import Speed, speed_of
 from .checkpoint import LoopState, new_run_id, random_state, resume, save
+from .time_limit import TimeLimitReached, must_stop
 from .classification import log_csv
 
 LOG_FIELDS = ("step", "epoch", "lr", "train_loss", "dev_loss", "tokens_per_s", "seconds")
@@ -120,22 +124,32 @@ def pad_to_bucket(batch: tuple[torch.Tensor, ...], bucket: int, max_tokens: int,
     return grown(src, eos), grown(tin, bos), grown(tout, None)
 
 
+def max_train_len(spec: dict) -> int:
+    """The most tokens (with EOS or BOS) a side of a training example may have: the recipe's
+    `max_train_len`, else every position the model holds a sinusoid for."""
+    return spec.get("max_train_len", MAX_POSITIONS)
+
+
 class TokenPairs:
     """A split of sentence pairs as the training loop reads it: `lengths` (source, target tokens
     with EOS) of each example, `batches(generator)` an epoch's batches of example indices, and
-    `collate(idx)` -> (src, tgt_in, tgt_out). The captioning track gives the loop its own
+    `collate(idx)` -> (src, tgt_in, tgt_out). With `max_len`, a pair with a side longer than that
+    is no example (`dropped` counts them). The captioning track gives the loop its own
     (train/captioning.CaptionedImages): the loop is the same for both."""
 
-    def __init__(self, pairs, spec: dict):
+    def __init__(self, pairs, spec: dict, max_len: int | None = None):
         self.pairs, self.spec = pairs, spec
-        self.lengths = [(len(s) + 1, len(t) + 1) for s, t in pairs]
+        lengths = [(len(s) + 1, len(t) + 1) for s, t in pairs]
+        self.kept = [i for i, n in enumerate(lengths) if max_len is None or max(n) <= max_len]  # example -> its pair
+        self.lengths = [lengths[i] for i in self.kept]
+        self.dropped = len(lengths) - len(self.kept)
 
     def batches(self, generator: torch.Generator) -> list[list[int]]:
         return token_batches(self.lengths, self.spec["max_tokens"], generator, self.spec.get("length_bucket", 0))
 
     def collate(self, idx: list[int]):
         ids = self.spec["pad_id"], self.spec["bos_id"], self.spec["eos_id"]
-        batch = collate(self.pairs, idx, *ids)
+        batch = collate(self.pairs, [self.kept[i] for i in idx], *ids)
         if bucket := self.spec.get("length_bucket", 0):
             batch = pad_to_bucket(batch, bucket, self.spec["max_tokens"], *ids)
         return batch
@@ -157,14 +171,19 @@ def dev_loss(model, data, spec, device, speed: Speed) -> float:
     return total / max(tokens, 1)
 
 
-def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Path, device: str = "auto", progress: bool = True) -> dict:
+def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Path, device: str = "auto", progress: bool = True,
+          stop_by: float | None = None) -> dict:
     """Run (or resume) one translation run; writes out_dir/{train_log.csv, metrics.json, checkpoints/}."""
-    return train_sequences(spec, TokenPairs(train_pairs, spec), TokenPairs(dev_pairs, spec), {"vocab_size": vocab_size}, out_dir, device, progress)
+    train_data = TokenPairs(train_pairs, spec, max_train_len(spec))
+    return train_sequences(spec, train_data, TokenPairs(dev_pairs, spec), {"vocab_size": vocab_size}, out_dir, device, progress, stop_by)
 
 
-def train_sequences(spec: dict, train_data, dev_data, model_inputs: dict, out_dir: str | Path, device: str = "auto", progress: bool = True) -> dict:
+def train_sequences(spec: dict, train_data, dev_data, model_inputs: dict, out_dir: str | Path, device: str = "auto", progress: bool = True,
+                    stop_by: float | None = None) -> dict:
     """The loop of a translation or captioning run (module docstring): `train_data` and `dev_data`
-    as TokenPairs, `model_inputs` what the model spec takes from the data (vocab_size, ...)."""
+    as TokenPairs (`train_data` without the examples over max_train_len), `model_inputs` what the
+    model spec takes from the data (vocab_size, ...). With `stop_by` (time.time()), it stops after a
+    checkpoint when the next stretch might not end before then (time_limit.TimeLimitReached)."""
     out_dir = Path(out_dir)
     ckpt_dir = out_dir / "checkpoints"
     world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
@@ -200,6 +219,9 @@ def train_sequences(spec: dict, train_data, dev_data, model_inputs: dict, out_di
     ddp_model = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False) if world > 1 else model
     forward = speed.compiled(ddp_model)
 
+    if rank == 0:
+        print(f"{out_dir}: dropped {train_data.dropped} training examples with a side over {max_train_len(spec)} tokens "
+              "(max_train_len)", file=sys.stderr)
     lengths = train_data.lengths
     bar = tqdm(total=spec["max_updates"], initial=state.step, desc=str(out_dir), disable=not progress or rank > 0, mininterval=2, file=sys.stderr)
     started, loss_sum, loss_tokens, seen_tokens = time.perf_counter(), 0.0, 0, 0
@@ -255,6 +277,9 @@ def train_sequences(spec: dict, train_data, dev_data, model_inputs: dict, out_di
                 if rank == 0:
                     files.write_text(out_dir / "train_log.csv", log_csv(state.log, LOG_FIELDS))
                     _save(ckpt_dir, model, opt, spec, state, model_spec, random_states)
+                if state.step < spec["max_updates"] and must_stop(stop_by, elapsed, device, world):
+                    raise TimeLimitReached(f"{out_dir}: stopped after update {state.step} of {spec['max_updates']}, checkpointed, "
+                                           "before the job's time limit; the next attempt continues from it")
         if state.diverged is None and state.position >= len(groups):
             state.epoch, state.position, state.generator = state.epoch + 1, 0, gen.get_state()
     bar.close()
@@ -265,6 +290,7 @@ def train_sequences(spec: dict, train_data, dev_data, model_inputs: dict, out_di
 
     rows = state.log
     metrics = {"spec": spec, "seed": spec["seed"], "diverged": state.diverged is not None, "diverged_at": state.diverged,
+               "dropped_long_pairs": train_data.dropped, "max_train_len": max_train_len(spec),
                "updates": state.step, "epochs": state.epoch, "parameters": models.count_parameters(model), "speed": asdict(speed),
                "wall_time_s": sum(r["seconds"] for r in rows), "final": rows[-1] if rows and state.diverged is None else None,
                "provenance": provenance.collect(device)}
