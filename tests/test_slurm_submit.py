@@ -38,19 +38,25 @@ def shown_in_readme(call: str, workdir) -> str:
     return " \\\n    ".join(re.split(r"\s+(?=-)", call.strip()))
 
 
-@pytest.fixture(scope="module")
-def sbatch_call(tmp_path_factory) -> tuple[str, object]:
-    workdir = tmp_path_factory.mktemp("submit")
+def with_stand_ins(workdir) -> tuple[object, dict]:
+    """The workflow copied into `workdir`, and Slurm's stand-in commands on the PATH of the env returned."""
     for item in COPIED:
         (shutil.copytree if (REPO / item).is_dir() else shutil.copy)(REPO / item, workdir / item)
-    (workdir / "results" / "data" / "wmt14_en_de").mkdir(parents=True)
-    (workdir / "results" / "data" / "wmt14_en_de" / "prepared.json").write_text("{}")  # as if prepared
     stubs = workdir / "stubs"
     stubs.mkdir()
     for name, body in STUBS.items():
         (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
         (stubs / name).chmod(0o755)
     env = {**os.environ, "PATH": f"{stubs}{os.pathsep}{BIN}{os.pathsep}{os.environ['PATH']}"}
+    return stubs, env
+
+
+@pytest.fixture(scope="module")
+def sbatch_call(tmp_path_factory) -> tuple[str, object]:
+    workdir = tmp_path_factory.mktemp("submit")
+    (workdir / "results" / "data" / "wmt14_en_de").mkdir(parents=True)
+    (workdir / "results" / "data" / "wmt14_en_de" / "prepared.json").write_text("{}")  # as if prepared
+    stubs, env = with_stand_ins(workdir)
     proc = subprocess.run([str(BIN / "snakemake"), "--profile", "profiles/slurm", "--configfile", "config/paper.yaml",
                            "--retries", "0", "--slurm-init-seconds-before-status-checks", "1", TARGET], cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0  # the stand-in sbatch refused the job
@@ -102,14 +108,7 @@ def every_rules_call(tmp_path_factory) -> dict[str, str]:
     """The sbatch call of one job of every rule that is not local, at paper scale: prepare_coco on its
     own (its output is the captioner's input), the rest together, each with its inputs in place."""
     workdir = tmp_path_factory.mktemp("every_rule")
-    for item in COPIED:
-        (shutil.copytree if (REPO / item).is_dir() else shutil.copy)(REPO / item, workdir / item)
-    stubs = workdir / "stubs"
-    stubs.mkdir()
-    for name, body in STUBS.items():
-        (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
-        (stubs / name).chmod(0o755)
-    env = {**os.environ, "PATH": f"{stubs}{os.pathsep}{BIN}{os.pathsep}{os.environ['PATH']}"}
+    stubs, env = with_stand_ins(workdir)
     outputs = first_outputs(workdir, env)
 
     def submit(*args: str) -> None:
