@@ -36,6 +36,11 @@ def test_a_training_job_asks_for_at_most_a_day_and_continues_in_the_next_jobs():
     assert experiments.continuations(CONFIG, "train_classifier", [2]) == 1
 
 
+def test_seeds_side_by_side_take_fewer_rounds():
+    assert [experiments.training_rounds({"seeds_in_parallel": 2}, n) for n in (1, 2, 3, 5)] == [1, 1, 2, 3]
+    assert experiments.training_rounds({}, 3) == 3 and experiments.seeds_at_once({"seeds_in_parallel": 4}, 3) == 3
+
+
 def test_any_other_job_over_the_limit_is_refused_naming_the_rule():
     assert experiments.job_minutes(CONFIG, "evaluate_translation", 2) == 1000
     with pytest.raises(ConfigError, match=r"resources.evaluate_translation.runtime: a job of 3 run\(s\) needs 1500 minutes, more than "

@@ -585,6 +585,16 @@ def gpus_for(config: dict, run: Run) -> int:
 CONTINUING_RULES = ("train_classifier", "train_translator", "train_captioner")
 
 
+def seeds_at_once(config: dict, runs: int) -> int:
+    """How many of a training job's `runs` train side by side (seeds_in_parallel, at most its runs)."""
+    return min(config.get("seeds_in_parallel", 1), runs)
+
+
+def training_rounds(config: dict, runs: int) -> int:
+    """How many times a training job of `runs` trains one after another, side by side as it may."""
+    return -(-runs // seeds_at_once(config, runs))
+
+
 def job_minutes(config: dict, rule: str, rounds: int = 1) -> int:
     """The runtime a job of `rule` asks for: its minutes per run (config `resources`) times the
     rounds its runs take one after another, at most max_job_minutes for a training job, which then
