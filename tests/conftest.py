@@ -1,18 +1,18 @@
 """Shared fixtures: tiny CIFAR archives written at test time in the real format (a .tar.gz of
-Python 2 style protocol-2 pickles with bytes keys, as the Toronto files are). Nothing is downloaded.
-And torch's process-wide settings restored after every test."""
+Python 2 style protocol-2 pickles with bytes keys, as the Toronto files are; written by
+resrepro.data.fake_sources, whose known pixel values here catch any axis mix-up). Nothing is
+downloaded. And torch's process-wide settings restored after every test."""
 
 from __future__ import annotations
 
-import io
-import pickle
-import struct
-import tarfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+
+from resrepro.data.fake_sources import CIFAR10_LABEL_NAMES, write_cifar_archive
+from resrepro.data.fake_sources import py2_pickle as _py2_pickle  # noqa: F401  (tests/test_data.py imports it from here)
 
 # --------------------------------------------------------------------------- fixtures
 
@@ -28,28 +28,6 @@ def torch_process_settings():
     torch.backends.cuda.matmul.fp32_precision = precision
 
 
-class _Py2Pickler(pickle._Pickler):
-    """Writes bytes as Python 2 `str` opcodes (SHORT_BINSTRING/BINSTRING), as the real
-    CIFAR files do; they load as bytes only with encoding="bytes"."""
-
-    dispatch = pickle._Pickler.dispatch.copy()
-
-    def save_py2_str(self, obj: bytes) -> None:
-        if len(obj) < 256:
-            self.write(pickle.SHORT_BINSTRING + bytes([len(obj)]) + obj)
-        else:
-            self.write(pickle.BINSTRING + struct.pack("<i", len(obj)) + obj)
-        self.memoize(obj)
-
-    dispatch[bytes] = save_py2_str
-
-
-def _py2_pickle(obj) -> bytes:
-    buf = io.BytesIO()
-    _Py2Pickler(buf, protocol=2).dump(obj)
-    return buf.getvalue()
-
-
 def _pixel(n: np.ndarray, c: np.ndarray, h: np.ndarray, w: np.ndarray) -> np.ndarray:
     """A known value for image n, channel c, row h, column w: catches any axis mix-up."""
     return (n * 37 + c * 101 + h * 7 + w * 3) % 256
@@ -62,16 +40,8 @@ def _images(first: int, count: int) -> np.ndarray:
     return _pixel(n, c, h, w).astype(np.uint8).reshape(count, 3072)
 
 
-def _add(tar: tarfile.TarFile, name: str, obj) -> None:
-    payload = _py2_pickle(obj)
-    info = tarfile.TarInfo(name)
-    info.size = len(payload)
-    tar.addfile(info, io.BytesIO(payload))
-
-
 PER_BATCH = 4
-CIFAR10_NAMES = [b"airplane", b"automobile", b"bird", b"cat", b"deer",
-                 b"dog", b"frog", b"horse", b"ship", b"truck"]
+CIFAR10_NAMES = [n.encode() for n in CIFAR10_LABEL_NAMES]
 
 
 def _cifar10_label(i: int) -> int:
@@ -84,38 +54,15 @@ def _cifar100_label(i: int) -> int:
 
 @pytest.fixture
 def cifar10_archive(tmp_path: Path) -> Path:
-    path = tmp_path / "cifar-10-python.tar.gz"
-    with tarfile.open(path, "w:gz") as tar:
-        names = [f"data_batch_{b}" for b in range(1, 6)] + ["test_batch"]
-        for k, batch in enumerate(names):
-            first = k * PER_BATCH
-            _add(tar, f"cifar-10-batches-py/{batch}", {
-                b"batch_label": f"batch {k + 1} of 5".encode(),
-                b"labels": [_cifar10_label(i) for i in range(first, first + PER_BATCH)],
-                b"data": _images(first, PER_BATCH),
-                b"filenames": [f"img_{i}.png".encode() for i in range(first, first + PER_BATCH)],
-            })
-        _add(tar, "cifar-10-batches-py/batches.meta", {
-            b"num_cases_per_batch": PER_BATCH, b"label_names": CIFAR10_NAMES, b"num_vis": 3072,
-        })
-    return path
+    train = [(_images(k * PER_BATCH, PER_BATCH), [_cifar10_label(i) for i in range(k * PER_BATCH, (k + 1) * PER_BATCH)])
+             for k in range(5)]
+    test = (_images(5 * PER_BATCH, PER_BATCH), [_cifar10_label(i) for i in range(5 * PER_BATCH, 6 * PER_BATCH)])
+    return write_cifar_archive(tmp_path / "cifar-10-python.tar.gz", "cifar10", train, test,
+                               [n.decode() for n in CIFAR10_NAMES])
 
 
 @pytest.fixture
 def cifar100_archive(tmp_path: Path) -> Path:
-    path = tmp_path / "cifar-100-python.tar.gz"
-    with tarfile.open(path, "w:gz") as tar:
-        for split, first, count in [("train", 0, 6), ("test", 6, 3)]:
-            idx = range(first, first + count)
-            _add(tar, f"cifar-100-python/{split}", {
-                b"filenames": [f"img_{i}.png".encode() for i in idx],
-                b"batch_label": f"{split}ing batch 1 of 1".encode(),
-                b"fine_labels": [_cifar100_label(i) for i in idx],
-                b"coarse_labels": [_cifar100_label(i) // 5 for i in idx],
-                b"data": _images(first, count),
-            })
-        _add(tar, "cifar-100-python/meta", {
-            b"fine_label_names": [f"fine{i}".encode() for i in range(100)],
-            b"coarse_label_names": [f"coarse{i}".encode() for i in range(20)],
-        })
-    return path
+    train, test = [(_images(0, 6), [_cifar100_label(i) for i in range(6)])], (_images(6, 3), [_cifar100_label(i) for i in range(6, 9)])
+    return write_cifar_archive(tmp_path / "cifar-100-python.tar.gz", "cifar100", train, test, [f"fine{i}" for i in range(100)],
+                               coarse_label_names=[f"coarse{i}" for i in range(20)], coarse_of=[i // 5 for i in range(100)])

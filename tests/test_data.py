@@ -15,7 +15,6 @@ import pytest
 import torch
 
 from conftest import CIFAR10_NAMES, PER_BATCH, _cifar10_label, _cifar100_label, _pixel, _py2_pickle
-from short_server import serving
 from resrepro.data.cifar import prepare_cifar
 from resrepro.data.digits import prepare_digits
 from resrepro.data.download import ChecksumError, IncompleteDownload, fetch, verify
@@ -26,6 +25,7 @@ from resrepro.data.images import (
     normalize,
     save_prepared,
 )
+from resrepro.data.mirror_server import serving
 
 def _md5(path: Path) -> str:
     return hashlib.md5(path.read_bytes()).hexdigest()
@@ -138,9 +138,9 @@ def test_fetch_network_error_names_url_and_mirror(tmp_path: Path):
 
 def test_fetch_downloads_a_file_cut_short_again(source: Path, tmp_path: Path):
     dest = tmp_path / "downloads" / "file.tar.gz"
-    with serving(source.read_bytes(), cut=1) as server:
+    with serving(source.parent, cut_short=["file.tar.gz"]) as server:
         fetch(server.url + "file.tar.gz", dest, _md5(source))
-    assert server.requests == 2 and dest.read_bytes() == source.read_bytes()
+    assert len(server.requests) == 2 and dest.read_bytes() == source.read_bytes()
 
 
 def test_fetch_of_a_file_short_of_its_declared_size_fails_and_leaves_nothing(source: Path, tmp_path: Path):

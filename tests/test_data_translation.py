@@ -8,7 +8,6 @@ statmt-style .tgz/.tar archives. Downloads use file:// URLs. Nothing touches the
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import random
 import tarfile
@@ -18,10 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sentencepiece as spm
-from short_server import serving
 
 from resrepro.data import synthetic_translation as synth
 from resrepro.data.download import ATTEMPTS, ChecksumError, IncompleteDownload
+from resrepro.data.fake_sources import add_member as _add
+from resrepro.data.fake_sources import sgm_text as _sgm
+from resrepro.data.fake_sources import text_bytes as _text
+from resrepro.data.mirror_server import serving
 from resrepro.data.subword import (BOS_ID, EOS_ID, PAD_ID, UNK_ID, VOCAB_SIZES, SubwordVocab, count_lines,
                                    train_subword)
 from resrepro.data.translation import (IWSLT15_LINES, SOURCES, RemoteFile, check_lines, extract_members,
@@ -65,34 +67,6 @@ def iwslt_raw(tmp_path: Path) -> Path:
     (raw / "train.en").write_text("\n".join(lines_en), encoding="utf-8")
     (raw / "train.vi").write_text("\n".join(lines_vi), encoding="utf-8")
     return raw
-
-
-def _sgm(kind: str, lang: str, docs: list[tuple[str, list[str]]], setid: str = "newstest2014") -> str:
-    """A WMT test set in its fake-SGML markup (one <seg> per line, as statmt distributes them)."""
-    tag = "srcset" if kind == "src" else "refset"
-    trglang = f' trglang="{lang}"' if kind == "ref" else ""
-    out = [f'<{tag} setid="{setid}" srclang="any"{trglang}>']
-    seg_id = 0
-    for docid, segs in docs:
-        out.append(f'<doc sysid="{kind}" docid="{docid}" genre="news" origlang="en">')
-        out.append("<p>")
-        for s in segs:
-            seg_id += 1
-            out.append(f'<seg id="{seg_id}">{s}</seg>')
-        out.append("</p>")
-        out.append("</doc>")
-    out.append(f"</{tag}>")
-    return "\n".join(out) + "\n"
-
-
-def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    tar.addfile(info, io.BytesIO(data))
-
-
-def _text(lines: list[str]) -> bytes:
-    return "".join(s + "\n" for s in lines).encode("utf-8")
 
 
 TEST_EN = ["Gutach: Increased safety for pedestrians", "They are not even 100 metres apart &amp; close.",
@@ -264,20 +238,28 @@ def test_first_download_with_wrong_line_count_is_not_trusted(tmp_path: Path):
 MILLION_BYTES = bytes(range(250)) * 4000  # 1,000,000 bytes, not text: no line count to catch a short file
 
 
-def test_a_download_cut_short_once_is_downloaded_again_and_the_whole_file_recorded(tmp_path: Path):
+@pytest.fixture
+def remote(tmp_path: Path) -> Path:
+    """A served folder holding train.tgz (MILLION_BYTES)."""
+    (tmp_path / "remote").mkdir()
+    (tmp_path / "remote" / "train.tgz").write_bytes(MILLION_BYTES)
+    return tmp_path / "remote"
+
+
+def test_a_download_cut_short_once_is_downloaded_again_and_the_whole_file_recorded(remote: Path, tmp_path: Path):
     lock = tmp_path / "lock.json"
-    with serving(MILLION_BYTES, cut=1) as server:
+    with serving(remote, cut_short=["train.tgz"]) as server:
         got = fetch_file(RemoteFile("train.tgz", server.url + "train.tgz"), tmp_path / "raw", key="toy/train.tgz", lock_path=lock)
-    assert server.requests == 2
+    assert len(server.requests) == 2
     assert got.read_bytes() == MILLION_BYTES
     assert read_lock(lock)["toy/train.tgz"]["md5"] == hashlib.md5(MILLION_BYTES).hexdigest()
 
 
-def test_a_download_always_cut_short_fails_naming_both_sizes_and_records_nothing(tmp_path: Path):
+def test_a_download_always_cut_short_fails_naming_both_sizes_and_records_nothing(remote: Path, tmp_path: Path):
     lock = tmp_path / "lock.json"
-    with serving(MILLION_BYTES, cut=None) as server, pytest.raises(IncompleteDownload) as err:
+    with serving(remote, cut_short={"train.tgz": None}) as server, pytest.raises(IncompleteDownload) as err:
         fetch_file(RemoteFile("train.tgz", server.url + "train.tgz"), tmp_path / "raw", key="toy/train.tgz", lock_path=lock)
-    assert server.requests == ATTEMPTS
+    assert len(server.requests) == ATTEMPTS
     assert f"{server.url}train.tgz: expected 1,000,000 bytes, received 500,000" in str(err.value)
     assert read_lock(lock) == {} and list((tmp_path / "raw").iterdir()) == []
 

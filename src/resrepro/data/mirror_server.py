@@ -1,0 +1,146 @@
+"""A local HTTP mirror: serves a folder's files by path, and can cut chosen downloads short.
+
+`serving(root)` serves every file under `root` on 127.0.0.1 (GET and HEAD; `GET /iwslt15_en_vi/train.en`
+answers root/iwslt15_en_vi/train.en, with its Content-Length), so the rehearsal's fake sources
+(resrepro.data.fake_sources) go through the real download code: a config's mirror URL is
+`server.url + "<folder>/"`, and every file is fetched by its own name under it.
+
+Cutting short: for each relative path in `cut_short`, the first response announces the whole
+Content-Length but sends only the first half of the body and closes the connection, as a host
+that drops a download does; later requests for it get the whole file. A mapping
+{path: responses} cuts that many first responses instead (None: every one).
+resrepro.data.download then sees an IncompleteDownload and downloads the file again.
+
+`server.requests` records each request as Request(path, sent, status), sent being the body
+bytes written. It is complete once the `with serving(...)` block has ended (the server waits
+for its handler threads when it closes); within the block the last response may still be
+being recorded.
+"""
+
+from __future__ import annotations
+
+import threading
+import urllib.parse
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path, PurePosixPath
+from typing import Iterable, Iterator, Mapping, NamedTuple
+
+_CHUNK = 1 << 20
+
+
+class Request(NamedTuple):
+    path: str  # relative to the served folder, e.g. "iwslt15_en_vi/train.en"
+    sent: int  # body bytes written
+    status: int = 200
+
+
+class MirrorServer(ThreadingHTTPServer):
+    """Serves the files under `root` on 127.0.0.1:`port` (0: any free port)."""
+
+    daemon_threads = False  # server_close() waits for the handlers: `requests` is whole afterwards
+
+    def __init__(self, root: str | Path, cut_short: Iterable[str] | Mapping[str, int | None] = (), port: int = 0):
+        self.root = Path(root).resolve()
+        if not self.root.is_dir():
+            raise FileNotFoundError(f"{root}: no such folder to serve")
+        if isinstance(cut_short, Mapping):
+            cuts = {_relative(p): n for p, n in cut_short.items()}
+        else:
+            cuts = {_relative(p): 1 for p in cut_short}
+        self._cuts: dict[str, int | None] = cuts
+        self._lock = threading.Lock()
+        self.requests: list[Request] = []
+        super().__init__(("127.0.0.1", port), _Handler)
+
+    @property
+    def url(self) -> str:
+        """The base URL, ending in "/": url + "iwslt15_en_vi/train.en" is that file."""
+        return f"http://127.0.0.1:{self.server_address[1]}/"
+
+    def file_for(self, path: str) -> Path | None:
+        """The file that `path` (relative, "/"-separated) names under root; None if there is none."""
+        parts = path.split("/")
+        if not path or any(part in ("", ".", "..") for part in parts):
+            return None  # nothing above root; a symbolic link inside root is followed
+        candidate = self.root.joinpath(*parts)
+        return candidate if candidate.is_file() else None
+
+    def take_cut(self, path: str) -> bool:
+        """Whether this response for `path` is to be cut short (counting it if so)."""
+        with self._lock:
+            if path not in self._cuts:
+                return False
+            left = self._cuts[path]
+            if left is None:
+                return True
+            if left <= 0:
+                return False
+            self._cuts[path] = left - 1
+            return True
+
+    def record(self, request: Request) -> None:
+        with self._lock:
+            self.requests.append(request)
+
+
+def _relative(path: str | PurePosixPath) -> str:
+    return str(PurePosixPath(str(path).lstrip("/")))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: MirrorServer
+
+    def do_GET(self) -> None:
+        self._respond(body=True)
+
+    def do_HEAD(self) -> None:
+        self._respond(body=False)
+
+    def _respond(self, body: bool) -> None:
+        self.close_connection = True
+        path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path).lstrip("/")
+        file = self.server.file_for(path)
+        if file is None:
+            self.send_error(404, f"no file {path!r} in this mirror")
+            self.server.record(Request(path, 0, 404))
+            return
+        size = file.stat().st_size
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        if not body:
+            self.server.record(Request(path, 0, 200))
+            return
+        limit = size // 2 if self.server.take_cut(path) else size
+        sent = 0
+        try:
+            with open(file, "rb") as f:
+                while sent < limit and (chunk := f.read(min(_CHUNK, limit - sent))):
+                    self.wfile.write(chunk)
+                    sent += len(chunk)
+        except (BrokenPipeError, ConnectionResetError):  # the client went away
+            pass
+        finally:
+            self.server.record(Request(path, sent, 200))
+
+    def log_message(self, format: str, *args) -> None:
+        pass
+
+
+@contextmanager
+def serving(root: str | Path, cut_short: Iterable[str] | Mapping[str, int | None] = (), port: int = 0) -> Iterator[MirrorServer]:
+    """Serve the files under `root` while the block runs; yield the server (.url, .requests)."""
+    server = MirrorServer(root, cut_short, port)
+    thread = threading.Thread(target=server.serve_forever, name="mirror-server", daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+__all__ = ["MirrorServer", "Request", "serving"]
