@@ -52,7 +52,8 @@ def write_translation_run(results, run: str, bleu: float, sacrebleu: float, hyps
 
     files.write_json(results / run / "metrics.json", {"diverged": False, "updates": 20, "wall_time_s": 2.0, "parameters": 10,
                                                       "spec": {"max_updates": 20}, "provenance": {"device": "cpu", "git_commit": "abc"}})
-    files.write_json(results / run / "eval.json", {"bleu_tokenized": {"bleu": bleu}, "sacrebleu": {"bleu": sacrebleu, "signature": "sig"}})
+    files.write_json(results / run / "eval.json", {"bleu_tokenized": {"bleu": bleu}, "sacrebleu": {"bleu": sacrebleu, "signature": "sig"},
+                                                   "test_sentences": len(hyps), "test_split_sentences": len(hyps)})
     write_lines(results / run / "hyp.detok.txt", hyps)
     write_lines(results / run / "ref.detok.txt", refs)
 

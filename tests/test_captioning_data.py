@@ -160,6 +160,20 @@ def test_prepare_coco_with_a_backbone_grid_leaves_out_what_cannot_be_read(coco_r
     assert np.allclose(train.features[0], backbone([image])[0], rtol=2e-3, atol=2e-3)
 
 
+def test_features_that_float16_cannot_hold_stop_the_preparation_naming_the_images(coco_raw, tmp_path, monkeypatch):
+    """Stored as float16, a feature over 65,504 becomes inf: the rehearsal's first fake ResNet-101
+    (random weights) gave 11% non-finite features and captioners that diverged at their first update."""
+    import torch
+
+    real_call = coco.GridBackbone.__call__
+    monkeypatch.setattr(coco.GridBackbone, "__call__", lambda self, images: real_call(self, images) * 1e6)
+    torch.manual_seed(0)
+    with pytest.raises(ValueError, match=r"features not finite in float16 .* for 2 of 2 images, e\.g\. train2014/COCO_train2014_000000000009\.jpg"):
+        coco.prepare_coco(coco_raw, tmp_path / "prepared", features="grid", backbone={"name": "resnet18", "weights": None, "size": 64},
+                          min_count=3, batch=2, device="cpu")
+    assert not (tmp_path / "prepared" / "prepared.json").exists()
+
+
 @pytest.fixture
 def offline(monkeypatch, tmp_path):
     """No network, and an empty torch hub cache: any download attempt fails."""

@@ -292,3 +292,44 @@ def test_evaluate_prepared_loads_and_decodes_on_the_picked_device(prepared, tmp_
 
 def test_moses_tokenize_splits_without_escaping():
     assert translation.moses_tokenize("It's a test, isn't it? A&B", "en") == "It 's a test , isn 't it ? A & B"
+
+
+def _half_right(monkeypatch, data):
+    """Beam search replaced by: the reference's subwords for even test sentences, the source for odd
+    ones, so that a BLEU over the first sentences differs from the whole set's."""
+    from resrepro.data.translation import load_encoded
+
+    test = load_encoded(data, "test")
+    index = {tuple(test[i][0].tolist()): i for i in range(len(test))}
+
+    def half_right(model, src, bos, eos, beam, alpha, max_len_a, max_len_b):
+        out = []
+        for row in src.tolist():
+            tokens = row[: row.index(eos)]
+            i = index[tuple(tokens)]
+            out.append(test[i][1].tolist() if i % 2 == 0 else tokens)
+        return out
+
+    monkeypatch.setattr(translation, "beam_search", half_right)
+
+
+@pytest.mark.parametrize("kind", ["iwslt", "raw"])
+def test_test_sentences_scores_the_first_n_hypotheses_against_the_first_n_references(prepared, tmp_path, monkeypatch, kind):
+    import sacrebleu
+
+    data = _with_meta(prepared, tmp_path, name="wmt14_en_de", tokenized=False) if kind == "raw" else prepared["data"]
+    _half_right(monkeypatch, data)
+    whole = translation.evaluate_prepared(prepared["spec"], data, prepared["averaged"], tmp_path / "whole", device="cpu")
+    result = translation.evaluate_prepared({**prepared["spec"], "test_sentences": 3}, data, prepared["averaged"], tmp_path / "cut", device="cpu")
+    written = {name: read_lines(tmp_path / "cut" / name) for name in ("hyp.tok.txt", "hyp.detok.txt", "ref.tok.txt", "ref.detok.txt")}
+    assert written == {name: read_lines(tmp_path / "whole" / name)[:3] for name in written}  # the first 3, in order
+    assert written["ref.detok.txt"] == read_lines(data / "test.ref.detok")[:3]
+    expected = sacrebleu.corpus_bleu(written["hyp.detok.txt"], [written["ref.detok.txt"]]).score
+    assert result["sacrebleu"]["bleu"] == pytest.approx(expected)
+    assert result["bleu_tokenized"] == tokenized_bleu(written["hyp.tok.txt"], written["ref.tok.txt"])
+    assert result["sacrebleu"]["bleu"] != whole["sacrebleu"]["bleu"]
+    assert (result["test_sentences"], result["test_split_sentences"], result["sentences"]) == (3, 8, 3)
+    assert (whole["test_sentences"], whole["test_split_sentences"]) == (8, 8)  # absent: the whole split, as before
+    assert json.loads((tmp_path / "cut" / "eval.json").read_text()) == result
+    over = translation.evaluate_prepared({**prepared["spec"], "test_sentences": 50}, data, prepared["averaged"], tmp_path / "over", device="cpu")
+    assert (over["test_sentences"], over["sacrebleu"]) == (8, whole["sacrebleu"])  # more than the split: the split

@@ -264,6 +264,9 @@ SCHEMA = "workflow/schemas/config.schema.yaml"
         ("download_urls={iwslt15_en_vi: 'https:/mirror/iwslt'}", "download_urls.iwslt15_en_vi: 'https:/mirror/iwslt' names no host"),
         ("download_urls={imagenet: 'https://mirror.example/imagenet.tar'}", "download_urls.imagenet: no rule downloads 'imagenet'"),
         ("download_urls={wmt14_en_de_stanford: 'https://mirror.example/'}", "download_urls.wmt14_en_de_stanford: no rule downloads"),
+        ("download_md5={'imagenet/x.tar': 0123456789abcdef0123456789abcdef}", "download_md5.imagenet/x.tar: expected <download>/<file name>"),
+        ("download_md5={cifar10: 0123456789abcdef0123456789abcdef}", "download_md5.cifar10: expected <download>/<file name>"),
+        ("download_md5={'mscoco/train2014.zip': not-an-md5}", "download_md5"),
     ],
 )
 def test_bad_config_override_fails_naming_the_key(override, message):

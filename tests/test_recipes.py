@@ -287,3 +287,101 @@ def test_no_run_keeps_more_step_checkpoints_than_its_averaging_reads(scale):
     assert sequence_runs
     for run in sequence_runs:
         assert experiments.train_spec(config, run)["keep_checkpoints"] == experiments.eval_spec(run)["average_last"], run
+
+
+# ------------------------------------ at_paper_size: some cells at the paper's size, the rest small
+
+
+def _runs_by_row(plan):
+    return {(r["table"], r["label"]): [plan.runs[path] for path in r["runs"]] for r in plan.rows}
+
+
+def test_cells_at_paper_size_run_the_papers_size_and_the_others_the_scales_map(mini):
+    cfg = copy.deepcopy(mini) | {"tables": ["rskip-t1", "rskip-t7"], "figures": []}
+    cfg["translation"]["at_paper_size"] = [{"table": "rskip-t7", "dataset": "wmt14_en_de", "size": "big", "variant": "xskip_ln"}]
+    cfg["classification"]["at_paper_size"] = [{"paper": "rskip", "variant": "rskip_ln", "depth": 110}]
+    rows = _runs_by_row(experiments.make_plan(cfg))
+    big = rows["rskip-t7", "EN-DE Big"]
+    assert {(run.arch, run.size) for run in big} == {("transformer_big", "big")}
+    assert all("/transformer_big/" in run.path for run in big)
+    assert experiments.train_spec(cfg, big[0])["size"] == experiments.eval_spec(big[0])["size"] == "big"
+    for label in ("EN-DE Big + proposal", "EN-VI Big", "EN-DE Base"):  # the scale's map: big and base run as mini_base
+        assert {(run.arch, run.size) for run in rows["rskip-t7", label]} == {("transformer_mini_base", "mini_base")}, label
+    assert {(run.arch, run.size) for run in rows["rskip-t1", "2rSkip+LN"]} == {("preact_resnet110", 110)}
+    assert {(run.arch, run.size) for run in rows["rskip-t1", "2xSkip+LN"]} == {("preact_resnet32", 32)}  # mini: 110 -> 32
+    assert experiments.train_spec(cfg, rows["rskip-t1", "3rSkip+LN"][0])["depth"] == 110
+
+
+def test_at_paper_size_is_a_scale_key_not_part_of_the_recipe(mini):
+    task = copy.deepcopy(mini["translation"]) | {"at_paper_size": [{"size": "big"}]}
+    assert "at_paper_size" in recipes.SCALE_KEYS
+    assert recipes.resolve(task, {"size": "big"}) == recipes.resolve(mini["translation"], {"size": "big"})
+    assert recipes.at_paper_size(task, {"size": "big"}) and not recipes.at_paper_size(task, {"size": "base"})
+    assert not recipes.at_paper_size(mini["translation"], {"size": "big"})  # absent: every cell at the scale's size
+
+
+def test_the_paper_scales_size_maps_are_identities(paper):
+    """What "the paper's size" is: config/paper.yaml runs every depth and size as itself, so a cell
+    at_paper_size runs (and names its folder) as it does at the paper scale."""
+    full = load("config/paper.yaml")
+    for task, map_key in (("classification", "depths"), ("classification", "sizes"), ("translation", "sizes"), ("captioning", "sizes")):
+        mapping = full[task][map_key]
+        assert mapping and all(str(size) == str(runs_as) for size, runs_as in mapping.items()), (task, map_key)
+    everything = {task: [{"kind": ["table", "figure"]}] for task in experiments.TASKS}
+    at_paper = copy.deepcopy(paper)
+    for task, when in everything.items():
+        at_paper[task]["at_paper_size"] = when
+    assert experiments.make_plan(at_paper).runs == experiments.make_plan(paper).runs
+
+
+@pytest.mark.parametrize("task", ["classification", "translation", "captioning"])
+def test_an_unknown_at_paper_size_key_is_refused_naming_it(mini, task):
+    cfg = copy.deepcopy(mini)
+    cfg[task]["at_paper_size"] = [{"paper": "sas"}, {"paper": "rskip", "sizes": "big"}]
+    with pytest.raises(ConfigError) as err:
+        experiments.make_plan(cfg)
+    assert f"{task}.at_paper_size[1]: unknown key 'sizes'; allowed: paper, table, kind" in str(err.value)
+
+
+def test_the_schema_takes_at_paper_size_as_a_list_of_matchers(mini):
+    import jsonschema
+
+    schema = yaml.safe_load(open(SCHEMA))
+    for task in ("classification", "translation", "captioning"):
+        block = {**schema["properties"][task], "$defs": schema["$defs"]}
+        validator = jsonschema.Draft202012Validator(block)
+        good = {**mini[task], "at_paper_size": [{"paper": "rskip", "depth": [110, "56"], "kind": "table"}]}
+        assert not list(validator.iter_errors(good)), task
+        for bad in ([{"sizes": "big"}], [{}], [{"kind": "row"}], {"paper": "rskip"}):
+            assert list(validator.iter_errors({**mini[task], "at_paper_size": bad})), (task, bad)
+        assert block["properties"]["at_paper_size"]["description"]
+
+
+# ------------------------------------------- dev_sentences trains, test_sentences only re-evaluates
+
+
+def test_dev_sentences_is_a_training_key_and_test_sentences_an_evaluation_key(mini):
+    assert {"dev_sentences", "test_sentences"} <= recipes.OPTIONAL_KEYS["translation"]
+    assert "test_sentences" in recipes.EVAL_KEYS["translation"] and "dev_sentences" not in recipes.EVAL_KEYS["translation"]
+    recipe = recipes.resolve(mini["translation"], {})[1]
+    assert recipes.training_part("translation", {**recipe, "test_sentences": 7}) == recipes.training_part("translation", recipe)
+    assert recipes.evaluation_part("translation", {**recipe, "test_sentences": 7}) == {**recipes.evaluation_part("translation", recipe),
+                                                                                       "test_sentences": 7}
+    assert recipes.training_part("translation", {**recipe, "dev_sentences": 5})["dev_sentences"] == 5
+
+
+def test_cutting_the_test_set_reevaluates_and_cutting_the_dev_set_retrains_in_the_same_folders(mini):
+    cut = copy.deepcopy(mini)
+    cut["translation"].update(dev_sentences=5, test_sentences=7)
+    before, after = experiments.make_plan(mini), experiments.make_plan(cut)
+    assert after.runs.keys() == before.runs.keys()  # absent or present, the folders are the same
+    run = next(path for path, r in before.runs.items() if r.task == "translation")
+    assert experiments.train_spec(cut, after.runs[run]) == {**experiments.train_spec(mini, before.runs[run]), "dev_sentences": 5}
+    assert experiments.eval_spec(after.runs[run]) == {**experiments.eval_spec(before.runs[run]), "test_sentences": 7}
+    refined = copy.deepcopy(mini)  # a refinement may set them, as any optional recipe key
+    refined["translation"]["refine"] = [refinement("short-test", {"size": "big"}, {"test_sentences": 3, "dev_sentences": 2})]
+    experiments.make_plan(refined)
+    validate_refinements(refined, SCHEMA)
+    refined["translation"]["refine"][0]["set"] = {"test_sentences": 0}
+    with pytest.raises(ConfigError, match="test_sentences|0 is less than the minimum of 1"):
+        validate_refinements(refined, SCHEMA)

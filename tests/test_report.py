@@ -596,6 +596,17 @@ def test_ran_as_says_the_data_models_training_and_seeds_a_table_really_ran():
     assert one == "Ran at tiny scale on 8x8 digits (scikit-learn's, 1,297 train / 500 test images) standing for CIFAR-10; preact_resnet32 for the paper's depth 110; 1 seed per row."
 
 
+def test_ran_as_says_when_only_the_first_test_sentences_were_scored():
+    trows = pd.DataFrame({"dataset": ["wmt14_en_de"] * 2, "paper_dataset": ["wmt14_en_de"] * 2, "arch": ["transformer_big"] * 2,
+                          "paper_model": ["size big"] * 2, "n_runs": [1, 1]})
+    runs = pd.DataFrame({"train_length": ["20 updates"] * 2, "test_sentences": [32, 32], "test_split_sentences": [3003, 3003]})
+    assert render_module.ran_as(trows, runs, "rehearsal") == (
+        "Ran at rehearsal scale on WMT14 EN-DE; transformer_big for the paper's size big; 20 updates; "
+        "scored on the first 32 of 3,003 test sentences; 1 seed per row.")
+    whole = runs.assign(test_sentences=[3003, 3003])
+    assert "scored" not in render_module.ran_as(trows, whole, "paper")
+
+
 def test_a_figure_says_the_data_nets_examples_and_seeds_it_really_measured():
     """sas-f3's caption gives the paper's 10,000 examples; the line beside it says what ran."""
     fdata = pd.DataFrame({"label": ["add", "add", "add", "sas"], "run": ["c/add/seed0", "c/add/seed0", "c/add/seed1", "c/sas/seed0"],

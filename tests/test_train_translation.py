@@ -262,3 +262,38 @@ def test_a_resumed_run_keeps_its_run_id(tmp_path):
     steps = [torch.load(p, weights_only=True)["run_id"] for p in (tmp_path / "checkpoints").glob("step*.pt")]
     assert torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True)["run_id"] == first
     assert steps == [first, first]
+
+
+def test_the_dev_loss_reads_only_the_first_dev_sentences(tmp_path):
+    """dev_sentences: N gives the dev loss of a dev set holding only its first N pairs, at every
+    checkpoint; training itself is untouched."""
+    train_pairs, dev_pairs = corpus(200, 0), corpus(30, 1)
+    cut = train(spec(dev_sentences=6), train_pairs, dev_pairs, 26, tmp_path / "cut", device="cpu", progress=False)
+    alone = train(spec(), train_pairs, dev_pairs[:6], 26, tmp_path / "alone", device="cpu", progress=False)
+    whole = train(spec(), train_pairs, dev_pairs, 26, tmp_path / "whole", device="cpu", progress=False)
+
+    def dev_losses(run):
+        return [row.split(",")[4] for row in (tmp_path / run / "train_log.csv").read_text().splitlines()[1:]]
+
+    assert dev_losses("cut") == dev_losses("alone") and len(dev_losses("cut")) == 3
+    assert dev_losses("cut") != dev_losses("whole")
+    assert cut["final"]["train_loss"] == alone["final"]["train_loss"] == whole["final"]["train_loss"]
+    assert len(translation.dev_examples(dev_pairs, spec(dev_sentences=100)).lengths) == 30  # at most the split
+    assert len(translation.dev_examples(dev_pairs, spec()).lengths) == 30
+
+
+@pytest.mark.parametrize("command", ["cmd_evaluate_translation", "cmd_evaluate_captioning"])
+def test_a_run_that_diverged_is_not_evaluated_and_its_evaluation_succeeds(tmp_path, command):
+    """Its averaged weights hold NaN, which beam search cannot rank (the rehearsal's first run failed
+    there); the report shows the run as diverged, from metrics.json."""
+    import argparse
+    import json
+
+    from resrepro import cli
+
+    run_dir = tmp_path / "seed0"
+    m = train(spec(lr_scale=1e12, variant="add", args={}), corpus(100, 0), corpus(10, 1), 26, run_dir, device="cpu", progress=False)
+    assert m["diverged"]
+    a = argparse.Namespace(threads=0, spec=json.dumps({"average_last": 2, "beam": 2}), data=str(tmp_path / "no-data"), device="cpu")
+    assert getattr(cli, command)(a)(0, run_dir) == {"diverged": True}
+    assert not (run_dir / "averaged.pt").exists()

@@ -13,7 +13,7 @@ def cmd_download(a) -> None:
     from .data import cifar, download
 
     source = cifar.SOURCES[a.dataset]
-    download.fetch(a.url or source["url"], a.out, source["md5"])
+    download.fetch(a.url or source["url"], a.out, json.loads(a.md5).get(source["filename"], source["md5"]))
 
 
 def cmd_prepare(a) -> None:
@@ -96,7 +96,7 @@ def cmd_fetch_translation(a) -> None:
     from . import files
     from .data.translation import fetch_source
 
-    paths = fetch_source(a.dataset, Path(a.done).parent, mirror=a.mirror or None)
+    paths = fetch_source(a.dataset, Path(a.done).parent, lock_path=a.lock, md5=json.loads(a.md5), mirror=a.mirror or None)
     files.write_json(a.done, {"dataset": a.dataset, "files": [p.name for p in paths]})
 
 
@@ -139,6 +139,20 @@ def cmd_average(a) -> None:
     average_newest(Path(a.checkpoints), a.last, Path(a.out))
 
 
+def unless_diverged(evaluate_seed):
+    """A seed's evaluation, skipped for a run that diverged in training: its averaged weights hold
+    NaN, and the report shows the run as diverged, not a score (analysis/aggregate.read_run)."""
+
+    def evaluate(seed: int, run_dir: Path) -> dict:
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+        if metrics["diverged"]:
+            print(f"{run_dir}: diverged in training at update {metrics['diverged_at']['step']}: not evaluated", file=sys.stderr)
+            return {"diverged": True}
+        return evaluate_seed(seed, run_dir)
+
+    return evaluate
+
+
 def cmd_evaluate_translation(a) -> None:
     import torch
 
@@ -156,21 +170,34 @@ def cmd_evaluate_translation(a) -> None:
         print(f"{run_dir}: BLEU {bleu:.2f} tokenized, {sacre:.2f} sacreBLEU", file=sys.stderr)
         return {"bleu_tokenized": bleu, "sacrebleu": sacre}
 
-    return evaluate_seed
+    return unless_diverged(evaluate_seed)
+
+
+def cmd_rehearse(a) -> None:
+    from .rehearsal import rehearse
+
+    sys.exit(rehearse(a.snakemake_args))
 
 
 def cmd_fetch_coco(a) -> None:
     from . import files
     from .data.coco import fetch_coco
 
-    paths = fetch_coco(Path(a.done).parent, mirror=a.mirror or None)
+    paths = fetch_coco(Path(a.done).parent, mirror=a.mirror or None, lock_path=a.lock, md5=json.loads(a.md5))
     files.write_json(a.done, {"dataset": "mscoco", "files": [p.name for p in paths]})
 
 
 def cmd_fetch_backbone(a) -> None:
     from .data.backbones import fetch_backbone
 
-    fetch_backbone(a.name, a.weights, a.out, mirror=a.mirror or None)
+    fetch_backbone(a.name, a.weights, a.out, mirror=a.mirror or None, md5=json.loads(a.md5))
+
+
+def cmd_fake_sources(a) -> None:
+    from .data.fake_sources import write_fake_sources
+
+    for key in write_fake_sources(Path(a.out), seed=a.seed):
+        print(key)
 
 
 def cmd_prepare_captioning(a) -> None:
@@ -218,7 +245,7 @@ def cmd_evaluate_captioning(a) -> None:
         print(f"{run_dir}: CIDEr {result['cider']:.1f}, BLEU-4 {result['bleu4']:.1f}, {spice}", file=sys.stderr)
         return {"cider": result["cider"], "bleu4": result["bleu4"], "spice": result["spice"]}
 
-    return evaluate_seed
+    return unless_diverged(evaluate_seed)
 
 
 def cmd_launch(a) -> None:
@@ -355,6 +382,14 @@ def add_seed_job(sub, name: str, help: str, command, data: str, training: bool) 
     s.set_defaults(run=each_seed(command))
 
 
+def add_pin_arguments(s, lock: bool = False) -> None:
+    """A download command's md5 pins (config download_md5) and, for trust on first use, its lock file."""
+    s.add_argument("--md5", default="{}", help='JSON {file name: md5}: verify these files by their pin instead of a '
+                   "published checksum or the lock (a mirror whose files differ from the published ones)")
+    if lock:
+        s.add_argument("--lock", default="resources/checksums.lock.json", help="the checksum lock file (trust on first use)")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="resrepro", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -363,6 +398,7 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("dataset", choices=["cifar10", "cifar100"])
     s.add_argument("--out", required=True)
     s.add_argument("--url", help="a mirror URL or file path instead of the official one")
+    add_pin_arguments(s)
     s.set_defaults(run=cmd_download)
 
     s = sub.add_parser("prepare", help="turn a dataset into the prepared .pt format")
@@ -418,6 +454,7 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("dataset")
     s.add_argument("--done", required=True, help="marker file written when every file is there")
     s.add_argument("--mirror", default="", help="a mirror base URL or folder instead of the official one")
+    add_pin_arguments(s, lock=True)
     s.set_defaults(run=cmd_fetch_translation)
 
     s = sub.add_parser("prepare-translation", help="joint subword vocabulary and encoded splits")
@@ -441,6 +478,7 @@ def main(argv: list[str] | None = None) -> None:
     s = sub.add_parser("fetch-coco", help="download MSCOCO 2014's images and Karpathy's splits (checksummed)")
     s.add_argument("--done", required=True, help="marker file written when every file is there")
     s.add_argument("--mirror", default="", help="a mirror base URL or folder instead of the official ones")
+    add_pin_arguments(s, lock=True)
     s.set_defaults(run=cmd_fetch_coco)
 
     s = sub.add_parser("fetch-backbone", help="download a torchvision backbone's weights (verified by the hash in its file name)")
@@ -448,7 +486,13 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--weights", required=True, help="its weights, e.g. IMAGENET1K_V2")
     s.add_argument("--out", required=True, help="the weight file to write")
     s.add_argument("--mirror", default="", help="a mirror base URL or folder instead of download.pytorch.org")
+    add_pin_arguments(s)
     s.set_defaults(run=cmd_fetch_backbone)
+
+    s = sub.add_parser("fake-sources", help="fake copies of every paper-scale download, in the real formats (the rehearsal's)")
+    s.add_argument("--out", required=True, help="folder to write them in (data/fake_sources.py gives the layout)")
+    s.add_argument("--seed", type=int, default=0)
+    s.set_defaults(run=cmd_fake_sources)
 
     s = sub.add_parser("prepare-captioning", help="vocabulary, captions and image features of a captioning dataset")
     s.add_argument("dataset", choices=["scenes", "mscoco"])
@@ -477,7 +521,15 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--parent-pid", type=int, help="stop when this process (the Snakemake that started the server) ends")
     s.set_defaults(run=cmd_preload)
 
-    a = p.parse_args(argv)
+    s = sub.add_parser("rehearse", help="the paper scale's whole DAG on fake data in the real formats (config/rehearsal.yaml)")
+    s.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="Snakemake's options, e.g. --cores 2")
+    s.set_defaults(run=cmd_rehearse)
+
+    a, unknown = p.parse_known_args(argv)
+    if a.command == "rehearse":  # everything after `rehearse` is Snakemake's, options first
+        a.snakemake_args = unknown + a.snakemake_args
+    elif unknown:
+        p.error(f"unrecognized arguments: {' '.join(unknown)}")
     if os.environ.get("RESREPRO_VARIANT_MODULES"):  # residual variants from outside the package (plugins.py)
         from .plugins import load
 

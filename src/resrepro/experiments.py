@@ -58,7 +58,7 @@ DIFFERENCE_KEYS = {"label", "of", "minus", "abs"}
 NOT_REPRODUCED_KEYS = {"paper", "caption", "source", "claim", "not_reproduced"}
 # The version of the aggregate's tidy tables (analysis/aggregate.py): a parameter of the aggregate
 # rule, so that a release that adds or changes their columns rewrites them, without retraining.
-TIDY_FORMAT = 4
+TIDY_FORMAT = 5
 CELL_KEYS = {"label", "dataset", "arch", "depth", "size", "variant", "args"}
 # download_urls keys: the datasets a rule downloads (workflow/rules/data.smk); the captioning
 # backbone's weights are one more, under the backbone's name (rule fetch_backbone)
@@ -388,6 +388,7 @@ def seeds_for(config: dict, table_id: str, task: str) -> list[int]:
 
 def make_plan(config: dict) -> Plan:
     check_download_urls(config)
+    check_download_md5(config)
     all_tables = load_tables(config["tables_dir"])
     beyond = config.get("beyond", False)
     selected = [t for t, table in all_tables.items() if beyond or table["paper"] != BEYOND] if config["tables"] == "all" else config["tables"]
@@ -418,6 +419,7 @@ def make_plan(config: dict) -> Plan:
     plan = Plan(config["scale"], {t: all_tables[t] for t in selected}, figures)
     for task in sorted({t["task"] for t in [*plan.tables.values(), *plan.figures.values()] if t["task"]}):
         recipes.check_refinements(task, config[task])
+        recipes.check_at_paper_size(task, config[task])
     for table_id, table in plan.tables.items():
         for i, row in enumerate(table["rows"]):
             runs = _plan_cell(config, plan, table["task"], table["paper"], table_id, row, f"{table_id}.rows[{i}]", "table")
@@ -444,17 +446,36 @@ def make_plan(config: dict) -> Plan:
     return plan
 
 
+def downloaded_names(config: dict) -> list[str]:
+    """What the download rules fetch, by the names download_urls and download_md5 use."""
+    return [*DOWNLOADED, backbones.with_defaults(config.get("captioning", {}).get("features", {}).get("backbone"))["name"]]
+
+
 def check_download_urls(config: dict) -> None:
     """Each download_urls entry names what a rule downloads and is a URL or an existing file or
     folder (downloads are local rules: they read a path where the workflow is parsed)."""
-    backbone = backbones.with_defaults(config.get("captioning", {}).get("features", {}).get("backbone"))["name"]
-    allowed = [*DOWNLOADED, backbone]
+    allowed = downloaded_names(config)
     for key, location in config.get("download_urls", {}).items():
         if key not in allowed:
             raise ConfigError(f"download_urls.{key}: no rule downloads {key!r}; allowed: {', '.join(allowed)}")
         problem = location_problem(location)
         if problem:
             raise ConfigError(f"download_urls.{key}: {problem}")
+
+
+def check_download_md5(config: dict) -> None:
+    """Each download_md5 pin is keyed "<download>/<file name>", the download one that a rule does."""
+    allowed = downloaded_names(config)
+    for key in config.get("download_md5", {}):
+        download, _, file_name = key.partition("/")
+        if download not in allowed or not file_name:
+            raise ConfigError(f"download_md5.{key}: expected <download>/<file name>, the download one of {', '.join(allowed)}")
+
+
+def download_md5(config: dict, download: str) -> dict[str, str]:
+    """The md5 pins of one download's files, by file name."""
+    prefix = f"{download}/"
+    return {key.removeprefix(prefix): md5 for key, md5 in config.get("download_md5", {}).items() if key.startswith(prefix)}
 
 
 def location_problem(location: str) -> str | None:
@@ -525,11 +546,10 @@ def _plan_cell(config: dict, plan: Plan, task: str, paper: str, table_id: str, r
     task_cfg = config[task]
     dataset = _lookup(task_cfg["datasets"], row["dataset"], f"{task}.datasets", where)
     arch = architecture_of(task, row, where)
-    map_key = arch.size_key + "s"  # the scale's map of the paper's sizes: depths, sizes
-    size = _lookup(task_cfg.get(map_key, {}), row[arch.size_key], f"{task}.{map_key}", where)
     args = catalog.validate(row["variant"], row.get("args"), where=where)
     cell = {"paper": paper, "table": table_id, "kind": kind, "dataset": row["dataset"], "arch": arch.name, arch.size_key: row[arch.size_key],
             "variant": row["variant"]}
+    size = _size_at_scale(task_cfg, task, arch, cell, where)
     recipe_name, recipe = recipes.resolve(task_cfg, cell)
     check_recipe(task, recipe, f"{where} (recipe {recipe_name})")
     runs = [
@@ -540,6 +560,17 @@ def _plan_cell(config: dict, plan: Plan, task: str, paper: str, table_id: str, r
     for run in runs:  # the path names the recipe: a path already planned holds this same run
         plan.runs[run.path] = run
     return [run.path for run in runs]
+
+
+def _size_at_scale(task_cfg: dict, task: str, arch: catalog.Architecture, cell: dict, where: str):
+    """The depth or size a cell's model has at this scale: the paper's own where the task's
+    `at_paper_size` matches the cell (config/paper.yaml's identity maps give the same), else what
+    the scale's map of the paper's sizes (depths, sizes) says."""
+    paper_size = cell[arch.size_key]
+    if recipes.at_paper_size(task_cfg, cell):
+        return paper_size
+    map_key = arch.size_key + "s"
+    return _lookup(task_cfg.get(map_key, {}), paper_size, f"{task}.{map_key}", where)
 
 
 def measured(plan: Plan) -> list[tuple[str, str, dict, str]]:

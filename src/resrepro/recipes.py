@@ -16,6 +16,10 @@ over that recipe, in order, to the runs it matches::
 holds the names of the refinements applied to it (``default`` when none), so two runs whose
 recipes differ never share a folder, and a cell that two tables name alike is trained once.
 
+A task block's ``at_paper_size:`` list holds ``when`` matchers of the same keys: a cell that one of
+them matches runs at the paper's own depth or size, not the one the scale's ``depths``/``sizes``
+map gives it (a scale that runs each architecture once at its full size and every other cell small).
+
 Keys are split by what changing them must redo: ``EVAL_KEYS`` only score a trained model
 (averaging, decoding, scoring reruns), every other key trains it (the run retrains).
 """
@@ -25,17 +29,22 @@ from __future__ import annotations
 from .catalog import ConfigError
 
 # A task block's keys that say how this scale maps the papers, not how a run trains.
-SCALE_KEYS = frozenset({"datasets", "depths", "sizes", "seeds", "gpus", "refine", "features"})  # features: how the data is made
-EVAL_KEYS = {"classification": frozenset(), "translation": frozenset({"average_last", "beam", "alpha", "max_len_a", "max_len_b"}),
+# features: how the data is made; at_paper_size: which cells run at the paper's own size (the function below)
+SCALE_KEYS = frozenset({"datasets", "depths", "sizes", "seeds", "gpus", "refine", "features", "at_paper_size"})
+# test_sentences: the first N test sentences are decoded and scored (evaluate/translation.py)
+EVAL_KEYS = {"classification": frozenset(),
+             "translation": frozenset({"average_last", "beam", "alpha", "max_len_a", "max_len_b", "test_sentences"}),
              "captioning": frozenset({"average_last", "beam", "alpha", "max_len_b"})}
 # Keys a recipe may leave out: the default applies (dropout: the Transformer preset's; lr_decay: 0.1;
 # deterministic: off, torch's fastest kernels; snapshots: none; the speed switches: speed.DEFAULTS).
 SPEED_KEYS = frozenset({"amp", "channels_last", "compile", "fused_optimizer", "tf32"})  # speed.DEFAULTS's keys (speed imports torch)
 # init: paper 002's simplified nets only (models/simple_net.py); dtype: float32 unless float64 (its SM B);
 # length_bucket: 0, batches as long as their longest sentence (train/translation.pad_to_bucket);
-# max_train_len: the model's positions, catalog.MAX_POSITIONS (train/translation.max_train_len).
+# max_train_len: the model's positions, catalog.MAX_POSITIONS (train/translation.max_train_len);
+# dev_sentences, test_sentences: the whole split (train/translation.dev_examples, evaluate/translation.py).
 OPTIONAL_KEYS = {"classification": frozenset({"deterministic", "lr_decay", "snapshots", "init", "dtype"}) | SPEED_KEYS,
-                 "translation": frozenset({"dropout", "deterministic", "length_bucket", "max_train_len"}) | SPEED_KEYS,
+                 "translation": frozenset({"dropout", "deterministic", "length_bucket", "max_train_len", "dev_sentences",
+                                           "test_sentences"}) | SPEED_KEYS,
                  "captioning": frozenset({"dropout", "deterministic", "scst", "max_train_len"}) | SPEED_KEYS}
 MATCH_KEYS = ("paper", "table", "kind", "dataset", "arch", "depth", "size", "variant")
 DEFAULT = "default"
@@ -49,6 +58,13 @@ def matches(when: dict, cell: dict) -> bool:
         if str(cell.get(key)) not in {str(option) for option in options}:
             return False
     return True
+
+
+def at_paper_size(task_config: dict, cell: dict) -> bool:
+    """Whether the cell runs at the paper's own depth or size: one of the task's `at_paper_size`
+    matchers holds for it. A small scale can so train each architecture once as the paper sized it
+    (its checkpoints, averaging and memory) without paying that size in every cell."""
+    return any(matches(when, cell) for when in task_config.get("at_paper_size", []))
 
 
 def resolve(task_config: dict, cell: dict) -> tuple[str, dict]:
@@ -81,8 +97,21 @@ def check_refinements(task: str, task_config: dict) -> None:
         if name in seen or name == DEFAULT:
             raise ConfigError(f"{where}: name {name!r} is used twice or reserved; each refinement names a results folder")
         seen.add(name)
-        if unknown := set(refinement["when"]) - set(MATCH_KEYS):
-            raise ConfigError(f"{where}.when: unknown key {sorted(unknown)[0]!r}; allowed: {', '.join(MATCH_KEYS)}")
+        check_when(refinement["when"], f"{where}.when")
         if unknown := set(refinement["set"]) - recipe_keys - OPTIONAL_KEYS[task]:
             raise ConfigError(f"{where}.set: {sorted(unknown)[0]!r} is not a key of the {task} recipe; "
                               f"it has: {', '.join(sorted(recipe_keys | OPTIONAL_KEYS[task]))}")
+
+
+def check_at_paper_size(task: str, task_config: dict) -> None:
+    """Each `at_paper_size` entry is a `when` of known keys, as a refinement's."""
+    for i, when in enumerate(task_config.get("at_paper_size", [])):
+        check_when(when, f"{task}.at_paper_size[{i}]")
+
+
+def check_when(when: dict, where: str) -> None:
+    """A matcher names a cell by MATCH_KEYS only: a misspelt key would match nothing, silently."""
+    if not isinstance(when, dict):
+        raise ConfigError(f"{where}: expected a mapping of {', '.join(MATCH_KEYS)} to values; got {when!r}")
+    if unknown := set(when) - set(MATCH_KEYS):
+        raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r}; allowed: {', '.join(MATCH_KEYS)}")

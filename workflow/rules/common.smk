@@ -8,6 +8,9 @@ from resrepro import experiments
 from resrepro.data import backbones
 
 PLAN = experiments.make_plan(config)
+# Downloads and prepared data, shared by the scales of real data; a scale of fake data has its own.
+DOWNLOADS = config["downloads_dir"]
+DATA = config["data_dir"]
 
 
 wildcard_constraints:
@@ -119,7 +122,7 @@ def training_retries(rule_name, task):
 
 
 def prepared_data(wildcards):
-    return f"results/data/{wildcards.dataset}.pt"
+    return f"{DATA}/{wildcards.dataset}.pt"
 
 
 def all_run_results(wildcards):
@@ -152,7 +155,7 @@ def measured_data(wildcards):
     """The prepared data a measured run was trained on."""
     if wildcards.task == "classification":
         return prepared_data(wildcards)
-    return f"results/data/{wildcards.dataset}/prepared.json"
+    return f"{DATA}/{wildcards.dataset}/prepared.json"
 
 
 def measure_settings(wildcards):
@@ -215,7 +218,7 @@ def backbone_weights(wildcards):
     """The grid backbone's weight file, an input so that fetch_backbone downloads it before the GPU
     job starts; none for bottom-up features or a backbone without weights."""
     features = coco_features()
-    path = backbones.weights_path(features.get("backbone")) if features["kind"] == "grid" else None
+    path = backbones.weights_path(features.get("backbone"), f"{DOWNLOADS}/backbones") if features["kind"] == "grid" else None
     return [str(path)] if path else []
 
 
@@ -230,3 +233,9 @@ def report_recipe():
     recipe = {t: dict(config[t]) for t in sorted(tasks)}
     recipe["seeds"] = {"default": config["seeds"], **config.get("table_seeds", {})}
     return json.dumps(recipe, sort_keys=True)
+
+
+def pinned_md5(download):
+    """The md5 pins (config download_md5) of one download's files as JSON {file name: md5}: a
+    param, so a new pin verifies again."""
+    return json.dumps(experiments.download_md5(config, download), sort_keys=True)

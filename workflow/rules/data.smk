@@ -1,4 +1,4 @@
-# Data: official archives (checksummed) -> prepared tensors in results/data/.
+# Data: official archives (checksummed) into downloads_dir (resources/) -> prepared data in data_dir (results/data/).
 # Mirrors are passed as --mirror={...:q}: with none configured the option still gets its (empty) value.
 
 
@@ -8,9 +8,10 @@ localrules:
 
 rule download_cifar:
     output:
-        "resources/{name}-python.tar.gz",
+        f"{DOWNLOADS}/{{name}}-python.tar.gz",
     params:
         url=download_url,
+        md5=lambda wildcards: pinned_md5(wildcards.name),
     log:
         "logs/data/download_{name}.log",
     benchmark:
@@ -21,17 +22,18 @@ rule download_cifar:
     resources:
         mem_mb=needs("download_cifar", "mem_mb"),
         runtime=job_runtime("download_cifar"),
+    priority: PRIORITY["data"]
     conda:
         "../../envs/resrepro.yaml"
     shell:
-        "resrepro download {wildcards.name} --out {output} --url={params.url:q} 2> {log}"
+        "resrepro download {wildcards.name} --out {output} --url={params.url:q} --md5 {params.md5:q} 2> {log}"
 
 
 rule prepare_cifar:
     input:
-        "resources/{name}-python.tar.gz",
+        f"{DOWNLOADS}/{{name}}-python.tar.gz",
     output:
-        "results/data/{name}.pt",
+        f"{DATA}/{{name}}.pt",
     log:
         "logs/data/prepare_{name}.log",
     benchmark:
@@ -50,7 +52,7 @@ rule prepare_cifar:
 
 rule prepare_digits:
     output:
-        "results/data/digits.pt",
+        f"{DATA}/digits.pt",
     log:
         "logs/data/prepare_digits.log",
     benchmark:
@@ -71,9 +73,11 @@ localrules:
 
 rule fetch_translation:
     output:
-        "resources/{dataset}/fetched.json",
+        f"{DOWNLOADS}/{{dataset}}/fetched.json",
     params:
         mirror=translation_mirror,
+        md5=lambda wildcards: pinned_md5(wildcards.dataset),
+        lock=f"{DOWNLOADS}/checksums.lock.json",
     log:
         "logs/data/fetch_{dataset}.log",
     benchmark:
@@ -84,17 +88,19 @@ rule fetch_translation:
     resources:
         mem_mb=needs("fetch_translation", "mem_mb"),
         runtime=job_runtime("fetch_translation"),
+    priority: PRIORITY["data"]
     conda:
         "../../envs/resrepro.yaml"
     shell:
-        "resrepro fetch-translation {wildcards.dataset} --done {output} --mirror={params.mirror:q} 2> {log}"
+        "resrepro fetch-translation {wildcards.dataset} --done {output} --mirror={params.mirror:q} --md5 {params.md5:q}"
+        " --lock {params.lock} 2> {log}"
 
 
 rule prepare_translation:
     input:
-        "resources/{dataset}/fetched.json",
+        f"{DOWNLOADS}/{{dataset}}/fetched.json",
     output:
-        "results/data/{dataset}/prepared.json",
+        f"{DATA}/{{dataset}}/prepared.json",
     log:
         "logs/data/prepare_{dataset}.log",
     benchmark:
@@ -113,7 +119,7 @@ rule prepare_translation:
 
 rule synthesize_translation:
     output:
-        "results/data/synthetic/prepared.json",
+        f"{DATA}/synthetic/prepared.json",
     log:
         "logs/data/prepare_synthetic.log",
     benchmark:
@@ -130,7 +136,7 @@ rule synthesize_translation:
 
 rule synthesize_scenes:
     output:
-        "results/data/scenes/prepared.json",
+        f"{DATA}/scenes/prepared.json",
     log:
         "logs/data/prepare_scenes.log",
     benchmark:
@@ -151,9 +157,11 @@ localrules:
 
 rule fetch_coco:
     output:
-        "resources/mscoco/fetched.json",
+        f"{DOWNLOADS}/mscoco/fetched.json",
     params:
         mirror=lambda wildcards: config.get("download_urls", {}).get("mscoco", ""),
+        md5=pinned_md5("mscoco"),
+        lock=f"{DOWNLOADS}/checksums.lock.json",
     log:
         "logs/data/fetch_mscoco.log",
     benchmark:
@@ -162,10 +170,11 @@ rule fetch_coco:
     resources:
         mem_mb=needs("fetch_coco", "mem_mb"),
         runtime=job_runtime("fetch_coco"),
+    priority: PRIORITY["data"]
     conda:
         "../../envs/resrepro.yaml"
     shell:
-        "resrepro fetch-coco --done {output} --mirror={params.mirror:q} 2> {log}"
+        "resrepro fetch-coco --done {output} --mirror={params.mirror:q} --md5 {params.md5:q} --lock {params.lock} 2> {log}"
 
 
 localrules:
@@ -176,9 +185,10 @@ localrules:
 # GPU node, which may have no internet.
 rule fetch_backbone:
     output:
-        "resources/backbones/{backbone}.{weights}.pth",
+        f"{DOWNLOADS}/backbones/{{backbone}}.{{weights}}.pth",
     params:
         mirror=lambda wildcards: config.get("download_urls", {}).get(wildcards.backbone, ""),
+        md5=lambda wildcards: pinned_md5(wildcards.backbone),
     log:
         "logs/data/fetch_backbone_{backbone}.{weights}.log",
     benchmark:
@@ -190,22 +200,23 @@ rule fetch_backbone:
         mem_mb=needs("fetch_backbone", "mem_mb"),
         runtime=job_runtime("fetch_backbone"),
     retries: 2
+    priority: PRIORITY["data"]
     conda:
         "../../envs/resrepro.yaml"
     shell:
         "resrepro fetch-backbone {wildcards.backbone} --weights {wildcards.weights} --out {output}"
-        " --mirror={params.mirror:q} 2> {log}"
+        " --mirror={params.mirror:q} --md5 {params.md5:q} 2> {log}"
 
 
 # Karpathy's splits, the vocabulary, and one feature file per split: a backbone's grid on a GPU
 # (captioning.features), or the user's bottom-up TSV files.
 rule prepare_coco:
     input:
-        fetched="resources/mscoco/fetched.json",
+        fetched=f"{DOWNLOADS}/mscoco/fetched.json",
         bottom_up=bottom_up_files,
         weights=backbone_weights,
     output:
-        "results/data/mscoco/prepared.json",
+        f"{DATA}/mscoco/prepared.json",
     params:
         kind=lambda wildcards: coco_features()["kind"],
         backbone=lambda wildcards: json.dumps(coco_features().get("backbone", {}), sort_keys=True),

@@ -7,7 +7,7 @@
 rule evaluate_translation:
     input:
         trained="results/{scale}/translation/{dataset}/{arch}/{recipe}/{variant}/seeds{seeds}/trained.json",
-        data="results/data/{dataset}/prepared.json",
+        data=f"{DATA}/{{dataset}}/prepared.json",
     output:
         "results/{scale}/translation/{dataset}/{arch}/{recipe}/{variant}/seeds{seeds}/evaluated.json",
     params:
@@ -38,7 +38,7 @@ rule evaluate_translation:
 rule evaluate_captioning:
     input:
         trained="results/{scale}/captioning/{dataset}/{arch}/{recipe}/{variant}/seeds{seeds}/trained.json",
-        data="results/data/{dataset}/prepared.json",
+        data=f"{DATA}/{{dataset}}/prepared.json",
     output:
         "results/{scale}/captioning/{dataset}/{arch}/{recipe}/{variant}/seeds{seeds}/evaluated.json",
     params:

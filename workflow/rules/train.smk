@@ -39,7 +39,7 @@ rule train_classifier:
 
 rule train_translator:
     input:
-        "results/data/{dataset}/prepared.json",
+        f"{DATA}/{{dataset}}/prepared.json",
     output:
         "results/{scale}/translation/{dataset}/{arch}/{recipe}/{variant}/seeds{seeds}/trained.json",
     params:
@@ -69,7 +69,7 @@ rule train_translator:
 
 rule train_captioner:
     input:
-        "results/data/{dataset}/prepared.json",
+        f"{DATA}/{{dataset}}/prepared.json",
     output:
         "results/{scale}/captioning/{dataset}/{arch}/{recipe}/{variant}/seeds{seeds}/trained.json",
     params:

@@ -43,19 +43,22 @@ def weights_url(name: str, weights: str) -> str:
     return torchvision.models.get_model_weights(name).verify(weights).url
 
 
-def fetch_backbone(name: str, weights: str, dest: str | Path, mirror: str | None = None) -> Path:
+def fetch_backbone(name: str, weights: str, dest: str | Path, mirror: str | None = None, md5: dict[str, str] | None = None) -> Path:
     """Download the weights to `dest` unless a file with the right sha256 prefix is there; return `dest`.
 
     Raises ChecksumError naming the file when the download's sha256 does not start with the prefix
-    in torchvision's file name (the download is removed).
+    in torchvision's file name (the download is removed). A pin in `md5` under that file name
+    (config download_md5) replaces the prefix: the file is verified by its md5 instead.
     """
-    from .download import ChecksumError, downloaded
+    from .download import ChecksumError, downloaded, fetch
 
     dest = Path(dest)
     url = weights_url(name, weights)
     file_name = url.rsplit("/", 1)[-1]
     if mirror:
         url = mirror.rstrip("/") + "/" + file_name
+    if pinned := (md5 or {}).get(file_name):
+        return fetch(url, dest, pinned)
     prefix = _hash_prefix(file_name)
     if dest.exists():
         if _sha256(dest).startswith(prefix):

@@ -49,9 +49,13 @@ COCO_FILES = (
 KARPATHY_SPLITS = {"train": "train", "restval": "train", "val": "val", "test": "test"}
 
 
-def fetch_coco(raw_dir: str | Path, mirror: str | None = None, lock_path: str | Path = DEFAULT_LOCK) -> list[Path]:
-    """The three files into raw_dir, each verified against the lock (or recorded there on first use)."""
-    return [fetch_file(f, raw_dir, key=f"mscoco/{f.name}", lock_path=lock_path, mirror=mirror) for f in COCO_FILES]
+def fetch_coco(raw_dir: str | Path, mirror: str | None = None, lock_path: str | Path = DEFAULT_LOCK,
+               md5: dict[str, str] | None = None) -> list[Path]:
+    """The three files into raw_dir, each verified by its pin in `md5` (by file name) or against the
+    lock (or recorded there on first use)."""
+    md5 = md5 or {}
+    return [fetch_file(f, raw_dir, key=f"mscoco/{f.name}", lock_path=lock_path, md5=md5.get(f.name), mirror=mirror)
+            for f in COCO_FILES]
 
 
 @dataclass(frozen=True)
@@ -231,6 +235,20 @@ class FeatureWriter:
         self.array = None
 
 
+def finite_half(features: np.ndarray, members: list[str]) -> np.ndarray:
+    """The features in float16, as they are stored; ValueError naming the images whose features are
+    not finite there (a backbone's weights that do not fit the images, or values over float16's
+    65,504): a caption model trained on them would diverge, or score as if trained."""
+    with np.errstate(over="ignore"):  # the overflow is what is checked next
+        half = features.astype(np.float16)
+    bad = ~np.isfinite(half).reshape(len(half), -1).all(axis=1)
+    if bad.any():
+        named = ", ".join([member for member, is_bad in zip(members, bad) if is_bad][:3])
+        raise ValueError(f"features not finite in float16 (largest magnitude {np.nanmax(np.abs(features)):.3g}) for "
+                         f"{int(bad.sum())} of {len(half)} images, e.g. {named}: check the backbone's weights")
+    return half
+
+
 def _grid_features(raw_dir, images, extract, batch, writer, left_out, split):
     from tqdm import tqdm
 
@@ -238,7 +256,7 @@ def _grid_features(raw_dir, images, extract, batch, writer, left_out, split):
 
     def flush():
         if pending:
-            writer.add(extract([im for _, im in pending]).astype(np.float16))
+            writer.add(finite_half(extract([im for _, im in pending]), [image.member for image, _ in pending]))
             ids.extend(str(image.cocoid) for image, _ in pending)
             caps.extend([list(c) for c in image.captions] for image, _ in pending)
             pending.clear()

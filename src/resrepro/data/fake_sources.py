@@ -114,7 +114,7 @@ class FakeSizes:
                 raise ValueError(f"FakeSizes.{f.name} is {value!r}; it must be an integer >= {low}")
 
 
-REHEARSAL_SIZES = FakeSizes(cifar10_per_batch=8, cifar10_test=50, cifar100_train=100, cifar100_test=50)  # resrepro.rehearsal: a few steps an epoch
+REHEARSAL_SIZES = FakeSizes(cifar10_per_batch=3, cifar10_test=16, cifar100_train=100, cifar100_test=20)  # resrepro.rehearsal: paper 003's nets at their size on CPUs
 
 
 # ------------------------------------------------------------------------------- all sources

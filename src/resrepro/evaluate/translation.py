@@ -4,6 +4,8 @@ The papers: "a single model by averaging the last 10 checkpoints ... beam search
 penalty of 0.6". The hypotheses are decoded from subwords back to the dataset's own (tokenized)
 form for tokenized BLEU, as the papers report it, and detokenized for sacreBLEU, the honest
 number. Both texts and both references are kept next to eval.json, one sentence per line.
+With the recipe's `test_sentences: N`, only the first N test sentences and their references are
+decoded and scored; eval.json says how many (`test_sentences`) of how many (`test_split_sentences`).
 """
 
 from __future__ import annotations
@@ -92,17 +94,35 @@ def evaluate_prepared(spec: dict, data_dir: str | Path, averaged: str | Path, ou
     dev = pick_device(device)
     model = load_model(averaged, spec, dev)
     test = load_encoded(data_dir, "test")
-    sources = [test[i][0].tolist() for i in range(len(test))]
-    refs_detok = read_lines(data_dir / meta["references"]["detokenized"])
+    scored = scored_sentences(spec, len(test))
+    sources = [test[i][0].tolist() for i in range(scored)]
+    refs_detok = read_lines(data_dir / meta["references"]["detokenized"])[:scored]
     lang = meta["tgt_lang"]
     def same(text: str) -> str:
         return text
 
     if meta["tokenized"]:
-        refs_tok = read_lines(data_dir / meta["references"]["tokenized"])
+        refs_tok = read_lines(data_dir / meta["references"]["tokenized"])[:scored]
         identity = meta["name"] == "synthetic"  # its text is its own detokenized form
         detok = same if identity else partial(detokenize_moses, lang=lang)
-        return evaluate(model, sources, refs_tok, refs_detok, vocab.decode, same, detok, spec, dev, out_dir)
-    tokenize = partial(moses_tokenize, lang=lang)
-    refs_tok = [tokenize(r) for r in refs_detok]
-    return evaluate(model, sources, refs_tok, refs_detok, vocab.decode, tokenize, same, spec, dev, out_dir)
+        result = evaluate(model, sources, refs_tok, refs_detok, vocab.decode, same, detok, spec, dev, out_dir)
+    else:
+        tokenize = partial(moses_tokenize, lang=lang)
+        refs_tok = [tokenize(r) for r in refs_detok]
+        result = evaluate(model, sources, refs_tok, refs_detok, vocab.decode, tokenize, same, spec, dev, out_dir)
+    return record_sentences(result, out_dir, scored, len(test))
+
+
+def scored_sentences(spec: dict, split_size: int) -> int:
+    """How many test sentences, from the first, are decoded and scored: the recipe's
+    `test_sentences` (a scale whose paper-size models cannot beam-decode a 3,000 sentence test set
+    on its CPUs), else the whole split."""
+    return min(spec.get("test_sentences", split_size), split_size)
+
+
+def record_sentences(result: dict, out_dir: str | Path, scored: int, split_size: int) -> dict:
+    """The result, and eval.json, with how many test sentences were scored of the split's: a BLEU
+    on the first N is not the test set's, and the report must be able to say so."""
+    result = {**result, "test_sentences": scored, "test_split_sentences": split_size}
+    files.write_json(Path(out_dir) / "eval.json", result)
+    return result

@@ -63,8 +63,20 @@ def ran_as(trows: pd.DataFrame, table_runs: pd.DataFrame, scale: str) -> str:
     lengths = _listed(table_runs["train_length"].dropna()) if "train_length" in table_runs and table_runs["train_length"].notna().any() else ""
     seeds = sorted(set(int(n) for n in trows["n_runs"]))
     count = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
-    parts = ["; ".join(data), "; ".join(models), *([lengths] if lengths else []), f"{count} seed{'s' if seeds[-1] != 1 else ''} per row"]
+    parts = ["; ".join(data), "; ".join(models), *([lengths] if lengths else []), *scored_part(table_runs),
+             f"{count} seed{'s' if seeds[-1] != 1 else ''} per row"]
     return f"Ran at {scale} scale on " + "; ".join(parts) + "."
+
+
+def scored_part(table_runs: pd.DataFrame) -> list[str]:
+    """Where a recipe scored only the first test sentences (test_sentences), how many of how many:
+    a BLEU on 32 sentences is not the test set's."""
+    if "test_sentences" not in table_runs:
+        return []
+    cut = table_runs.dropna(subset=["test_sentences"])
+    cut = cut[cut["test_sentences"] < cut["test_split_sentences"]]
+    return [f"scored on the first {_listed(f'{int(n):,} of {int(m):,}' for n, m in zip(cut['test_sentences'], cut['test_split_sentences']))}"
+            " test sentences"] if len(cut) else []
 
 
 def figure_ran_as(fdata: pd.DataFrame, runs: pd.DataFrame, scale: str) -> str:

@@ -12,7 +12,8 @@ square-root schedule and warm-up of Vaswani et al. (2017), label smoothing 0.1. 
 eager step is its kernel launches, and CUDA graphs (`compile: cudagraphs`) replay a step only for a
 shape they have recorded. A training pair with a side longer than `max_train_len` tokens (with EOS
 or BOS; default the model's MAX_POSITIONS) is dropped, as tensor2tensor drops it (`max_length`);
-how many is printed and kept in metrics.json. The dev split keeps every pair.
+how many is printed and kept in metrics.json. The dev split keeps every pair, or its first
+`dev_sentences` (`dev_examples`).
 
 Contracts (docs/design.md), as for classification: a checkpoint every `checkpoint_every` updates, kept
 as checkpoints/step<N>.pt (the last `keep_checkpoints` of them, for averaging) plus last.pt with
@@ -155,9 +156,19 @@ class TokenPairs:
         return batch
 
 
+def dev_examples(dev_pairs, spec: dict) -> TokenPairs:
+    """The dev pairs the dev loss reads: the first `dev_sentences` of the split (the recipe's; every
+    pair when absent). A paper-size model on a few CPU cores cannot afford the loss over a 3,000
+    sentence dev set at every checkpoint; the first N keep it one fixed set across checkpoints."""
+    n = spec.get("dev_sentences")
+    first = dev_pairs if n is None else [dev_pairs[i] for i in range(min(n, len(dev_pairs)))]
+    return TokenPairs(first, spec)
+
+
 @torch.no_grad()
 def dev_loss(model, data, spec, device, speed: Speed) -> float:
-    """Mean label-smoothed loss per target token over the dev split (its batches from seed 0)."""
+    """Mean label-smoothed loss per target token over the dev examples (its batches from seed 0):
+    for translation those `dev_examples` keeps."""
     model.eval()
     total, tokens = 0.0, 0
     for idx in data.batches(torch.Generator().manual_seed(0)):
@@ -175,7 +186,7 @@ def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Pa
           stop_by: float | None = None) -> dict:
     """Run (or resume) one translation run; writes out_dir/{train_log.csv, metrics.json, checkpoints/}."""
     train_data = TokenPairs(train_pairs, spec, max_train_len(spec))
-    return train_sequences(spec, train_data, TokenPairs(dev_pairs, spec), {"vocab_size": vocab_size}, out_dir, device, progress, stop_by)
+    return train_sequences(spec, train_data, dev_examples(dev_pairs, spec), {"vocab_size": vocab_size}, out_dir, device, progress, stop_by)
 
 
 def train_sequences(spec: dict, train_data, dev_data, model_inputs: dict, out_dir: str | Path, device: str = "auto", progress: bool = True,
