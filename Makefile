@@ -6,7 +6,7 @@ VENV := .venv
 CORES ?= all
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: report test test-slurm lint bench mutation gpu-wheels
+.PHONY: report test test-slurm rehearsal test-rehearsal lint bench mutation gpu-wheels
 
 $(VENV)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,18 @@ report: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	pytest
+
+# The paper scale's whole DAG on fake data in the real formats (config/rehearsal.yaml): about
+# 30 minutes on 2 cores, report/rehearsal/index.html. Its files stay in resources/rehearsal/ and
+# results/rehearsal/, apart from the real data's.
+rehearsal: $(VENV)/.installed
+	resrepro rehearse --cores $(CORES)
+	@echo "report: $(CURDIR)/report/rehearsal/index.html"
+
+# The rehearsal in a temporary copy, with the network refused to every compute job, then checked
+# (tests/test_rehearsal_run.py).
+test-rehearsal: $(VENV)/.installed
+	pytest -m rehearsal -s
 
 # profiles/slurm on a real one-node Slurm (tests/slurm/one_node_slurm.sh; installs Debian's
 # packages when root). Skips without them unless RESREPRO_REQUIRE_SLURM=1.

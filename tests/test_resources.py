@@ -10,10 +10,11 @@ import subprocess
 import pytest
 import yaml
 
+from test_rehearsal import mirror_stand_ins
 from test_workflow import COPIED, REPO, snakemake
 
 pytestmark = pytest.mark.integration
-SCALES = ["config/mini.yaml", "config/gpu-day.yaml", "config/paper.yaml", "tests/configs/tiny.yaml"]
+SCALES = ["config/mini.yaml", "config/gpu-day.yaml", "config/paper.yaml", "config/rehearsal.yaml", "tests/configs/tiny.yaml"]
 
 
 @pytest.fixture(scope="module")
@@ -21,6 +22,7 @@ def copy(tmp_path_factory):
     root = tmp_path_factory.mktemp("resources")
     for item in [*COPIED, "tests/configs"]:
         (shutil.copytree if (REPO / item).is_dir() else shutil.copy)(REPO / item, root / item)
+    mirror_stand_ins(root)
     return root
 
 
