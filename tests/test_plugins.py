@@ -124,7 +124,8 @@ def test_the_cli_loads_the_modules_its_environment_names_before_its_command(monk
 
     calls = []
     monkeypatch.setattr(plugins, "load", lambda environ=os.environ: calls.append(environ[plugins.ENV]))
-    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", lambda self, argv=None: argparse.Namespace(run=lambda a: calls.append("ran")))
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args",
+                        lambda self, argv=None: (argparse.Namespace(command="train", run=lambda a: calls.append("ran")), []))
     monkeypatch.delenv(plugins.ENV, raising=False)
     cli.main([])
     assert calls == ["ran"]

@@ -151,3 +151,16 @@ def test_the_data_comes_first_downloads_included(workdir):
     highest = max(max(p) for rule, p in priorities.items() if rule not in data_rules)
     for rule in data_rules:
         assert min(priorities[rule]) > highest, (rule, priorities[rule])
+
+
+def test_rehearse_hands_every_option_after_it_to_snakemake(monkeypatch, capsys):
+    from resrepro import cli, rehearsal
+
+    calls = []
+    monkeypatch.setattr(rehearsal, "rehearse", lambda args: calls.append(args) or 0)
+    with pytest.raises(SystemExit) as done:
+        cli.main(["rehearse", "--cores", "2", "-n", "--config", "seeds=1"])
+    assert done.value.code == 0 and calls == [["--cores", "2", "-n", "--config", "seeds=1"]]
+    with pytest.raises(SystemExit) as refused:  # any other command still refuses an unknown option
+        cli.main(["prepare", "digits", "--out", "x.pt", "--cores", "2"])
+    assert refused.value.code == 2 and "unrecognized arguments: --cores 2" in capsys.readouterr().err
