@@ -41,6 +41,8 @@ OUTPUT = re.compile(r"^\s+output: (\S+?),?(?:\s|$)")
 BENCHMARK = re.compile(r"^\s+benchmark: (\S+)$")
 LOG = re.compile(r"^\s+log: (\S+)$")
 CHILD_CPU = re.compile(rf"^{re.escape(CHILD_USAGE)} ([\d.]+) s of CPU", re.M)
+CHILD_MB = re.compile(rf"^{re.escape(CHILD_USAGE)} [\d.]+ s of CPU, ([\d.]+) MB at most", re.M)
+ASKED_MB = re.compile(r"^\s+resources: .*\bmem_mb=(\d+)")
 STARTUP = "import torch, resrepro.cli; torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)"
 
 
@@ -52,13 +54,15 @@ def jobs_of(log_text: str) -> list[dict]:
         if m := STAMP.match(line):
             now, pending = datetime.strptime(m.group(1), "%a %b %d %H:%M:%S %Y"), None
         elif m := STARTED.match(line):
-            pending = {"rule": m.group(1), "start": now, "output": None, "benchmark": None, "log": None}
+            pending = {"rule": m.group(1), "start": now, "output": None, "benchmark": None, "log": None, "asked_mb": None}
         elif pending is not None and (m := OUTPUT.match(line)):
             pending["output"] = m.group(1)
         elif pending is not None and (m := BENCHMARK.match(line)):
             pending["benchmark"] = m.group(1)
         elif pending is not None and (m := LOG.match(line)):
             pending["log"] = m.group(1)
+        elif pending is not None and (m := ASKED_MB.match(line)):
+            pending["asked_mb"] = int(m.group(1))
         elif pending is not None and (m := JOBID.match(line)):
             started[m.group(1)] = pending  # its benchmark line comes after the jobid: keep filling it
         elif m := FINISHED.match(line):
@@ -69,15 +73,18 @@ def jobs_of(log_text: str) -> list[dict]:
 
 
 def read_benchmark(path: Path) -> dict | None:
-    """A Snakemake benchmark file's first row: {"s": wall seconds, "cpu_time": CPU seconds}."""
+    """A Snakemake benchmark file's first row: {"s": wall seconds, "cpu_time": CPU seconds, "max_rss": MB}."""
     if not path.exists():
         return None
     with path.open() as f:
         row = next(csv.DictReader(f, delimiter="\t"), None)
     if row is None:
         return None
-    cpu = row.get("cpu_time", "")
-    return {"s": float(row["s"]), "cpu_time": float(cpu) if cpu not in ("", "NA", "-") else None}
+    def number(key: str) -> float | None:
+        value = row.get(key, "")
+        return float(value) if value not in ("", "NA", "-") else None
+
+    return {"s": float(row["s"]), "cpu_time": number("cpu_time"), "max_rss": number("max_rss")}
 
 
 def forked_cpu(log: Path) -> float | None:
@@ -89,9 +96,18 @@ def forked_cpu(log: Path) -> float | None:
     return float(m.group(1)) if m else None
 
 
+def forked_mb(log: Path) -> float | None:
+    """The most memory (MB) a job's forked command held, from the job's log; else None."""
+    if not log.exists():
+        return None
+    m = CHILD_MB.search(log.read_text(errors="replace"))
+    return float(m.group(1)) if m else None
+
+
 def with_benchmarks(jobs: list[dict], workdir: Path) -> list[dict]:
-    """Each job's wall seconds from its benchmark file when it has one (else the log's), and CPU
-    seconds when measured (with its forked command's, when it ran as one)."""
+    """Each job's wall seconds from its benchmark file when it has one (else the log's), CPU
+    seconds when measured (with its forked command's, when it ran as one), and its peak memory
+    (the forked command's, else the benchmark's max_rss)."""
     out = []
     for job in jobs:
         bench = read_benchmark(workdir / job["benchmark"]) if job["benchmark"] else None
@@ -99,9 +115,22 @@ def with_benchmarks(jobs: list[dict], workdir: Path) -> list[dict]:
         cpu = bench["cpu_time"] if bench else None
         if forked is not None:
             cpu = (cpu or 0.0) + forked
+        peak = forked_mb(workdir / job["log"]) if forked is not None else (bench["max_rss"] if bench else None)
         out.append({**job, "measured": bench is not None, "seconds": bench["s"] if bench else job["seconds"],
-                    "cpu": cpu, "forked": forked is not None})
+                    "cpu": cpu, "forked": forked is not None, "peak_mb": peak})
     return out
+
+
+def memory(jobs: list[dict]) -> list[dict]:
+    """Per rule: the most memory one job held and what its jobs asked for (mem_mb), with the job."""
+    rows = []
+    for rule in sorted({j["rule"] for j in jobs}):
+        mine = [j for j in jobs if j["rule"] == rule and j["peak_mb"] is not None]
+        if mine:
+            top = max(mine, key=lambda j: j["peak_mb"])
+            asked = [j["asked_mb"] for j in mine if j["asked_mb"] is not None]
+            rows.append({"rule": rule, "peak_mb": top["peak_mb"], "asked_mb": min(asked) if asked else None, "job": top["output"]})
+    return rows
 
 
 def loop_seconds(job: dict, workdir: Path) -> float | None:
@@ -164,6 +193,10 @@ def main(argv=None) -> int:
     forked = sum(j["forked"] for j in jobs)
     cpu = sum(j["cpu"] for j in jobs if j["cpu"] is not None)
     print(f"CPU: {cpu:.0f} s in all; {forked} of {len(jobs)} jobs ran as forks of the preload server (no start-up of their own)")
+    print(f"\n{'rule':24s} {'peak MB':>8s} {'asked MB':>9s}  (the job that peaked; a forked job's peak is its command's)")
+    for r in memory(jobs):
+        asked = f"{r['asked_mb']:9d}" if r["asked_mb"] is not None else f"{'':>9s}"
+        print(f"{r['rule']:24s} {r['peak_mb']:8.0f} {asked}  {r['job']}")
     if a.startup_repeats > 0:
         startup, starting = startup_seconds(a.startup_repeats), len(jobs) - forked
         print(f"process start-up: {startup:.1f} s per job (median of {a.startup_repeats} fresh starts: torch, resrepro.cli, "

@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from pipeline_time import jobs_of, table, with_benchmarks  # noqa: E402
+from pipeline_time import jobs_of, memory, table, with_benchmarks  # noqa: E402
 
 LOG = """\
 Building DAG of jobs...
@@ -25,6 +25,7 @@ rule train_classifier:
     jobid: 3
     benchmark: results/mini/a/seeds0-1/train.benchmark.tsv
     reason: Missing output files: results/mini/a/seeds0-1/trained.json
+    resources: tmpdir=/tmp, gpu=0, runtime=30, mem_mb=2000, mem=2 GB, mem_mib=1908
 [Mon Nov 23 05:38:43 2026]
 Finished jobid: 12 (Rule: prepare_digits)
 1 of 3 steps (33%) done
@@ -74,3 +75,17 @@ def test_a_forked_jobs_cpu_adds_what_its_log_says_its_child_used(tmp_path):
     trained = next(j for j in jobs if j["rule"] == "train_classifier")
     assert trained["forked"] and abs(trained["cpu"] - 31.25) < 1e-9
     assert not next(j for j in jobs if j["rule"] == "prepare_digits")["forked"]
+
+
+def test_each_rules_peak_memory_beside_what_it_asked_for(tmp_path):
+    """A forked job's peak is its command's (its log), another's the benchmark's max_rss: the
+    figures a scale's mem_mb are set from."""
+    from resrepro.preload import CHILD_USAGE
+
+    job = tmp_path / "results/mini/a/seeds0-1"
+    job.mkdir(parents=True)
+    (job / "train.benchmark.tsv").write_text(BENCHMARK)
+    assert memory(with_benchmarks(jobs_of(LOG), tmp_path)) == [
+        {"rule": "train_classifier", "peak_mb": 512.1, "asked_mb": 2000, "job": "results/mini/a/seeds0-1/trained.json"}]
+    (job / "train.log").write_text(f"{CHILD_USAGE} 31.20 s of CPU, 2420 MB at most\n")
+    assert memory(with_benchmarks(jobs_of(LOG), tmp_path))[0]["peak_mb"] == 2420.0
