@@ -285,7 +285,7 @@ def test_evaluate_prepared_loads_and_decodes_on_the_picked_device(prepared, tmp_
     monkeypatch.setattr("resrepro.devices.pick_device", lambda name: picked.append(name) or device)
     real_load = translation.load_model
     monkeypatch.setattr(translation, "load_model", lambda *args: seen.update(load=args[2]) or real_load(*args))
-    monkeypatch.setattr(translation, "evaluate", lambda model, *args: seen.update(decode=args[-2]) or {})
+    monkeypatch.setattr(translation, "evaluate", lambda model, *args: seen.update(decode=args[7]) or {})  # sources .. spec, device
     translation.evaluate_prepared(prepared["spec"], prepared["data"], prepared["averaged"], tmp_path / "run")
     assert picked == ["auto"] and seen["load"] is device and seen["decode"] is device
 

@@ -53,9 +53,11 @@ def translate(model: Transformer, sources: list[list[int]], spec: dict, device: 
 
 
 def evaluate(model, sources, refs_tok: list[str], refs_detok: list[str], decode: Callable[[list[int]], str],
-             to_tokenized: Callable[[str], str], to_detokenized: Callable[[str], str], spec: dict, device, out_dir: str | Path) -> dict:
+             to_tokenized: Callable[[str], str], to_detokenized: Callable[[str], str], spec: dict, device, out_dir: str | Path,
+             split_sentences: int | None = None) -> dict:
     """`decode` gives the dataset's own form (tokenized as distributed, or raw text); the two
-    functions make the tokenized and the detokenized forms from it."""
+    functions make the tokenized and the detokenized forms from it. `split_sentences`: the test
+    split's size when `sources` are only its first sentences (test_sentences), said in eval.json."""
     out_dir = Path(out_dir)
     decoded = [decode(ids) for ids in translate(model, sources, spec, device)]
     hyps_tok = [to_tokenized(h) for h in decoded]
@@ -68,6 +70,8 @@ def evaluate(model, sources, refs_tok: list[str], refs_detok: list[str], decode:
         "bleu_tokenized": tokenized_bleu(hyps_tok, refs_tok),
         "sacrebleu": sacre_bleu(hyps_detok, refs_detok),
         "sentences": len(hyps_tok),
+        "test_sentences": len(hyps_tok),
+        "test_split_sentences": split_sentences or len(hyps_tok),
         "beam": spec["beam"],
         "alpha": spec["alpha"],
     }
@@ -105,12 +109,10 @@ def evaluate_prepared(spec: dict, data_dir: str | Path, averaged: str | Path, ou
         refs_tok = read_lines(data_dir / meta["references"]["tokenized"])[:scored]
         identity = meta["name"] == "synthetic"  # its text is its own detokenized form
         detok = same if identity else partial(detokenize_moses, lang=lang)
-        result = evaluate(model, sources, refs_tok, refs_detok, vocab.decode, same, detok, spec, dev, out_dir)
-    else:
-        tokenize = partial(moses_tokenize, lang=lang)
-        refs_tok = [tokenize(r) for r in refs_detok]
-        result = evaluate(model, sources, refs_tok, refs_detok, vocab.decode, tokenize, same, spec, dev, out_dir)
-    return record_sentences(result, out_dir, scored, len(test))
+        return evaluate(model, sources, refs_tok, refs_detok, vocab.decode, same, detok, spec, dev, out_dir, len(test))
+    tokenize = partial(moses_tokenize, lang=lang)
+    refs_tok = [tokenize(r) for r in refs_detok]
+    return evaluate(model, sources, refs_tok, refs_detok, vocab.decode, tokenize, same, spec, dev, out_dir, len(test))
 
 
 def scored_sentences(spec: dict, split_size: int) -> int:
@@ -118,11 +120,3 @@ def scored_sentences(spec: dict, split_size: int) -> int:
     `test_sentences` (a scale whose paper-size models cannot beam-decode a 3,000 sentence test set
     on its CPUs), else the whole split."""
     return min(spec.get("test_sentences", split_size), split_size)
-
-
-def record_sentences(result: dict, out_dir: str | Path, scored: int, split_size: int) -> dict:
-    """The result, and eval.json, with how many test sentences were scored of the split's: a BLEU
-    on the first N is not the test set's, and the report must be able to say so."""
-    result = {**result, "test_sentences": scored, "test_split_sentences": split_size}
-    files.write_json(Path(out_dir) / "eval.json", result)
-    return result
