@@ -10,7 +10,9 @@ what they decide, each with its own time limit:
   compiled by inductor and replayed as graphs (`reduce-overhead`);
 - `costs`: the step times of every SAS run of the paper and gpu-day scales (its gates are the
   float32 products that TF32 changes), measured again into the device's step-times file;
-- `tests`: the GPU test suite (`pytest -m gpu`).
+- `tests`: the GPU test suite (`pytest -m gpu`);
+- `rehearsal`: the rehearsal scale's DAG on CUDA (benchmarks/gpu_rehearsal.py): the targets that
+  run every rule once, then as much of the whole DAG as the time left allows.
 
 No check starts when less than `--min-left` seconds of `--limit` remain, and each is stopped at
 its own limit or at `--limit`, whichever comes first. Every line goes to the console and to
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -95,17 +98,25 @@ CHECKS = (
     # the paper scales' gated runs are all SAS's (Table 6's transform gate is `sas-gatetransform`)
     Check("costs", "costs", 240, ("benchmarks/gpu_budget.py", "--device", "cuda", "--keys", "*/sas*", "--out", STEP_TIMES)),
     Check("tests", "tests", 420, ("-m", "pytest", "-m", "gpu", "-rA", "tests/test_gpu.py")),
+    # the rehearsal's DAG on CUDA (issue 42, item 4): every rule once, then as much of the whole DAG as is left
+    Check("rehearsal-cover", "rehearsal", 330, ("benchmarks/gpu_rehearsal.py", "--cover")),
+    Check("rehearsal", "rehearsal", 600, ("benchmarks/gpu_rehearsal.py",)),
 )
 GROUPS = tuple(dict.fromkeys(c.group for c in CHECKS))
-# What the GPU machine's image lacks of what the checks import (its package list: sacremoses only),
-# downloaded as wheels for its Python (3.12, x86-64 Linux) at this venv's versions.
-GPU_WHEELS = ("sacremoses",)
+# What the GPU machine's image lacks of what the checks import: sacremoses (the GPU tests' tokenizer)
+# and Snakemake with its dependencies (the rehearsal), at this venv's versions, less what the image
+# has (its package list), so that one version of each is installed there.
+GPU_WHEELS = ("sacremoses", "snakemake")
+GPU_IMAGE_HAS = frozenset({"attrs", "certifi", "charset-normalizer", "click", "cloudpickle", "idna", "jinja2", "joblib", "markupsafe",
+                           "packaging", "psutil", "pyyaml", "regex", "requests", "tabulate", "tqdm", "typing-extensions",
+                           "urllib3", "wrapt"})
 GPU_PYTHON = "3.12"
-GPU_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
+GPU_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
+                 "manylinux_2_5_x86_64", "manylinux1_x86_64")
 # What the checks import beyond the standard library (the GPU tests' translation runs tokenize
 # with sacremoses and score with sacrebleu); the machine's own torch is used.
 NEEDS = ("torch", "numpy", "yaml", "pandas", "scipy", "sklearn", "tqdm", "pytest", "sacrebleu", "sacremoses",
-         "resrepro.experiments", "resrepro.analysis.cost", "resrepro.models")
+         "resrepro.experiments", "resrepro.analysis.cost", "resrepro.models", "snakemake", "sentencepiece", "matplotlib", "jinja2")
 
 
 def environment(site: Path | None = None) -> dict:
@@ -115,14 +126,45 @@ def environment(site: Path | None = None) -> dict:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(parts).rstrip(os.pathsep), "PYTHONUNBUFFERED": "1"}
 
 
-def download_command(dest: Path, python: str = sys.executable) -> list[str]:
-    """pip's command that downloads GPU_WHEELS, each at the version installed here, built for the
-    GPU machine's Python: no dependencies (the image has them), binary wheels only."""
+def wheel_command(dest: Path, python: str = sys.executable) -> list[str]:
+    """pip's command that puts GPU_WHEELS and their dependencies, as wheels, into `dest`: those on
+    the index as they are, those published as sources only (connection_pool) built here."""
     from importlib.metadata import version
 
+    return [python, "-m", "pip", "wheel", "--quiet", "-w", str(dest), *(f"{name}=={version(name)}" for name in GPU_WHEELS)]
+
+
+def _project(wheel: Path) -> str:
+    return re.sub(r"[-_.]+", "-", wheel.name.split("-")[0]).lower()
+
+
+def for_gpu_python(dest: Path) -> list[str]:
+    """Drops from `dest` the wheels of what the image has and the ones built for this machine's
+    Python (compiled: they would not load on the GPU machine's); returns those as name==version,
+    to be downloaded again for its Python."""
+    again = []
+    for wheel in sorted(dest.glob("*.whl")):
+        if _project(wheel) in GPU_IMAGE_HAS:
+            wheel.unlink()
+        elif not wheel.name.endswith("-none-any.whl"):
+            again.append(f"{_project(wheel)}=={wheel.name.split('-')[1]}")
+            wheel.unlink()
+    return again
+
+
+def download_command(dest: Path, names: list[str], python: str = sys.executable) -> list[str]:
+    """pip's command that downloads `names` built for the GPU machine's Python: binary wheels
+    only, no dependencies (the first step resolved them)."""
     platforms = [arg for name in GPU_PLATFORMS for arg in ("--platform", name)]
     return [python, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "--python-version", GPU_PYTHON,
-            "--implementation", "cp", *platforms, "-d", str(dest), *(f"{name}=={version(name)}" for name in GPU_WHEELS)]
+            "--implementation", "cp", *platforms, "-d", str(dest), *names]
+
+
+def download_wheels(dest: Path) -> int:
+    if code := subprocess.run(wheel_command(dest)).returncode:
+        return code
+    again = for_gpu_python(dest)
+    return subprocess.run(download_command(dest, again)).returncode if again else 0
 
 
 def install_wheels(wheels: Path, site: Path | None = None, python: str = sys.executable) -> Path:
@@ -155,7 +197,7 @@ def run_check(check: Check, limit_s: float, log, env: dict, python: str = sys.ex
     process group at `limit_s` (pytest and torchrun start processes of their own). Returns how it
     ended ("ok", "failed (exit N)" or "stopped at N s") and its seconds."""
     started = time.monotonic()
-    proc = subprocess.Popen([python, *check.argv], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen([python, *check.argv], cwd=ROOT, env={**env, "GPU_CHECK_LIMIT_S": f"{limit_s:.0f}"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
     timed_out = threading.Event()
 
@@ -236,7 +278,7 @@ def main(argv=None) -> int:
     opts = p.parse_args(argv)
 
     if opts.download_wheels:
-        return subprocess.run(download_command(opts.download_wheels)).returncode
+        return download_wheels(opts.download_wheels)
     env = environment(install_wheels(opts.wheels) if opts.wheels else None)
     problem = preflight(env)
     header = device_header()

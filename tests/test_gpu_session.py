@@ -33,6 +33,9 @@ def test_each_benchmark_check_parses_with_its_own_command_line(check, monkeypatc
     with pytest.raises(Parsed) as parsed:
         (getattr(module, "parse_args", None) or module.main)(list(check.argv[1:]))
     opts = parsed.value.args[0]
+    if check.group == "rehearsal":  # the rehearsal runs its jobs on the GPU through gpus_per_job=1
+        assert opts.cover == (check.name == "rehearsal-cover")
+        return
     assert opts.device == "cuda"
     if check.group == "steps":
         assert opts.variants == ["sas", "highway"]
@@ -51,7 +54,7 @@ def test_the_steps_check_ieee_against_tf32_then_compiled_and_resnet_eager_then_c
     assert "--compile" in argv["transformer-compiled"] and "--compile" in argv["resnet-compiled"]
     assert "--compile" not in argv["resnet"] and "--compile" not in argv["transformer-tf32"]
     assert argv["resnet-cudagraphs"][-2:] == ("--compile", "cudagraphs")
-    assert [c.group for c in gpu_session.CHECKS] == ["steps"] * 8 + ["paper-steps"] * 3 + ["costs", "tests"]
+    assert [c.group for c in gpu_session.CHECKS] == ["steps"] * 8 + ["paper-steps"] * 3 + ["costs", "tests"] + ["rehearsal"] * 2
     assert [c.name for c in gpu_session.CHECKS][:3] == ["transformer-ieee", "transformer-tf32", "resnet-compiled"]
 
 
@@ -105,11 +108,21 @@ def test_without_a_gpu_the_session_refuses_before_running_anything(tmp_path, mon
     assert "need one" in capsys.readouterr().err and not (tmp_path / "session.log").exists()
 
 
-def test_the_wheels_download_is_the_gpu_machines_python_at_this_venvs_versions(tmp_path):
+def test_the_wheels_are_resolved_here_at_this_venvs_versions_then_compiled_ones_fetched_for_the_gpu_python(tmp_path):
     from importlib.metadata import version
 
-    cmd = gpu_session.download_command(tmp_path / "whl", python="py")
-    assert cmd[:4] == ["py", "-m", "pip", "download"] and cmd[-1] == f"sacremoses=={version('sacremoses')}"
+    cmd = gpu_session.wheel_command(tmp_path / "whl", python="py")
+    assert cmd[:4] == ["py", "-m", "pip", "wheel"] and cmd[cmd.index("-w") + 1] == str(tmp_path / "whl")
+    assert f"snakemake=={version('snakemake')}" in cmd and f"sacremoses=={version('sacremoses')}" in cmd
+    (tmp_path / "whl").mkdir()
+    for name in ("snakemake-9.27.1-py3-none-any.whl", "jinja2-3.1.6-py3-none-any.whl",
+                 "rpds_py-2026.9.1-cp311-cp311-manylinux_2_17_x86_64.whl", "pyyaml-6.0.3-cp311-cp311-manylinux_2_17_x86_64.whl"):
+        (tmp_path / "whl" / name).write_text("")
+    # the image has jinja2 and pyyaml: dropped; rpds_py was built for this Python: fetched again for the GPU's
+    assert gpu_session.for_gpu_python(tmp_path / "whl") == ["rpds-py==2026.9.1"]
+    assert [w.name for w in (tmp_path / "whl").iterdir()] == ["snakemake-9.27.1-py3-none-any.whl"]
+    cmd = gpu_session.download_command(tmp_path / "whl", ["rpds-py==2026.9.1"], python="py")
+    assert cmd[:4] == ["py", "-m", "pip", "download"] and cmd[-1] == "rpds-py==2026.9.1"
     assert cmd[cmd.index("--python-version") + 1] == "3.12" and cmd[cmd.index("-d") + 1] == str(tmp_path / "whl")
     assert {"--no-deps", "--only-binary=:all:"} <= set(cmd) and "manylinux2014_x86_64" in cmd
 

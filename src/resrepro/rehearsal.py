@@ -95,6 +95,6 @@ def rehearse(snakemake_args: list[str]) -> int:
     with ExitStack() as stack:
         server = serve_mirror(stack, previous_port())
         write_sources(SOURCES_FILE, server.url, md5)
-        command = [str(Path(sys.executable).parent / "snakemake"), "--configfile", str(PROFILE), str(SOURCES_FILE), *snakemake_args]
+        command = [sys.executable, "-m", "snakemake", "--configfile", str(PROFILE), str(SOURCES_FILE), *snakemake_args]
         print("rehearse:", " ".join(command), file=sys.stderr)
         return subprocess.run(command).returncode

@@ -1,0 +1,47 @@
+"""benchmarks/gpu_rehearsal.py, the rehearsal on a lent GPU: its targets run every rule once, its
+Snakemake command line parses as meant, and its summary counts what the log says ran."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import gpu_rehearsal  # noqa: E402
+
+BIN = ROOT / ".venv" / "bin"
+
+
+def test_the_covering_targets_run_every_rule_but_those_that_need_the_whole_dag(tmp_path):
+    """A dry run of the cover phase's own command line (less `rehearse`'s mirror): --config and
+    --resources must not swallow the targets, no job asks for two GPUs, every rule appears."""
+    argv = gpu_rehearsal.command(cover=True, cores=16, python="py")
+    snakemake_args = argv[argv.index("rehearse") + 1:]
+    proc = subprocess.run([str(BIN / "snakemake"), "-n", "--forceall", "--configfile", "config/rehearsal.yaml", *snakemake_args],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rules = set(line.split()[0] for line in proc.stdout.split("Job stats:")[1].split("total")[0].splitlines()[3:] if line.strip())
+    listed = subprocess.run([str(BIN / "snakemake"), "--list-rules", "--configfile", "config/rehearsal.yaml"], cwd=ROOT,
+                            capture_output=True, text=True).stdout.split()
+    paper = subprocess.run([str(BIN / "snakemake"), "-n", "--forceall", "--configfile", "config/paper.yaml"], cwd=ROOT,
+                           capture_output=True, text=True).stdout
+    paper_rules = set(line.split()[0] for line in paper.split("Job stats:")[1].split("total")[0].splitlines()[3:] if line.strip())
+    assert paper_rules - {"aggregate", "report", "all"} <= rules <= set(listed)
+    assert "gpu=2" not in proc.stdout and "gpu=1" in proc.stdout
+
+
+def test_job_counts_read_finished_and_failed_jobs_per_rule():
+    log = "\n".join(["Finished jobid: 3 (Rule: measure)", "Finished jobid: 4 (Rule: measure)", "Error in rule evaluate_captioning:",
+                     "Finished jobid: 9 (Rule: train_translator)", "rule measure:"])
+    finished, failed = gpu_rehearsal.job_counts(log)
+    assert finished == {"measure": 2, "train_translator": 1} and failed == {"evaluate_captioning": 1}
+
+
+def test_a_run_past_its_deadline_is_stopped_and_says_so(tmp_path):
+    how, seconds = gpu_rehearsal.run([sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"],
+                                     deadline_s=1, log_path=tmp_path / "log")
+    assert how.startswith("stopped at its deadline") and seconds < 30
+    assert (tmp_path / "log").read_text() == "started\n"
