@@ -391,3 +391,30 @@ def test_beyond_rows_and_placed_variants_are_checked_when_parsed(tmp_path, table
     with pytest.raises(ConfigError) as err:
         experiments.make_plan(snakefile_config(f"tables_dir={tmp_path}", "tables=all"))
     assert message in str(err.value) and "bad-t1" in str(err.value)
+
+
+def test_captioning_is_refused_at_parse_without_java_or_pycocoevalcap(monkeypatch):
+    """METEOR and the PTB tokenizer need Java; missing, the evaluation would fail after the captioners
+    trained (the GPU machine of 2026-11-26 had neither Java nor pycocoevalcap)."""
+    import importlib.util
+    import shutil
+
+    plan = experiments.make_plan(snakefile_config(configfile="config/mini.yaml"))
+    assert any(run.task == "captioning" for run in plan.runs.values())
+    experiments.check_captioning_scorers(plan)  # here both are installed
+    real_which, real_find_spec = shutil.which, importlib.util.find_spec
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "java" else real_which(name, *a, **k))
+    with pytest.raises(ConfigError, match=r"java on PATH missing here.*module load java"):
+        experiments.check_captioning_scorers(plan)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pycocoevalcap" else real_find_spec(name, *a))
+    with pytest.raises(ConfigError, match="java on PATH and the pycocoevalcap package missing"):
+        experiments.check_captioning_scorers(plan)
+    without = experiments.make_plan(snakefile_config("tables=[sas-t3]", "figures=[]", configfile="config/mini.yaml"))
+    assert not any(run.task == "captioning" for run in without.runs.values())
+    experiments.check_captioning_scorers(without)  # nothing to score: nothing refused
+
+
+def test_the_workflow_checks_the_captioning_scorers_where_it_plans():
+    from pathlib import Path
+
+    assert "experiments.check_captioning_scorers(PLAN)" in Path("workflow/rules/common.smk").read_text()

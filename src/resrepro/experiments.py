@@ -446,6 +446,23 @@ def make_plan(config: dict) -> Plan:
     return plan
 
 
+def check_captioning_scorers(plan: Plan) -> None:
+    """The captioning evaluation scores with the COCO toolkit, whose METEOR and PTB tokenizer run
+    on Java: refused where the workflow is parsed when either is missing, not after the captioners'
+    GPU-hours of training. (Called by the workflow only: planning and costing need neither.)"""
+    import importlib.util
+    import shutil
+
+    if not any(run.task == "captioning" for run in plan.runs.values()):
+        return
+    missing = [what for what, found in (("java on PATH", shutil.which("java")),
+                                        ("the pycocoevalcap package", importlib.util.find_spec("pycocoevalcap"))) if not found]
+    if missing:
+        raise ConfigError(f"the captioning tables are evaluated with pycocoevalcap, whose METEOR and PTB tokenizer run on Java: "
+                          f"{' and '.join(missing)} missing here. Install them (Java: e.g. `apt install default-jre-headless`, "
+                          f"or `module load java` before snakemake on a cluster) or leave the captioning tables out of `tables`")
+
+
 def downloaded_names(config: dict) -> list[str]:
     """What the download rules fetch, by the names download_urls and download_md5 use."""
     return [*DOWNLOADED, backbones.with_defaults(config.get("captioning", {}).get("features", {}).get("backbone"))["name"]]
