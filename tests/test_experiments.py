@@ -417,4 +417,5 @@ def test_captioning_is_refused_at_parse_without_java_or_pycocoevalcap(monkeypatc
 def test_the_workflow_checks_the_captioning_scorers_where_it_plans():
     from pathlib import Path
 
-    assert "experiments.check_captioning_scorers(PLAN)" in Path("workflow/rules/common.smk").read_text()
+    assert 'if config["check_scorers"]:\n    experiments.check_captioning_scorers(PLAN)' in Path("workflow/rules/common.smk").read_text()
+    assert snakefile_config()["check_scorers"] is True and snakefile_config("check_scorers=false")["check_scorers"] is False

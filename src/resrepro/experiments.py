@@ -460,7 +460,8 @@ def check_captioning_scorers(plan: Plan) -> None:
     if missing:
         raise ConfigError(f"the captioning tables are evaluated with pycocoevalcap, whose METEOR and PTB tokenizer run on Java: "
                           f"{' and '.join(missing)} missing here. Install them (Java: e.g. `apt install default-jre-headless`, "
-                          f"or `module load java` before snakemake on a cluster) or leave the captioning tables out of `tables`")
+                          f"or `module load java` before snakemake on a cluster), leave the captioning tables out of `tables`, or, where "
+                          f"the jobs run elsewhere with both, set check_scorers: false")
 
 
 def downloaded_names(config: dict) -> list[str]:

@@ -8,7 +8,8 @@ from resrepro import experiments
 from resrepro.data import backbones
 
 PLAN = experiments.make_plan(config)
-experiments.check_captioning_scorers(PLAN)
+if config["check_scorers"]:
+    experiments.check_captioning_scorers(PLAN)
 # Downloads and prepared data, shared by the scales of real data; a scale of fake data has its own.
 DOWNLOADS = config["downloads_dir"]
 DATA = config["data_dir"]
