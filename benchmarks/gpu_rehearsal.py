@@ -32,23 +32,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from resrepro.rehearsal import EVERY_RULE_ONCE
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path("results/rehearsal")
 # one GPU: every compute job holds it; WMT's DDP ranks become one (two ranks cannot share a GPU under NCCL)
 # and the captioners train though the machine may lack Java (evaluate_captioning then fails alone)
 GPU_CONFIG = ("gpus_per_job=1", "translation={gpus: {wmt14_en_de: 1, wmt14_en_fr: 1}}", "check_scorers=false")
-# between them every rule of the DAG but aggregate, report and all (which need everything)
-COVER = (
-    # the paper's base Transformer with SAS: fetch over HTTP (cut short once), 32k vocabularies, beam, averaging
-    "results/rehearsal/translation/iwslt15_en_vi/transformer_base/default/sas-bias_a0-bias_b0/seeds0/evaluated.json",
-    # paper 003's shared ResNet-110 at its paper size, measured per stage
-    "results/rehearsal/classification/cifar10/shared_resnet_naive_110/iter-resnet110+iter-snapshots/add/seed0/measure/stage_norms.csv",
-    # paper 002's float64 net and its noise measurement
-    "results/rehearsal/classification/cifar10/simple_net32/noise/add/seed0/measure/layer_cushion.csv",
-    # ResNet-101 features on the GPU, the captioner's cross-entropy and self-critical stages, then METEOR (Java)
-    "results/rehearsal/captioning/mscoco/captioner_paper/default/sas-bias_a0-bias_b0/seeds0/evaluated.json",
-    "results/rehearsal/aggregate/gpu_hours.csv",
-)
 FINISHED = re.compile(r"^Finished jobid: \d+ \(Rule: (\w+)\)$")
 FAILED = re.compile(r"^Error in rule (\w+):$")
 
@@ -66,7 +56,7 @@ def resrepro_on_path(python: str) -> str:
 def command(cover: bool, cores: int, python: str = sys.executable) -> list[str]:
     # --config and --resources take every word up to the next option: the targets follow a flag
     return [python, "-m", "resrepro.cli", "rehearse", "--config", *GPU_CONFIG, "--resources", "gpu=1", "--cores", str(cores),
-            "--keep-going", *(COVER if cover else ())]
+            "--keep-going", *(EVERY_RULE_ONCE if cover else ())]
 
 
 def run(argv: list[str], deadline_s: float, log_path: Path) -> tuple[str, float]:

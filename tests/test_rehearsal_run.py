@@ -1,7 +1,11 @@
 """`resrepro rehearse` end to end (make test-rehearsal; CI): the paper scale's whole DAG on fake data in
 the real formats, with every compute job refused the network, to a report of every table and figure.
 
-The workflow is copied into a temporary folder, as the integration tests do."""
+In two phases in one folder: first the targets that run every rule once with the paper-size models,
+and the largest job, through profiles/slurm on a one-node Slurm that enforces the jobs' memory and
+time (tests/slurm/one_node_slurm.sh), so that a rule of the rehearsal that asks too little fails
+here; then the rest of the DAG locally, on what the first phase made. The workflow is copied into a
+temporary folder, as the integration tests do."""
 
 from __future__ import annotations
 
@@ -16,30 +20,40 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_slurm import cluster, slurm_logs  # noqa: F401 (cluster: the one-node Slurm fixture)
 from test_workflow import COPIED, REPO, planned_jobs
 
 from resrepro import experiments
+from resrepro.rehearsal import EVERY_RULE_ONCE, LARGEST
 
 pytestmark = pytest.mark.rehearsal
 BIN = Path(sys.executable).parent
 
 
+def rehearse(root: Path, env: dict, *args: str, name: str) -> str:
+    started = time.time()
+    proc = subprocess.run([str(BIN / "resrepro"), "rehearse", *args], cwd=root, env=env, capture_output=True, text=True)
+    print(f"rehearsal, {name}: {(time.time() - started) / 60:.1f} minutes")
+    (root / f"rehearse-{name}.log").write_text(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+    return proc.stdout + proc.stderr
+
+
 @pytest.fixture(scope="module")
-def rehearsed(tmp_path_factory):
+def rehearsed(cluster, tmp_path_factory):  # noqa: F811
     root = tmp_path_factory.mktemp("rehearsal")
     for item in COPIED:
         (shutil.copytree if (REPO / item).is_dir() else shutil.copy)(REPO / item, root / item)
     refused = root / "refused.log"
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "RESREPRO_REFUSED_LOG": str(refused),
+    env = {**os.environ, **cluster, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "RESREPRO_REFUSED_LOG": str(refused),
            "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "offline"), os.environ.get("PYTHONPATH", "")])}
-    started = time.time()
-    proc = subprocess.run([str(BIN / "resrepro"), "rehearse", "--cores", "2"], cwd=root, env=env, capture_output=True, text=True)
-    minutes = (time.time() - started) / 60
-    print(f"rehearsal: {minutes:.1f} minutes")
-    (root / "rehearse.log").write_text(proc.stdout + proc.stderr)
     try:
-        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
-        yield root, proc.stdout + proc.stderr
+        # no accounting database on this cluster: the plugin asks squeue (as tests/test_slurm.py does)
+        slurm = rehearse(root, env, "--profile", "profiles/slurm", "--slurm-status-command", "squeue",
+                         "--slurm-init-seconds-before-status-checks", "5", "--slurm-keep-successful-logs",
+                         *EVERY_RULE_ONCE, *LARGEST, name="slurm")
+        local = rehearse(root, env, "--cores", "2", name="local")
+        yield root, slurm + local
     finally:  # about 30 GB, mostly the big Transformer's checkpoints: not left in pytest's kept folders (logs and report stay)
         for folder in ("results", "resources"):
             shutil.rmtree(root / folder, ignore_errors=True)
@@ -49,6 +63,18 @@ def test_every_rule_of_the_paper_scale_ran(rehearsed):
     root, log = rehearsed
     ran = set(re.findall(r"^Finished jobid: \d+ \(Rule: (\w+)\)", log, re.M))
     assert ran == set(planned_jobs(root, "--configfile", "config/paper.yaml"))
+
+
+def test_every_compute_rule_ran_through_slurm_within_the_memory_and_time_it_asked(rehearsed):
+    """The first phase's jobs were Slurm jobs (a rule that asked too little would have been killed:
+    tests/test_slurm.py shows the cluster kills them) and none was retried."""
+    root, log = rehearsed
+    slurm_log = (root / "rehearse-slurm.log").read_text()
+    compute = set(planned_jobs(root, "--configfile", "config/paper.yaml")) - {"all", "aggregate", "report"}
+    local_rules = {"download_cifar", "fetch_translation", "fetch_coco", "fetch_backbone", "gpu_hours"}
+    assert set(slurm_logs(root)) == compute - local_rules
+    assert set(re.findall(r"^Finished jobid: \d+ \(Rule: (\w+)\)", slurm_log, re.M)) == compute
+    assert "Trying to restart job" not in slurm_log and "exceeded memory limit" not in slurm_log
 
 
 def test_the_report_holds_every_table_and_figure(rehearsed):

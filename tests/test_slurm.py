@@ -16,6 +16,7 @@ import re
 import shutil
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -64,7 +65,24 @@ def cluster(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def slurm_run(cluster, tmp_path_factory):
+def limit_probes(cluster, tmp_path_factory):
+    """Two jobs submitted before the pipeline (they end while it runs): one that holds more memory
+    than it asked for, one that runs past its time. {probe: (job id, its output file)}."""
+    out = tmp_path_factory.mktemp("probes")
+    env = {**os.environ, **cluster}
+    probes = {"memory": ["--mem=100M", "--time=2", "--wrap=python3 -c 'import time; x = b\"1\" * (400 << 20); time.sleep(30)'"],
+              "time": ["--mem=100M", "--time=1", "--wrap=sleep 600"]}
+    submitted = {}
+    for name, args in probes.items():
+        proc = subprocess.run([str(shutil.which("sbatch")), "--parsable", "-o", str(out / f"{name}.out"), *args],
+                              env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        submitted[name] = (proc.stdout.strip().split(";")[0], out / f"{name}.out")
+    return submitted
+
+
+@pytest.fixture(scope="module")
+def slurm_run(cluster, limit_probes, tmp_path_factory):
     root = tmp_path_factory.mktemp("slurm_workflow")
     for item in COPIED:
         src = REPO / item
@@ -82,6 +100,25 @@ def slurm_run(cluster, tmp_path_factory):
                      "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "5",
                      "--slurm-keep-successful-logs", env=env)
     return root, proc, env
+
+
+def job_state(job_id: str, env: dict) -> str:
+    shown = subprocess.run([str(shutil.which("scontrol")), "show", "job", job_id], env=env, capture_output=True, text=True).stdout
+    return re.search(r"JobState=(\w+)", shown).group(1)
+
+
+def test_the_cluster_kills_a_job_over_its_memory_or_past_its_time(cluster, limit_probes, slurm_run):
+    """What makes the rehearsal through Slurm (tests/test_rehearsal_run.py) a test of the scales'
+    memory and runtime: a job that asks too little is killed here as on a cluster with cgroups."""
+    env = {**os.environ, **cluster}
+    deadline = time.time() + 240  # Slurm looks at time limits about every 30 s
+    while (states := {name: job_state(job_id, env) for name, (job_id, _) in limit_probes.items()}) and time.time() < deadline:
+        if not {"PENDING", "RUNNING", "COMPLETING"} & set(states.values()):
+            break
+        time.sleep(5)
+    assert states["time"] == "TIMEOUT", states
+    assert states["memory"] in ("FAILED", "OUT_OF_MEMORY", "CANCELLED"), states
+    assert "exceeded memory limit" in limit_probes["memory"][1].read_text()
 
 
 def test_pipeline_runs_to_the_report_through_slurm(slurm_run):

@@ -26,6 +26,22 @@ SOURCES_FILE = ROOT / "sources.yaml"
 PROFILE = Path("config/rehearsal.yaml")
 SERVED = "iwslt15_en_vi"  # served over HTTP; the others are read from the mirror folder
 CUT_SHORT = ("iwslt15_en_vi/train.en",)
+# Targets that between them run every rule of the DAG but aggregate, report and all (which need the
+# whole of it), with the models at their paper sizes: what the rehearsal through Slurm (limits
+# enforced) and the rehearsal on a GPU run first.
+EVERY_RULE_ONCE = (
+    # the paper's base Transformer with SAS: the download over HTTP (cut short once), 32k vocabularies, averaging, beam
+    "results/rehearsal/translation/iwslt15_en_vi/transformer_base/default/sas-bias_a0-bias_b0/seeds0/evaluated.json",
+    # paper 003's shared ResNet-110 at its paper size, measured per stage
+    "results/rehearsal/classification/cifar10/shared_resnet_naive_110/iter-resnet110+iter-snapshots/add/seed0/measure/stage_norms.csv",
+    # paper 002's float64 net and its noise measurement
+    "results/rehearsal/classification/cifar10/simple_net32/noise/add/seed0/measure/layer_cushion.csv",
+    # ResNet-101 features, the captioner's cross-entropy and self-critical stages, then METEOR (Java)
+    "results/rehearsal/captioning/mscoco/captioner_paper/default/sas-bias_a0-bias_b0/seeds0/evaluated.json",
+    "results/rehearsal/aggregate/gpu_hours.csv",
+)
+# the paper's big Transformer: the rehearsal's largest job in memory and on disk
+LARGEST = ("results/rehearsal/translation/iwslt15_en_vi/transformer_big/default/sas-bias_a0-bias_b0/seeds0/evaluated.json",)
 
 
 def mirror_files(mirror: Path = MIRROR) -> dict[str, str]:

@@ -55,7 +55,8 @@ write_config() {
     local addr=$1 mem_mb
     mem_mb=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
     cat > "$STATE/slurm.conf" <<CONF
-# Written by tests/slurm/one_node_slurm.sh: one node on loopback, no cgroups, no accounting.
+# Written by tests/slurm/one_node_slurm.sh: one node on loopback, no cgroups, no accounting database;
+# memory and time limits enforced.
 ClusterName=resrepro
 SlurmctldHost=$NODE($addr)
 SlurmUser=$(id -un)
@@ -71,7 +72,10 @@ SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
+# Memory enforced as a cluster with cgroups would: each step polled every second, killed above its --mem
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=task=1
+JobAcctGatherParams=OverMemoryKill
 JobCompType=jobcomp/none
 GresTypes=gpu
 SlurmdParameters=config_overrides
