@@ -362,17 +362,26 @@ def test_gpu_hours_per_table_are_shown_with_their_device_and_basis(report):
     from report_html import table_rows
 
     assert 'id="gpu-hours"' not in report.html
+    nan = float("nan")
     pd.DataFrame([
-        {"scale": "paper", "table": "sas-t7", "runs": 15, "seeds": 5, "gpu_hours": 43.44, "gpu_hours_per_seed": 8.688},
-        {"scale": "paper", "table": "total", "runs": 315, "seeds": 5, "gpu_hours": 3397.7, "gpu_hours_per_seed": float("nan")},
-        {"scale": "gpu-day", "table": "sas-t7", "runs": 6, "seeds": 2, "gpu_hours": 1.63, "gpu_hours_per_seed": 0.815},
-        {"scale": "gpu-day", "table": "total", "runs": 126, "seeds": 2, "gpu_hours": 18.4, "gpu_hours_per_seed": float("nan")},
-    ]).assign(device="NVIDIA H100", basis="estimate", source="from anchors").to_csv(report.aggregate / "gpu_hours.csv", index=False)
+        {"scale": "paper", "table": "sas-t7", "runs": 15, "seeds": 5, "gpu_hours": 43.44, "gpu_hours_per_seed": 8.688, "disk_gb": 11.55},
+        {"scale": "paper", "table": "total", "runs": 315, "seeds": 5, "gpu_hours": 3397.7, "gpu_hours_per_seed": nan, "disk_gb": 1366.4},
+        {"scale": "paper", "table": "features", "runs": nan, "seeds": nan, "gpu_hours": nan, "gpu_hours_per_seed": nan, "disk_gb": 24.77},
+        {"scale": "paper", "table": "peak", "runs": nan, "seeds": nan, "gpu_hours": nan, "gpu_hours_per_seed": nan, "disk_gb": 1389.2},
+        {"scale": "gpu-day", "table": "sas-t7", "runs": 6, "seeds": 2, "gpu_hours": 1.63, "gpu_hours_per_seed": 0.815, "disk_gb": 4.62},
+        {"scale": "gpu-day", "table": "total", "runs": 126, "seeds": 2, "gpu_hours": 18.4, "gpu_hours_per_seed": nan, "disk_gb": 561.3},
+        {"scale": "gpu-day", "table": "features", "runs": nan, "seeds": nan, "gpu_hours": nan, "gpu_hours_per_seed": nan, "disk_gb": 24.77},
+        {"scale": "gpu-day", "table": "peak", "runs": nan, "seeds": nan, "gpu_hours": nan, "gpu_hours_per_seed": nan, "disk_gb": 584.0},
+    ]).assign(device="NVIDIA H100", basis="estimate", source="from anchors",
+              disk_source="measured on the rehearsal").to_csv(report.aggregate / "gpu_hours.csv", index=False)
     html = render_report(report.aggregate, report.aggregate / "costed.html")
-    assert "GPU-hours per table at paper and gpu-day scale, on NVIDIA H100" in html and "an estimate" in html
-    sas_t7, total = (list(row.values()) for row in table_rows(html, "gpu-hours"))
-    assert sas_t7 == ["sas-t7", "15", "43.4", "8.7", "6", "1.6", "0.8"]
-    assert total[:3] == ["total", "315", "3397.7"] and total[4:6] == ["126", "18.4"]
+    assert "GPU-hours and disk per table at paper and gpu-day scale, on NVIDIA H100" in html and "an estimate" in html
+    sas_t7, features, total, peak = (list(row.values()) for row in table_rows(html, "gpu-hours"))
+    assert sas_t7 == ["sas-t7", "15", "43.4", "8.7", "11.6", "6", "1.6", "0.8", "4.6"]
+    assert total[:3] == ["total", "315", "3397.7"] and total[4] == "1366.4" and total[5:7] == ["126", "18.4"] and total[8] == "561.3"
+    assert features[0] == "MSCOCO features" and (features[4], features[8]) == ("24.8", "24.8")
+    assert peak[0] == "disk at the peak" and (peak[4], peak[8]) == ("1389.2", "584.0")
+    assert "measured on the rehearsal" in html
     assert "Cost: 43.4 GPU-hours at paper scale (8.7 per seed), 1.6 GPU-hours at gpu-day scale (0.8 per seed)" in " ".join(html.split())
 
 

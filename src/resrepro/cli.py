@@ -74,8 +74,11 @@ def cmd_gpu_hours(a) -> None:
     from . import files
     from .analysis.cost import load_scale, load_step_times, table_costs
 
-    step_times = load_step_times(a.step_times)
-    frames = [table_costs(plan, config, step_times) for config, plan in map(load_scale, a.scales)]
+    from .analysis.disk import load_copies, table_disk
+
+    step_times, copies = load_step_times(a.step_times), load_copies(a.disk)
+    frames = [table_costs(plan, config, step_times).merge(table_disk(plan, config, copies), on=["scale", "table"], how="outer", sort=False)
+              for config, plan in map(load_scale, a.scales)]
     files.write_text(a.out, pd.concat(frames).to_csv(index=False))
 
 
@@ -419,9 +422,10 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--out-dir", required=True)
     s.set_defaults(run=cmd_aggregate)
 
-    s = sub.add_parser("gpu-hours", help="GPU-hours per table of the given scales, from a step-times file -> CSV")
+    s = sub.add_parser("gpu-hours", help="GPU-hours and disk per table of the given scales -> CSV")
     s.add_argument("--scales", nargs="+", required=True, help="scale profiles to cost (config/paper.yaml, ...)")
     s.add_argument("--step-times", required=True, help="config/costs/*.yaml (benchmarks/gpu_budget.py)")
+    s.add_argument("--disk", required=True, help="config/costs/disk.yaml (benchmarks/disk_use.py)")
     s.add_argument("--out", required=True)
     s.set_defaults(run=cmd_gpu_hours)
 

@@ -40,6 +40,7 @@ rule gpu_hours:
     input:
         scales=config["gpu_costs"]["scales"],
         step_times=config["gpu_costs"]["step_times"],
+        disk=config["gpu_costs"]["disk"],
         tables=table_files(),
     output:
         "results/{scale}/aggregate/gpu_hours.csv",
@@ -51,4 +52,4 @@ rule gpu_hours:
     conda:
         "../../envs/resrepro.yaml"
     shell:
-        "resrepro gpu-hours --scales {input.scales} --step-times {input.step_times} --out {output} 2> {log}"
+        "resrepro gpu-hours --scales {input.scales} --step-times {input.step_times} --disk {input.disk} --out {output} 2> {log}"

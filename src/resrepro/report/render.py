@@ -263,6 +263,9 @@ def _context(agg_dir: Path, tables, scale: str, recipe: dict, note: str, figure_
     }
 
 
+DISK_ONLY_ROWS = ("features", "peak")  # analysis/disk.py's rows beside the tables'
+
+
 def gpu_costs(path: Path) -> dict | None:
     """The GPU-hours of each table at each costed scale (analysis/cost.py), for the report: its
     device and basis, and per table and scale the runs, seeds, hours and hours per seed."""
@@ -270,13 +273,18 @@ def gpu_costs(path: Path) -> dict | None:
         return None
     frame = pd.read_csv(path)
     first = frame.iloc[0]
+    disk_rows = frame["table"].isin(DISK_ONLY_ROWS)
     tables: dict[str, dict] = {}
-    for _, r in frame.iterrows():
+    for _, r in frame[~disk_rows].iterrows():
         tables.setdefault(r["table"], {})[r["scale"]] = {
-            "runs": int(r["runs"]), "seeds": int(r["seeds"]), "hours": fmt(r["gpu_hours"], 1), "per_seed": fmt(r["gpu_hours_per_seed"], 1)}
+            "runs": int(r["runs"]), "seeds": int(r["seeds"]), "hours": fmt(r["gpu_hours"], 1), "per_seed": fmt(r["gpu_hours_per_seed"], 1),
+            "disk": fmt(r["disk_gb"], 1)}
     total = tables.pop("total")
+    disk: dict[str, dict] = {}  # scale -> the features' GB and the peak's
+    for _, r in frame[disk_rows].iterrows():
+        disk.setdefault(r["scale"], {})[r["table"]] = fmt(r["disk_gb"], 1)
     return {"device": first["device"], "basis": first["basis"], "source": first["source"], "scales": list(dict.fromkeys(frame["scale"])),
-            "tables": tables, "total": total}
+            "tables": tables, "total": total, "disk": disk, "disk_source": first.get("disk_source", "")}
 
 
 def _figure_sections(agg_dir: Path, entries: dict, paper_id: str, pool=None, runs: pd.DataFrame | None = None,
