@@ -4,7 +4,7 @@ the measurement behind config/costs/disk.yaml (resrepro.analysis.disk scales it 
 For every run folder under results/<scale>/ with a metrics.json (its parameters, its dtype), each
 kept file is put in its kind (checkpoints/step<N>.pt: step; last.pt; scst.pt; epoch<E>.pt:
 snapshot; averaged.pt) and its bytes divided by the run's weight bytes (parameters x 4, or 8 in
-float64). Runs of fewer than --min-parameters are left out: there a file's fixed part (the spec,
+float64). Runs of fewer than --min-parameters (100,000) are left out: there a file's fixed part (the spec,
 the optimizer's step counters) is not small against the weights. Prints, per task and kind, the
 files, the median and the range of copies, and the bytes the scale's runs and data take; with
 --write, writes the medians into the copies file. Then it compares the estimate of
@@ -87,7 +87,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--scale", default="rehearsal")
     p.add_argument("--results", type=Path, default=None, help="default: results/<scale>")
-    p.add_argument("--min-parameters", type=int, default=1_000_000)
+    p.add_argument("--min-parameters", type=int, default=100_000)
     p.add_argument("--write", type=Path, help="write the medians into this copies file")
     opts = p.parse_args(argv)
     results = opts.results or Path("results") / opts.scale

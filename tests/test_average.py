@@ -289,3 +289,29 @@ def test_evaluation_averages_only_the_steps_of_the_run_that_wrote_last_pt(tmp_pa
     assert torch.load(tmp_path / "averaged.pt", weights_only=True)["model"]["w"].tolist() == [250.0]
     with pytest.raises(ValueError, match="step100.pt was written by another training run"):
         cli.average_newest(tmp_path, 3, tmp_path / "averaged.pt")
+
+
+def test_averaging_holds_one_checkpoint_in_memory_at_a_time(tmp_path, monkeypatch):
+    """The last 20 checkpoints of a big Transformer are 17 GB: loaded together they outgrew the
+    rehearsal's memory (a job killed by Slurm); loaded one at a time beside the sums, two files' worth."""
+    import weakref
+
+    from resrepro.train import average
+
+    paths = [tmp_path / f"step{1000 * k}.pt" for k in range(1, 6)]
+    for k, path in enumerate(paths, start=1):
+        _write_ckpt(path, [float(k), 0.0], 1000 * k, k)
+    alive, most = set(), [0]
+    real = average._load
+
+    def tracked(path, mmap=False):
+        ckpt = real(path, mmap)
+        weights = ckpt["model"]["w"]
+        alive.add(id(weights))
+        weakref.finalize(weights, alive.discard, id(weights))
+        most[0] = max(most[0], len(alive))
+        return ckpt
+
+    monkeypatch.setattr(average, "_load", tracked)
+    summary = average_checkpoints(paths, tmp_path / "avg.pt")
+    assert summary["n"] == 5 and most[0] == 1

@@ -110,9 +110,11 @@ def test_the_copies_file_in_the_repository_is_measured_and_complete():
     copies = disk.load_copies(ROOT / "config" / "costs" / "disk.yaml")
     assert "measured on results/rehearsal" in copies["source"]
     assert set(copies["copies"]) == {f"{task}/{kind}" for task, kinds in disk.KINDS.items() for kind in kinds}
-    # the weights once (step, averaged, snapshot), with SGD's momentum (classification), with Adam's moments
-    for key, expected in {"translation/step": 1, "translation/last": 3, "classification/last": 2, "classification/snapshot": 1}.items():
-        assert copies["copies"][key] == pytest.approx(expected, abs=0.02), key
+    # the weights once (step, averaged, snapshot), with Adam's moments, with SGD's momentum; a classifier's
+    # files hold its batch norms' running statistics too, which are not parameters (a few percent more)
+    for key, expected in {"translation/step": 1, "translation/averaged": 1, "translation/last": 3, "captioning/scst": 3}.items():
+        assert copies["copies"][key] == pytest.approx(expected, abs=0.005), key
+    assert 2 <= copies["copies"]["classification/last"] < 2.1 and 1 <= copies["copies"]["classification/snapshot"] < 1.1
 
 
 def test_disk_use_measures_copies_of_the_weights_per_kind(tmp_path):
@@ -129,3 +131,18 @@ def test_disk_use_measures_copies_of_the_weights_per_kind(tmp_path):
     copies = disk_use.measure(tmp_path, min_parameters=1_000_000)
     assert {k: sorted(v) for k, v in copies.items()} == {"translation/step": [1.0, 1.0125], "translation/last": [3.0], "translation/averaged": [1.0]}
     assert disk_use.measure(tmp_path, min_parameters=1)["classification/last"] == [4000 / 80]  # float64: 8 bytes a parameter
+
+
+def test_gpu_hours_csv_holds_each_tables_disk_then_the_features_and_the_peak(tmp_path):
+    import pandas as pd
+
+    from resrepro import cli
+
+    out = tmp_path / "gpu_hours.csv"
+    cli.main(["gpu-hours", "--scales", "config/gpu-day.yaml", "--step-times", "config/costs/h100.yaml",
+              "--disk", "config/costs/disk.yaml", "--out", str(out)])
+    frame = pd.read_csv(out)
+    assert list(frame["table"])[-3:] == ["total", "features", "peak"] and frame["disk_gb"].notna().all()
+    config, plan = load_scale("config/gpu-day.yaml")
+    expected = disk.scale_disk(plan, config, disk.load_copies("config/costs/disk.yaml")["copies"])
+    assert frame.set_index("table")["disk_gb"].to_dict() == pytest.approx({k: v / 1e9 for k, v in expected.items()})

@@ -77,8 +77,11 @@ def cmd_gpu_hours(a) -> None:
     from .analysis.disk import load_copies, table_disk
 
     step_times, copies = load_step_times(a.step_times), load_copies(a.disk)
-    frames = [table_costs(plan, config, step_times).merge(table_disk(plan, config, copies), on=["scale", "table"], how="outer", sort=False)
-              for config, plan in map(load_scale, a.scales)]
+    frames = []
+    for config, plan in map(load_scale, a.scales):
+        disk = table_disk(plan, config, copies)  # the tables' and the total's rows, then the features' and the peak's
+        costed = table_costs(plan, config, step_times).merge(disk, on=["scale", "table"], how="left")
+        frames += [costed, disk[~disk["table"].isin(costed["table"])]]
     files.write_text(a.out, pd.concat(frames).to_csv(index=False))
 
 

@@ -35,7 +35,6 @@ _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 def average_state_dicts(states: list[dict[str, Tensor]]) -> dict[str, Tensor]:
     """Element-wise mean of state dicts with identical keys, shapes and dtypes.
-
     Floating tensors: sum / N (float16/bfloat16 computed in float32, returned in their own dtype).
     Integer tensors: floor(sum / N), summed in int64 so small integer types cannot overflow.
     Bool tensors have no mean: they must be equal in every state and are copied.
@@ -43,65 +42,82 @@ def average_state_dicts(states: list[dict[str, Tensor]]) -> dict[str, Tensor]:
     """
     if not states:
         raise ValueError("no state dicts to average")
-    _check_keys(states)
-    n = len(states)
-    out: dict[str, Tensor] = {}
-    for key, first in states[0].items():
-        values = [s[key] for s in states]
-        for i, v in enumerate(values):
-            if not isinstance(v, Tensor):
-                raise ValueError(f"{key!r} in checkpoint {i} is a {type(v).__name__}, not a tensor")
-            if v.shape != first.shape:
-                raise ValueError(
-                    f"shape mismatch for {key!r}: checkpoint 0 has {tuple(first.shape)}, "
-                    f"checkpoint {i} has {tuple(v.shape)}"
-                )
-            if v.dtype != first.dtype:
-                raise ValueError(
-                    f"dtype mismatch for {key!r}: checkpoint 0 has {first.dtype}, "
-                    f"checkpoint {i} has {v.dtype}"
-                )
-        out[key] = _average_one(key, values, n)
-    return out
+    mean = RunningMean()
+    for state in states:
+        mean.add(state)
+    return mean.result()
 
 
-def _check_keys(states: list[dict[str, Tensor]]) -> None:
-    reference = list(states[0].keys())
-    ref_set = set(reference)
-    for i, state in enumerate(states[1:], start=1):
-        keys = set(state.keys())
-        missing = [k for k in reference if k not in keys]
+class RunningMean:
+    """average_state_dicts one state at a time: only the running sums are held, so averaging the
+    last 20 checkpoints of a big Transformer needs the memory of two of them, not of 20."""
+
+    def __init__(self):
+        self.n = 0
+        self.sums: dict[str, Tensor] = {}
+        self.first: dict[str, tuple] = {}  # key -> (shape, dtype) of checkpoint 0
+
+    def add(self, state: dict[str, Tensor]) -> None:
+        i = self.n
+        for key, value in state.items():
+            if not isinstance(value, Tensor):
+                raise ValueError(f"{key!r} in checkpoint {i} is a {type(value).__name__}, not a tensor")
+        if i == 0:
+            self.first = {key: (v.shape, v.dtype) for key, v in state.items()}
+            self.sums = {key: _accumulator(v) for key, v in state.items()}
+        else:
+            self._check(i, state)
+            for key, value in state.items():
+                self._add_one(i, key, value)
+        self.n += 1
+
+    def _check(self, i: int, state: dict[str, Tensor]) -> None:
+        missing = [k for k in self.first if k not in state]
         if missing:
-            raise ValueError(
-                f"checkpoint {i} is missing key {missing[0]!r} (present in checkpoint 0)"
-                + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
-            )
-        extra = [k for k in state.keys() if k not in ref_set]
+            raise ValueError(f"checkpoint {i} is missing key {missing[0]!r} (present in checkpoint 0)"
+                             + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
+        extra = [k for k in state if k not in self.first]
         if extra:
-            raise ValueError(
-                f"checkpoint {i} has extra key {extra[0]!r} (absent from checkpoint 0)"
-                + (f" and {len(extra) - 1} more" if len(extra) > 1 else "")
-            )
+            raise ValueError(f"checkpoint {i} has extra key {extra[0]!r} (absent from checkpoint 0)"
+                             + (f" and {len(extra) - 1} more" if len(extra) > 1 else ""))
+        for key, value in state.items():
+            shape, dtype = self.first[key]
+            if value.shape != shape:
+                raise ValueError(f"shape mismatch for {key!r}: checkpoint 0 has {tuple(shape)}, checkpoint {i} has {tuple(value.shape)}")
+            if value.dtype != dtype:
+                raise ValueError(f"dtype mismatch for {key!r}: checkpoint 0 has {dtype}, checkpoint {i} has {value.dtype}")
 
-
-def _average_one(key: str, values: list[Tensor], n: int) -> Tensor:
-    dtype = values[0].dtype
-    if dtype == torch.bool:
-        for i, v in enumerate(values[1:], start=1):
-            if not torch.equal(v, values[0]):
+    def _add_one(self, i: int, key: str, value: Tensor) -> None:
+        total = self.sums[key]
+        if value.dtype == torch.bool:
+            if not torch.equal(value, total):
                 raise ValueError(f"bool tensor {key!r} differs between checkpoint 0 and {i}")
-        return values[0].clone()
-    if values[0].is_floating_point() or values[0].is_complex():
-        acc_dtype = torch.float32 if dtype in _LOW_PRECISION else dtype
-        total = values[0].to(acc_dtype, copy=True)
-        for v in values[1:]:
-            total += v.to(acc_dtype)
-        return (total / n).to(dtype)
-    # integers: sum in int64, floor division as fairseq's `//=`
-    total = values[0].to(torch.int64, copy=True)
-    for v in values[1:]:
-        total += v.to(torch.int64)
-    return torch.div(total, n, rounding_mode="floor").to(dtype)
+            return
+        total += value.to(total.dtype)
+
+    def result(self) -> dict[str, Tensor]:
+        """The mean; the sums become it (call once)."""
+        if self.n == 0:
+            raise ValueError("no state dicts to average")
+        out = {}
+        for key, total in self.sums.items():
+            dtype = self.first[key][1]
+            if dtype == torch.bool:
+                out[key] = total.clone()
+            elif total.is_floating_point() or total.is_complex():
+                out[key] = total.div_(self.n).to(dtype)  # in place: no third copy of a big model
+            else:  # integers: floor division as fairseq's `//=`
+                out[key] = torch.div(total, self.n, rounding_mode="floor").to(dtype)
+        return out
+
+
+def _accumulator(value: Tensor) -> Tensor:
+    """A new tensor to sum into: float16/bfloat16 in float32, integers in int64, others as they are."""
+    if value.dtype == torch.bool:
+        return value.clone()
+    if value.is_floating_point() or value.is_complex():
+        return value.to(torch.float32 if value.dtype in _LOW_PRECISION else value.dtype, copy=True)
+    return value.to(torch.int64, copy=True)
 
 
 _DIGITS = re.compile(r"\d+")
@@ -164,20 +180,22 @@ def average_checkpoints(paths: list[Path], out: Path, run_id: str | None = None)
     paths = [Path(p) for p in paths]
     if not paths:
         raise ValueError("no checkpoints to average")
-    ckpts = [_load(p) for p in paths]
-    if run_id is not None:
-        for path, ckpt in zip(paths, ckpts):
-            if ckpt.get("run_id") != run_id:
-                raise ValueError(f"{path} was written by another training run (run id {ckpt.get('run_id')}, not {run_id}): "
-                                 "its weights are not this run's; retrain the run (delete its folder) to average it")
-    try:
-        model = average_state_dicts([c["model"] for c in ckpts])
-    except ValueError as e:
-        names = ", ".join(f"{i}={p.name}" for i, p in enumerate(paths))
-        raise ValueError(f"{e} (checkpoints: {names})") from None
+    mean = RunningMean()
+    for path in paths:  # one checkpoint in memory at a time, beside the sums
+        ckpt = _load(path)
+        if run_id is not None and ckpt.get("run_id") != run_id:
+            raise ValueError(f"{path} was written by another training run (run id {ckpt.get('run_id')}, not {run_id}): "
+                             "its weights are not this run's; retrain the run (delete its folder) to average it")
+        try:
+            mean.add(ckpt["model"])
+        except ValueError as e:
+            names = ", ".join(f"{i}={p.name}" for i, p in enumerate(paths))
+            raise ValueError(f"{e} (checkpoints: {names})") from None
+        newest = {k: v for k, v in ckpt.items() if k != "model"}
+        del ckpt
 
-    result = {k: v for k, v in ckpts[-1].items() if k not in DROPPED_KEYS}
-    result["model"] = model
+    result = {k: v for k, v in newest.items() if k not in DROPPED_KEYS}
+    result["model"] = mean.result()
     result["averaged_from"] = [p.name for p in paths]
     files.save_torch(out, result)
     return {"files": result["averaged_from"], "n": len(paths), "step": result.get("step"), "out": str(out)}
