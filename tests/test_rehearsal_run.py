@@ -1,11 +1,12 @@
 """`resrepro rehearse` end to end (make test-rehearsal; CI): the paper scale's whole DAG on fake data in
 the real formats, with every compute job refused the network, to a report of every table and figure.
 
-In two phases in one folder: first the targets that run every rule once with the paper-size models,
-and the largest job, through profiles/slurm on a one-node Slurm that enforces the jobs' memory and
-time (tests/slurm/one_node_slurm.sh), so that a rule of the rehearsal that asks too little fails
-here; then the rest of the DAG locally, on what the first phase made. The workflow is copied into a
-temporary folder, as the integration tests do."""
+In two phases in one folder: first the targets that run every rule once with the paper-size models
+through profiles/slurm on a one-node Slurm that enforces the jobs' memory and time
+(tests/slurm/one_node_slurm.sh), so that a rule of the rehearsal that asks too little fails here;
+then the rest of the DAG locally, on what the first phase made, where each job's measured peak
+(its benchmark file, or its log when it ran as a fork) must stay under what it asked. The workflow
+is copied into a temporary folder, as the integration tests do."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from test_slurm import cluster, slurm_logs  # noqa: F401 (cluster: the one-node 
 from test_workflow import COPIED, REPO, planned_jobs
 
 from resrepro import experiments
-from resrepro.rehearsal import EVERY_RULE_ONCE, LARGEST
+from resrepro.rehearsal import EVERY_RULE_ONCE
 
 pytestmark = pytest.mark.rehearsal
 BIN = Path(sys.executable).parent
@@ -51,7 +52,7 @@ def rehearsed(cluster, tmp_path_factory):  # noqa: F811
         # no accounting database on this cluster: the plugin asks squeue (as tests/test_slurm.py does)
         slurm = rehearse(root, env, "--profile", "profiles/slurm", "--slurm-status-command", "squeue",
                          "--slurm-init-seconds-before-status-checks", "5", "--slurm-keep-successful-logs",
-                         *EVERY_RULE_ONCE, *LARGEST, name="slurm")
+                         *EVERY_RULE_ONCE, name="slurm")
         local = rehearse(root, env, "--cores", "2", name="local")
         yield root, slurm + local
     finally:  # about 30 GB, mostly the big Transformer's checkpoints: not left in pytest's kept folders (logs and report stay)
@@ -75,6 +76,23 @@ def test_every_compute_rule_ran_through_slurm_within_the_memory_and_time_it_aske
     assert set(slurm_logs(root)) == compute - local_rules
     assert set(re.findall(r"^Finished jobid: \d+ \(Rule: (\w+)\)", slurm_log, re.M)) == compute
     assert "Trying to restart job" not in slurm_log and "exceeded memory limit" not in slurm_log
+
+
+def test_every_job_held_less_memory_than_its_scale_asks(rehearsed):
+    """The local phase's jobs, the big Transformer's included, measured against config/rehearsal.yaml's
+    mem_mb as benchmarks/pipeline_time.py reads them (Slurm enforced the first phase's)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import pipeline_time
+
+    root, _ = rehearsed
+    jobs = [job for log in sorted((root / ".snakemake" / "log").glob("*.snakemake.log"))
+            for job in pipeline_time.with_benchmarks(pipeline_time.jobs_of(log.read_text()), root)]
+    measured = [job for job in jobs if job["peak_mb"] is not None and job["asked_mb"] is not None]
+    assert len(measured) > 200, len(measured)  # every compute job of the DAG
+    over = [(job["rule"], job["output"], round(job["peak_mb"]), job["asked_mb"]) for job in measured if job["peak_mb"] > job["asked_mb"]]
+    assert not over, over
+    peaks = {row["rule"]: (round(row["peak_mb"]), row["asked_mb"]) for row in pipeline_time.memory(measured)}
+    print("rehearsal peaks (MB held, MB asked):", peaks)
 
 
 def test_the_report_holds_every_table_and_figure(rehearsed):

@@ -297,3 +297,18 @@ def test_a_run_that_diverged_is_not_evaluated_and_its_evaluation_succeeds(tmp_pa
     a = argparse.Namespace(threads=0, spec=json.dumps({"average_last": 2, "beam": 2}), data=str(tmp_path / "no-data"), device="cpu")
     assert getattr(cli, command)(a)(0, run_dir) == {"diverged": True}
     assert not (run_dir / "averaged.pt").exists()
+
+
+def test_only_the_step_checkpoints_that_averaging_reads_are_written(tmp_path, monkeypatch):
+    """A paper run checkpoints hundreds of times and averages the last 5-20: the others were
+    written (0.85 GB each for a big Transformer) only to be deleted."""
+    assert translation.averaged_steps(24, 8, 2) == [16, 24]
+    assert translation.averaged_steps(20, 1, 10) == list(range(11, 21))
+    assert translation.averaged_steps(25, 8, 2) == [24, 25]  # the last update is checkpointed too
+    assert translation.averaged_steps(10, 4, 5) == [4, 8, 10]  # fewer written than kept: all of them
+    written, real = [], translation.save_step
+    monkeypatch.setattr(translation, "save_step", lambda ckpt_dir, model, model_spec, step, *rest: (
+        written.append(step), real(ckpt_dir, model, model_spec, step, *rest)))
+    train(spec(), corpus(300, 0), corpus(30, 1), 26, tmp_path, device="cpu", progress=False)
+    assert written == [16, 24]  # spec(): 24 updates, a checkpoint every 8, the last 2 averaged
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("*.pt")) == ["last.pt", "step16.pt", "step24.pt"]

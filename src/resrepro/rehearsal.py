@@ -40,8 +40,6 @@ EVERY_RULE_ONCE = (
     "results/rehearsal/captioning/mscoco/captioner_paper/default/sas-bias_a0-bias_b0/seeds0/evaluated.json",
     "results/rehearsal/aggregate/gpu_hours.csv",
 )
-# the paper's big Transformer: the rehearsal's largest job in memory and on disk
-LARGEST = ("results/rehearsal/translation/iwslt15_en_vi/transformer_big/default/sas-bias_a0-bias_b0/seeds0/evaluated.json",)
 
 
 def mirror_files(mirror: Path = MIRROR) -> dict[str, str]:
