@@ -8,7 +8,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import yaml
 
 from resrepro.analysis import disk
 from resrepro.analysis.cost import load_scale

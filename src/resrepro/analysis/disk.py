@@ -122,7 +122,7 @@ def scale_disk(plan: Plan, config: dict, copies: dict[str, float]) -> dict[str, 
     return out
 
 
-def table_disk(plan: Plan, config: dict, copies: dict) -> "pd.DataFrame":
+def table_disk(plan: Plan, config: dict, copies: dict):
     """scale_disk as rows (scale, table, disk_gb, disk_source): each table, then `features`,
     `total` and `peak`."""
     import pandas as pd
