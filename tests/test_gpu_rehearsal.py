@@ -3,6 +3,7 @@ Snakemake command line parses as meant, and its summary counts what the log says
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,17 +17,24 @@ BIN = ROOT / ".venv" / "bin"
 
 
 def test_the_covering_targets_run_every_rule_but_those_that_need_the_whole_dag(tmp_path):
-    """A dry run of the cover phase's own command line (less `rehearse`'s mirror): --config and
-    --resources must not swallow the targets, no job asks for two GPUs, every rule appears."""
+    """A dry run of the cover phase's own command line (less `rehearse`'s mirror, stood in for by
+    empty files): --config and --resources must not swallow the targets, no job asks for two GPUs,
+    every rule appears."""
+    from test_rehearsal import mirror_stand_ins
+    from test_workflow import COPIED
+
+    for item in COPIED:
+        (shutil.copytree if (ROOT / item).is_dir() else shutil.copy)(ROOT / item, tmp_path / item)
+    mirror_stand_ins(tmp_path)
     argv = gpu_rehearsal.command(cover=True, cores=16, python="py")
     snakemake_args = argv[argv.index("rehearse") + 1:]
     proc = subprocess.run([str(BIN / "snakemake"), "-n", "--forceall", "--configfile", "config/rehearsal.yaml", *snakemake_args],
-                          cwd=ROOT, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
     rules = set(line.split()[0] for line in proc.stdout.split("Job stats:")[1].split("total")[0].splitlines()[3:] if line.strip())
-    listed = subprocess.run([str(BIN / "snakemake"), "--list-rules", "--configfile", "config/rehearsal.yaml"], cwd=ROOT,
+    listed = subprocess.run([str(BIN / "snakemake"), "--list-rules", "--configfile", "config/rehearsal.yaml"], cwd=tmp_path,
                             capture_output=True, text=True).stdout.split()
-    paper = subprocess.run([str(BIN / "snakemake"), "-n", "--forceall", "--configfile", "config/paper.yaml"], cwd=ROOT,
+    paper = subprocess.run([str(BIN / "snakemake"), "-n", "--forceall", "--configfile", "config/paper.yaml"], cwd=tmp_path,
                            capture_output=True, text=True).stdout
     paper_rules = set(line.split()[0] for line in paper.split("Job stats:")[1].split("total")[0].splitlines()[3:] if line.strip())
     assert paper_rules - {"aggregate", "report", "all"} <= rules <= set(listed)

@@ -16,7 +16,8 @@ from resrepro.measure.run import run_measurement
 from resrepro.report import figures
 from resrepro.residual import ConfigError
 from resrepro.models import snapshots
-from resrepro.train.checkpoint import save_snapshot, snapshot_epochs
+from resrepro.recipes import snapshot_epochs
+from resrepro.train.checkpoint import save_snapshot
 from resrepro.train.classification import train
 
 from test_blocks import Toy, data, sign_labels

@@ -115,3 +115,13 @@ def check_when(when: dict, where: str) -> None:
         raise ConfigError(f"{where}: expected a mapping of {', '.join(MATCH_KEYS)} to values; got {when!r}")
     if unknown := set(when) - set(MATCH_KEYS):
         raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r}; allowed: {', '.join(MATCH_KEYS)}")
+
+
+def snapshot_epochs(epochs: int, count: int) -> list[int]:
+    """The epochs whose weights a run keeps for measurements over training: 0 (initialisation) and
+    `count` evenly spaced epochs ending at the last, e.g. (200, 4) -> [0, 50, 100, 150, 200];
+    none when count is 0."""
+    if count <= 0:
+        return []
+    count = min(count, epochs)  # more snapshots than epochs: every epoch
+    return sorted({0, *(round(k * epochs / count) for k in range(1, count + 1))})

@@ -2,7 +2,7 @@
 
 What a run keeps (train/*.py), in copies of its model's weights:
 - classification: checkpoints/last.pt (the weights and SGD's momentum) and a snapshot of the
-  weights at each of `checkpoint.snapshot_epochs(epochs, snapshots)`;
+  weights at each of `recipes.snapshot_epochs(epochs, snapshots)`;
 - translation: the newest `keep_checkpoints` step<N>.pt (the weights, for averaging), last.pt (the
   weights and Adam's two moments) and averaged.pt;
 - captioning: the same for its cross-entropy stage, and scst.pt (the weights and Adam's moments)
@@ -27,6 +27,7 @@ import yaml
 
 from ..catalog import ConfigError
 from ..experiments import Plan, Run, train_spec
+from ..recipes import snapshot_epochs
 
 KINDS = {
     "classification": ("last", "snapshot"),
@@ -56,8 +57,6 @@ def load_copies(path: str | Path) -> dict:
 
 def kept_files(run: Run) -> dict[str, int]:
     """How many files of each kind the run keeps when it ends (module docstring)."""
-    from ..train.checkpoint import snapshot_epochs
-
     recipe = json.loads(run.recipe_json)
     if run.task == "classification":
         return {"last": 1, "snapshot": len(snapshot_epochs(recipe["epochs"], recipe.get("snapshots", 0)))}

@@ -86,16 +86,6 @@ def same_shapes(saved: dict, current: dict) -> bool:
     return saved.keys() == current.keys() and all(saved[k].shape == current[k].shape for k in saved)
 
 
-def snapshot_epochs(epochs: int, count: int) -> list[int]:
-    """The epochs whose weights a run keeps for measurements over training: 0 (initialisation) and
-    `count` evenly spaced epochs ending at the last, e.g. (200, 4) -> [0, 50, 100, 150, 200];
-    none when count is 0."""
-    if count <= 0:
-        return []
-    count = min(count, epochs)  # more snapshots than epochs: every epoch
-    return sorted({0, *(round(k * epochs / count) for k in range(1, count + 1))})
-
-
 def save_snapshot(run_dir: Path, epoch: int, model, model_spec: dict) -> None:
     """The model's weights after `epoch` epochs, rebuilt by models.from_checkpoint like last.pt."""
     files.save_torch(snapshot_path(run_dir, epoch), {"model": model.state_dict(), "model_spec": model_spec, "epoch": epoch})

@@ -30,8 +30,9 @@ from .. import files, models, provenance, residual
 from ..data.images import augment_batch, iterate_batches, load_prepared, normalize
 from ..devices import pick_device, use_deterministic_algorithms
 from ..evaluate.classification import evaluate
+from ..recipes import snapshot_epochs
 from ..speed import speed_of
-from .checkpoint import LoopState, random_state, resume, save, save_snapshot, snapshot_epochs
+from .checkpoint import LoopState, random_state, resume, save, save_snapshot
 from .time_limit import TimeLimitReached, must_stop
 
 LOG_FIELDS = ("epoch", "step", "lr", "train_loss", "train_error", "test_loss", "test_error", "seconds")
@@ -75,7 +76,7 @@ def log_csv(rows: list[dict], fields: tuple[str, ...] = LOG_FIELDS) -> str:
 def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = "auto", progress: bool = True,
           stop_by: float | None = None) -> dict:
     """Run (or resume) one training run; writes out_dir/{train_log.csv, metrics.json, checkpoints/last.pt}
-    and, where the recipe asks for `snapshots`, checkpoints/epoch<E>.pt (checkpoint.snapshot_epochs).
+    and, where the recipe asks for `snapshots`, checkpoints/epoch<E>.pt (recipes.snapshot_epochs).
     With `stop_by` (time.time()), it stops after an epoch's checkpoint when the next epoch might not
     end before then (time_limit.TimeLimitReached)."""
     out_dir = Path(out_dir)
