@@ -253,3 +253,21 @@ def test_the_fully_fledged_resnet_blocks_are_he_et_als_and_plain_drops_only_the_
     assert torch.allclose(block(x), F.relu(branch))
     with pytest.raises(Exception, match="6n\\+2"):
         models.build({**spec, "depth": 21, "variant": "add"})
+
+
+@pytest.mark.parametrize("scale", ["paper", "gpu-day", "rehearsal", "mini"])
+@pytest.mark.parametrize("depth, paper_term", [(20, 0.0005393), (32, 0.0008878), (44, 0.001238)])
+def test_the_recipes_decay_term_of_a_plain_net_at_initialisation_is_the_papers(scale, depth, paper_term):
+    """SM Table 4 prints the plain nets' weight-decay terms before training (0.0005393 at depth 20,
+    "4281 times" less than the loss). The `noise` recipe's coefficient must give them, measured as
+    the report measures the term (measure.weights.decay_term), at the paper's widths, within 10%."""
+    import yaml
+
+    from resrepro import recipes
+    from resrepro.measure.weights import decay_term
+
+    config = yaml.safe_load(open(f"config/{scale}.yaml"))["classification"]
+    _, recipe = recipes.resolve(config, {"paper": "noise", "table": "noise-t1", "kind": "table", "arch": "simple_net",
+                                         "variant": "plain", "dataset": "cifar10", "depth": depth})
+    terms = [decay_term(net("plain", depth=depth, seed=s), recipe["weight_decay"]) for s in range(3)]
+    assert sum(terms) / 3 == pytest.approx(paper_term, rel=0.10)
