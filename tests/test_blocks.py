@@ -1,6 +1,8 @@
 """Paper 003's per-block measurements (measure/blocks.py) on nets whose answers are known by hand,
 and its three architectures (models/iter_resnets.py)."""
 
+import math
+
 import pandas as pd
 import pytest
 import torch
@@ -193,14 +195,49 @@ def test_summaries_keep_the_splits_apart_training_first():
 # --- the architectures -------------------------------------------------------------------------
 
 
-def iter_net(arch: str, size: str, classes: int = 10, in_channels: int = 3, device: str = "cpu") -> nn.Module:
+def iter_net(arch: str, size: str, classes: int = 10, in_channels: int = 3, device: str = "cpu", image_size: int | None = None) -> nn.Module:
+    """The net of that size for its usual input: CIFAR's 32x32 at paper size, digits' 8x8 at mini."""
     with torch.device(device):
-        return models.build({"arch": arch, "size": size, "variant": "add", "args": {}, "classes": classes, "in_channels": in_channels})
+        return models.build({"arch": arch, "size": size, "variant": "add", "args": {}, "classes": classes, "in_channels": in_channels,
+                             "image_size": image_size or (32 if size == "paper" else 8)})
 
 
 def test_the_avg_pooling_net_has_the_papers_parameter_count():
     """Sec. 4: "It has 12,201,310 parameters" (Keras' count: BN's running statistics included)."""
     assert keras_count(iter_net("avgpool_resnet", "paper", device="meta")) == 12_201_310
+
+
+def test_the_single_representation_net_has_the_papers_parameter_count_and_classifier():
+    """Sec. 4: "BatchNorm→ReLU→AveragePool(8,8)→Flatten→Fully-Connected-Layer(#Classes)→Softmax.
+    This model has 1,829,210 parameters": on 32x32 maps the pool leaves 4x4 of them, 1,600
+    features; on 8x8 digits it averages the whole map."""
+    net = iter_net("single_rep_resnet", "paper", device="meta")
+    assert keras_count(net) == 1_829_210 and net.fc.in_features == 1_600
+    digits = iter_net("single_rep_resnet", "mini", image_size=8)
+    assert digits.fc.in_features == 32 and digits(torch.randn(2, 3, 8, 8)).shape == (2, 10)
+
+
+def test_paper_003s_resnet_110_has_the_papers_parameter_count_under_its_recipe():
+    """Sec. 4: "The model has a total of 1,742,762 parameters" (Keras' count), with the paper's
+    "He-normal weight initialization ... and biases are initialized to 0": every conv has a bias,
+    weights by fan-in, biases 0. He et al. 2016b's own net has neither."""
+    import yaml
+
+    from resrepro import recipes
+    from resrepro.models.preact_resnet import PreActResNet
+
+    config = yaml.safe_load(open("config/paper.yaml"))["classification"]
+    _, recipe = recipes.resolve(config, {"paper": "iter", "table": "iter-f2", "kind": "figure", "arch": "preact_resnet",
+                                         "variant": "add", "dataset": "cifar10", "depth": 110})
+    spec = models.model_spec({"model": "preact_resnet", "depth": 110, "variant": "add", "args": {}, **recipe},
+                             classes=10, in_channels=3, image_size=32)
+    with torch.device("meta"):
+        assert keras_count(models.build(spec)) == 1_742_762
+    torch.manual_seed(0)
+    net = models.build(spec)
+    conv = net.blocks[40].conv1  # 64 -> 64
+    assert conv.weight.std().item() == pytest.approx(math.sqrt(2 / (9 * 64)), rel=0.03) and conv.bias.abs().sum() == 0
+    assert PreActResNet(110, 10).blocks[40].conv1.bias is None
 
 
 @pytest.mark.parametrize("arch, blocks_expected, widths", [

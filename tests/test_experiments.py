@@ -68,7 +68,7 @@ def test_paper_plan_runs_five_seeds_at_the_papers_depths():
         ("single_rep_resnet_paper", "iter-single+iter-snapshots"), ("avgpool_resnet_paper", "iter-pool+iter-snapshots"),
         ("wide_resnet_paper", "iter-wide+iter-snapshots")}
     # Table 1's nets (and Figs. 6-9's) train by the original ResNet's recipe, 4 seeds (Table 1, Fig. 7)
-    assert {recipe for r, recipe in recipes if r.startswith(("preact", "shared"))} == {"iter-resnet110+iter-snapshots"}
+    assert {recipe for r, recipe in recipes if r.startswith(("preact", "shared"))} == {"iter-resnet110+iter-snapshots+iter-init"}
     assert {r.seed for r in plan.runs.values() if r.recipe.startswith("iter-resnet110")} == {0, 1, 2, 3}
     single = experiments.train_spec(paper, next(r for r in plan.runs.values() if r.recipe == "iter-single+iter-snapshots"))
     assert (single["epochs"], single["lr_milestones"], single["lr_decay"], single["warmup_iterations"]) == (200, [40, 60, 80], 0.2, 0)
@@ -115,23 +115,28 @@ def test_table_seeds_may_name_a_figure_whose_cells_only_it_trains(mini):
     """Paper 003's nets are trained for its figures alone: table_seeds gives them their own count,
     while a figure cell that a table also names keeps the table's runs and measures its seeds."""
     plan = experiments.make_plan({**mini, "seeds": 3, "table_seeds": {"iter-f2": 1, "sas-f4": 1}})
-    cells = {m["label"]: m["runs"] for m in plan.measures if m["figure"] in ("iter-f2", "sas-f4")}
-    assert cells["single representation"] == ["classification/digits/single_rep_resnet_mini/default/add/seed0"]
-    assert cells["x + F"] == ["classification/digits/preact_resnet32/default/add/seed0"]
-    t1_baseline = next(r for r in plan.rows if r["table"] == "rskip-t1" and r["row"] == 0)["runs"]
-    assert cells["x + F"][0] in t1_baseline and len(t1_baseline) == 3
+    cells = {(m["figure"], m["label"]): m["runs"] for m in plan.measures if m["figure"] in ("iter-f2", "sas-f4")}
+    assert cells["iter-f2", "single representation"] == ["classification/digits/single_rep_resnet_mini/default/add/seed0"]
+    assert cells["iter-f2", "original ResNet-110"] == ["classification/digits/preact_resnet32/iter-init/add/seed0"]  # paper 003's init
+    iter_t1 = next(r for r in plan.rows if r["table"] == "iter-t1" and r["label"] == "ResNet-110, CIFAR-10")["runs"]
+    assert cells["iter-f2", "original ResNet-110"][0] in iter_t1 and len(iter_t1) == 3
+    assert cells["sas-f4", "x + F"] == ["classification/digits/preact_resnet32/default/add/seed0"]  # He et al.'s init
+    rskip_t1 = next(r for r in plan.rows if r["table"] == "rskip-t1" and r["row"] == 0)["runs"]
+    assert cells["sas-f4", "x + F"][0] in rskip_t1 and len(rskip_t1) == 3
 
 
 def test_every_mini_classification_run_keeps_snapshots_so_no_figure_trains_a_cell_twice(mini):
     """Snapshots are in mini's base recipe: paper 003's figures over training read the tables'
-    runs where the cell is the same (ResNet-110, UBN-110), and every run has one recipe folder."""
+    runs where the cell is the same (ResNet-110, UBN-110), and every run has one recipe folder:
+    paper 002 has its own (docs/noise.md), paper 003's PreAct-ResNets their init."""
     plan = experiments.make_plan(mini)
     classification = [r for r in plan.runs.values() if r.task == "classification"]
-    assert {r.recipe for r in classification if not r.model.startswith(("simple_net", "resnet_cifar"))} == {"default"}  # paper 002 has its own (docs/noise.md)
+    recipes = {r.recipe for r in classification if not r.model.startswith(("simple_net", "resnet_cifar", "preact", "shared"))}
+    assert recipes == {"default"} and {r.recipe for r in classification if r.model.startswith("shared")} == {"iter-init"}
     assert all(json.loads(r.recipe_json)["snapshots"] == 3 for r in classification)
     over_training = {m["runs"][0] for m in plan.measures if m["figure"] == "iter-f5"}
     table_runs = {run for row in plan.rows for run in row["runs"]}
-    assert len(over_training) == 4 and "classification/digits/preact_resnet32/default/add/seed0" in over_training & table_runs
+    assert len(over_training) == 4 and "classification/digits/preact_resnet32/iter-init/add/seed0" in over_training & table_runs
 
 
 def test_every_papers_figures_are_planned_with_every_table(mini):

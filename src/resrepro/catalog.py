@@ -124,7 +124,7 @@ class Architecture:
 ARCHITECTURES: dict[str, Architecture] = {
     a.name: a
     for a in (
-        Architecture("preact_resnet", "classification", "depth", "preact_resnet{}", ("depth", "variant", "args"), places_residuals=True),
+        Architecture("preact_resnet", "classification", "depth", "preact_resnet{}", ("depth", "variant", "args", "init"), places_residuals=True),
         Architecture("transformer", "translation", "size", "transformer_{}", ("size", "variant", "args", "pad_id", "dropout"),
                      places_residuals=True),
         # paper 003's nets for its per-block analyses (models/iter_resnets.py); sizes: "paper", "mini"
@@ -132,8 +132,8 @@ ARCHITECTURES: dict[str, Architecture] = {
         Architecture("avgpool_resnet", "classification", "size", "avgpool_resnet_{}", ("size", "variant", "args")),
         Architecture("wide_resnet", "classification", "size", "wide_resnet_{}", ("size", "variant", "args")),
         # paper 003 Sec. 4.5: PreAct-ResNets sharing their top blocks, one per BN strategy
-        # (models/shared_resnet.py); sizes: the paper's depth "110", "146", "182", or "mini110", ...
-        *(Architecture(f"shared_resnet_{s}", "classification", "size", f"shared_resnet_{s}_{{}}", ("size", "variant", "args"))
+        # (models/shared_resnet.py); sizes: the paper's depth "110", "146", "182", or "mini110", ...; `init` as preact_resnet's
+        *(Architecture(f"shared_resnet_{s}", "classification", "size", f"shared_resnet_{s}_{{}}", ("size", "variant", "args", "init"))
           for s in ("naive", "stats", "stats_gamma", "ubn")),
         # paper 002's simplified nets, plain or residual (models/simple_net.py); depth 3n+2; `init` from the recipe
         Architecture("simple_net", "classification", "depth", "simple_net{}", ("depth", "variant", "args", "init")),

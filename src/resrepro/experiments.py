@@ -425,13 +425,14 @@ def make_plan(config: dict) -> Plan:
             runs = _plan_cell(config, plan, table["task"], table["paper"], table_id, row, f"{table_id}.rows[{i}]", "table")
             plan.rows.append({"table": table_id, "row": i, "label": row["label"],
                               "baseline": row.get("baseline", table.get("baseline")), "runs": runs,
+                              "model_keys": model_keys(plan.runs[runs[0]]),
                               **({"measurement": table["measurement"], "settings": table["settings"]} if "quantity" in row else {})})
         for k, entry in enumerate(config.get("extra_rows") or []):
             row = extra_row(table, entry, f"{table_id}: extra_rows[{k}]")
             if row is not None:
                 runs = _plan_cell(config, plan, table["task"], table["paper"], table_id, row, f"{table_id} (extra_rows[{k}])", "table")
                 plan.rows.append({"table": table_id, "row": len(table["rows"]) + k, "label": row["label"], "baseline": row["baseline"],
-                                  "runs": runs, "spec": row})
+                                  "runs": runs, "spec": row, "model_keys": model_keys(plan.runs[runs[0]])})
     for figure_id, figure in plan.figures.items():
         for i, cell in enumerate(figure["cells"]):
             runs = _plan_cell(config, plan, figure["task"], figure["paper"], figure_id, cell, f"{figure_id}.cells[{i}]", "figure")
@@ -702,6 +703,13 @@ def _check_max_train_len(task: str, recipe: dict, where: str) -> None:
         rounded = f" (padded to length_bucket {bucket}: {padded})" if bucket else ""
         raise ConfigError(f"{where}: {task}.max_train_len {limit}{rounded} exceeds the {catalog.MAX_POSITIONS} positions "
                           "the model holds; lower it")
+
+
+def model_keys(run: Run) -> dict:
+    """What the run's model reads of its recipe beyond its size, variant and args (the
+    architecture's run_keys, e.g. paper 003's `init`): a parameter count of the row needs them."""
+    recipe = json.loads(run.recipe_json)
+    return {key: recipe[key] for key in catalog.architecture(run.model).run_keys if key in recipe}
 
 
 def train_spec(config: dict, run: Run) -> dict:

@@ -33,6 +33,7 @@ UNFINISHED = ("failed", "incomplete", "missing")
 # last training loss may come to ln(classes), what predicting every class alike gives, before its
 # row says the net did not learn: a verdict on such nets says nothing about trained ones.
 CLASSES = {"cifar10": 10, "cifar100": 100, "digits": 10}
+CIFAR_IMAGES = {"in_channels": 3, "image_size": 32}  # what a paper-scale classifier's model spec takes of its data
 UNLEARNED_SHARE = 0.97
 DIGITS = {"train_loss": 4}  # decimals a metric is shown with: a loss of 0.0723 is not 0.07
 RUN_COLUMNS = ["run", "task", "dataset", "arch", "recipe", "variant_id", "seed", "status", "error", "final_test_error", "best_test_error", "best_epoch", "final_train_error", "final_train_loss", "best_train_loss",
@@ -191,18 +192,24 @@ def loop_time_ratio(runs: pd.DataFrame, row_runs: list[str], baseline_runs: list
     return float(mean_time(row_runs) / mean_time(baseline_runs))
 
 
-def parameters_at_paper_size(row: dict, task: str) -> int:
+def parameters_at_paper_size(row: dict, task: str, model_keys: dict | None = None) -> int:
     """Parameters of the row's model at the paper's size, counted on the meta device (no memory):
-    our side of the papers' parameter columns (docs/parameters.md). A Transformer's count uses the
-    joint vocabulary the pipeline builds for the row's dataset at paper scale (VOCAB_SIZES); a
-    classifier's, the dataset's classes and RGB input."""
+    our side of the papers' parameter columns (docs/parameters.md). `model_keys`: what the model
+    reads of the row's recipe (experiments.model_keys, e.g. paper 003's init, which adds conv biases)."""
     from .. import models
 
     arch = models.registry.get(row.get("arch", models.registry.DEFAULT_FOR_TASK[task]))
-    spec = {"arch": arch.name, arch.size_key: row[arch.size_key], "variant": row["variant"], "args": row.get("args") or {}}
+    spec = {"arch": arch.name, arch.size_key: row[arch.size_key], "variant": row["variant"], "args": row.get("args") or {},
+            **(model_keys or {})}
+    return _parameters_of(json.dumps({**spec, **data_inputs(task, row["dataset"])}, sort_keys=True))
+
+
+def data_inputs(task: str, dataset: str) -> dict:
+    """What a model spec takes of the paper's dataset: a Transformer the joint vocabulary the
+    pipeline builds for it at paper scale (VOCAB_SIZES), a classifier the classes and CIFAR's images."""
     if task == "translation":
-        return _parameters_of(json.dumps({**spec, "pad_id": 0, "vocab_size": VOCAB_SIZES[row["dataset"]]}, sort_keys=True))
-    return _parameters_of(json.dumps({**spec, "classes": CLASSES[row["dataset"]], "in_channels": 3}, sort_keys=True))
+        return {"pad_id": 0, "vocab_size": VOCAB_SIZES[dataset]}
+    return {"classes": CLASSES[dataset], **CIFAR_IMAGES}
 
 
 def unlearned_note(train_losses: pd.Series, dataset: str) -> str:
@@ -304,7 +311,7 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
             if table["task"] == "translation":
                 line["bootstrap_p"] = json.dumps(bootstrap_p_values(results_dir, runs, plan_row["runs"], baseline["runs"], bootstrapped))
         if new and table["task"] in ("classification", "translation"):  # what the row's design costs, beside what it gains
-            line["parameters_at_paper_size"] = parameters_at_paper_size(spec, table["task"])
+            line["parameters_at_paper_size"] = parameters_at_paper_size(spec, table["task"], plan_row.get("model_keys"))
             line["loop_time_ratio"] = loop_time_ratio(runs, plan_row["runs"], (baseline or plan_row)["runs"])
         ok = [r for r in plan_row["runs"] if runs.loc[r, "status"] == "ok"]
         unlearned = unlearned_note(runs.loc[ok, "final_train_loss"], first["dataset"]) if table["task"] == "classification" and ok else ""
@@ -316,7 +323,7 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path
             line["train_error"] = runs.loc[ok, "final_train_error"].astype(float).mean()
             line["paper_train_error"] = spec["paper_train_error"]
         if table["task"] == "translation" or "paper_parameters" in spec:
-            line["parameters_at_paper_size"] = parameters_at_paper_size(spec, table["task"])
+            line["parameters_at_paper_size"] = parameters_at_paper_size(spec, table["task"], plan_row.get("model_keys"))
             line["paper_parameters"] = spec.get("paper_parameters")
         out_rows.append(line)
 

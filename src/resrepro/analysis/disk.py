@@ -69,16 +69,13 @@ def kept_files(run: Run) -> dict[str, int]:
 def weight_bytes(run: Run, config: dict) -> int:
     """The bytes of the run's weights: its model's parameters at the run's size, 4 bytes each (8 in float64)."""
     from .. import models
-    from ..data import subword
-    from .aggregate import CLASSES, _parameters_of
+    from .aggregate import _parameters_of, data_inputs
 
     spec = train_spec(config, run)
-    if run.task == "classification":
-        inputs = {"classes": CLASSES[run.dataset], "in_channels": 3}
-    elif run.task == "translation":
-        inputs = {"vocab_size": subword.VOCAB_SIZES[run.dataset]}
-    else:
+    if run.task == "captioning":
         inputs = {"vocab_size": COCO_VOCABULARY, "feature_dim": BACKBONE_CHANNELS + CENTRE_VALUES}
+    else:
+        inputs = data_inputs(run.task, run.dataset)
     counted = models.model_spec(spec, **inputs)
     return _parameters_of(json.dumps(counted, sort_keys=True)) * (8 if spec.get("dtype") == "float64" else 4)
 

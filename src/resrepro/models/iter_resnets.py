@@ -3,8 +3,12 @@ original PreAct-ResNet-110 (preact_resnet.py).
 
 All three stack pre-activation blocks, BN-ReLU-conv3x3-BN-ReLU-conv3x3, whose outputs combine with
 an identity skip through the residual registry (paper 003 uses x + F: variant `add`), and end in
-the paper's classifier, BN-ReLU-global average pool-linear. Following the paper: every conv has
-a bias, weights are He-normal ("He et al. (2015)", fan-in, as Keras' he_normal) and biases 0.
+the paper's classifier: "BatchNorm→ReLU→AveragePool(8,8)→Flatten→Fully-Connected-Layer(#Classes)".
+On the single-representation net's 32x32 maps that pool leaves 4x4 of them (1,600 features); on
+maps of 8x8 or less (the other two nets, and every net on 8x8 digits) it averages the whole map,
+as Keras' 'same' padding would, so the model spec carries the input's `image_size`. Following the
+paper: every conv has a bias, weights are He-normal ("He et al. (2015)", fan-in, as Keras'
+he_normal) and biases 0.
 
 - single_rep_resnet: "a 3x3 convolution layer with 100 filters ... followed by 10 residual blocks
   such that all hidden representations have the same height and width": no change of width or
@@ -20,10 +24,9 @@ Sizes: "paper" is the paper's; "mini" fits scikit-learn's 8x8 digits on a CPU (c
 maps the paper's size to it): the same block counts, narrower (32 filters; wide 32/64/128).
 
 Parameters: the paper counts as Keras does, BN's running statistics included (4 numbers per
-channel). The avg-pooling net then has the paper's 12,201,310 exactly; `keras_count` gives it.
-The single-representation net counts 1,814,210 (the paper prints 1,829,210 after describing the
-classifier) and the wide net 39,022,410 (the paper: 45,732,842); the text gives no more detail to
-close either gap.
+channel); `keras_count` gives it. The avg-pooling net has the paper's 12,201,310 and the
+single-representation net its 1,829,210 exactly; the wide net counts 39,022,410 (the paper:
+45,732,842; docs/parameters.md).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from .. import residual
 from .preact_resnet import PreActBlock
 from .registry import register
 
+CLASSIFIER_POOL = 8  # the classifier's AveragePool(8,8)
 # (filters per stage, blocks per stage, 2x2 average pooling after each stage, strided 1x1 between stages)
 SIZES = {
     "single_rep_resnet": {"paper": ((100,), 10, False), "mini": ((32,), 10, False)},
@@ -49,20 +53,24 @@ class StagedResNet(nn.Module):
     or a strided 1x1 conv where the width changes) -> BN-ReLU-pool-linear."""
 
     def __init__(self, widths: tuple[int, ...], blocks: int, pool: bool, num_classes: int, variant: str,
-                 args: dict | None, in_channels: int):
+                 args: dict | None, in_channels: int, image_size: int):
         super().__init__()
         args = residual.validate(variant, args)
         self.stem = nn.Conv2d(in_channels, widths[0], 3, 1, 1)
         layers: list[nn.Module] = []
+        side = image_size  # the maps' height and width
         for stage, width in enumerate(widths):
             if stage > 0 and width != widths[stage - 1]:
                 layers.append(nn.Conv2d(widths[stage - 1], width, 1, 2))  # the shortcut layer between stages
+                side = (side + 1) // 2
             layers += [PreActBlock(width, width, 1, variant, args, bias=True) for _ in range(blocks)]
             if pool:
                 layers.append(nn.AvgPool2d(2))
+                side //= 2
         self.body = nn.Sequential(*layers)
         self.bn = nn.BatchNorm2d(widths[-1])
-        self.fc = nn.Linear(widths[-1], num_classes)
+        self.pool = min(CLASSIFIER_POOL, side)
+        self.fc = nn.Linear(widths[-1] * (side // self.pool) ** 2, num_classes)
         for m in self.modules():
             if isinstance(m, (nn.Conv2d, nn.Linear)):
                 nn.init.kaiming_normal_(m.weight, mode="fan_in", nonlinearity="relu")
@@ -70,7 +78,7 @@ class StagedResNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.body(self.stem(x))
-        return self.fc(F.relu(self.bn(out)).mean(dim=(2, 3)))
+        return self.fc(F.avg_pool2d(F.relu(self.bn(out)), self.pool).flatten(1))
 
 
 def keras_count(model: nn.Module) -> int:
@@ -85,7 +93,8 @@ def _builder(name: str):
         if spec["size"] not in sizes:
             raise residual.ConfigError(f"{name}: size {spec['size']!r} unknown; allowed: {', '.join(sizes)}")
         widths, blocks, pool = sizes[spec["size"]]
-        return StagedResNet(widths, blocks, pool, spec["classes"], spec["variant"], spec["args"], spec["in_channels"])
+        return StagedResNet(widths, blocks, pool, spec["classes"], spec["variant"], spec["args"], spec["in_channels"],
+                            spec.get("image_size", CLASSIFIER_POOL))
 
     return register(name)(build)
 

@@ -65,13 +65,13 @@ class SharedPreActResNet(PreActResNet):
     `blocks - own` times (shared_steps)."""
 
     def __init__(self, blocks: int, own: int, strategy: str, num_classes: int, variant: str = "add", args: dict | None = None,
-                 in_channels: int = 3):
+                 in_channels: int = 3, init: str = "fan_out"):
         nn.Module.__init__(self)
         self.blocks_per_stage, self.strategy = blocks, strategy
-        self._build(own, num_classes, variant, args, in_channels)
+        self._build(own, num_classes, variant, args, in_channels, init)
 
     def stage_blocks(self, stage: int, in_ch: int, out_ch: int, n: int, variant: str, args: dict) -> list[nn.Module]:
-        shared = PreActBlock(out_ch, out_ch, 1, variant, args)
+        shared = PreActBlock(out_ch, out_ch, 1, variant, args, bias=self.conv_bias)
         return super().stage_blocks(stage, in_ch, out_ch, n, variant, args) + shared_steps(
             shared, self.blocks_per_stage - n, self.strategy, variant, args)
 
@@ -84,7 +84,8 @@ def _builder(strategy: str):
         if size not in SIZES:
             raise residual.ConfigError(f"{name}: size {size!r} unknown; allowed: {', '.join(SIZES)}")
         blocks, own = SIZES[size]
-        return SharedPreActResNet(blocks, own, strategy, spec["classes"], spec["variant"], spec["args"], spec["in_channels"])
+        return SharedPreActResNet(blocks, own, strategy, spec["classes"], spec["variant"], spec["args"], spec["in_channels"],
+                                  spec.get("init", "fan_out"))
 
     return register(name)(build)
 

@@ -89,7 +89,8 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
 
     torch.manual_seed(spec["seed"])
     gen = torch.Generator().manual_seed(spec["seed"])  # shuffling and augmentation, CPU, saved in checkpoints
-    model_spec = models.model_spec(spec, classes=len(data["classes"]), in_channels=data["train_x"].shape[1])
+    model_spec = models.model_spec(spec, classes=len(data["classes"]), in_channels=data["train_x"].shape[1],
+                                  image_size=data["train_x"].shape[-1])
     with speed.building():
         model = models.build(model_spec)
     model = speed.place(model, device)
