@@ -68,7 +68,10 @@ def test_paper_plan_runs_five_seeds_at_the_papers_depths():
         ("single_rep_resnet_paper", "iter-single+iter-snapshots"), ("avgpool_resnet_paper", "iter-pool+iter-snapshots"),
         ("wide_resnet_paper", "iter-wide+iter-snapshots")}
     # Table 1's nets (and Figs. 6-9's) train by the original ResNet's recipe, 4 seeds (Table 1, Fig. 7)
-    assert {recipe for r, recipe in recipes if r.startswith(("preact", "shared"))} == {"iter-resnet110+iter-snapshots+iter-init"}
+    assert {recipe for r, recipe in recipes if r.startswith("preact")} == {"iter-resnet110+iter-snapshots+iter-init"}
+    assert {recipe for r, recipe in recipes if r.startswith("shared")} == {"iter-resnet110+iter-shared+iter-snapshots+iter-init"}
+    shared = experiments.train_spec(paper, next(r for r in plan.runs.values() if r.arch.startswith("shared")))
+    assert (shared["epochs"], shared["lr_milestones"]) == (200, [80, 120])  # the axes of its Figures 18-19
     assert {r.seed for r in plan.runs.values() if r.recipe.startswith("iter-resnet110")} == {0, 1, 2, 3}
     single = experiments.train_spec(paper, next(r for r in plan.runs.values() if r.recipe == "iter-single+iter-snapshots"))
     assert (single["epochs"], single["lr_milestones"], single["lr_decay"], single["warmup_iterations"]) == (200, [40, 60, 80], 0.2, 0)
