@@ -122,6 +122,18 @@ def test_cosine_takes_the_gradient_through_the_blocks_above():
     assert values(frame)[1] == pytest.approx(1.0, abs=1e-6)
 
 
+def test_a_confident_examples_cosine_keeps_its_gradient():
+    """Block 1 scales h by 201 (F = 200h) and the labels are the classes the net gives: margins 2s
+    of about 60, where a float32 loss's gradient is exactly 0 (and the cosine with it). The
+    gradient's direction is still defined: dL/dh_1 pushes s further, so cos = -|sum h| /
+    (||h|| sqrt(N)) per example, which the float64 loss keeps."""
+    sample = data(20, lambda x: (((x.float() / 255 - 0.5) / 0.25).mean(dim=(1, 2, 3)) < 0).long())
+    h = ((sample["test_x"].double() / 255 - 0.5) / 0.25).flatten(1)
+    expected = (-h.sum(1).abs() / (h.norm(dim=1) * h.shape[1] ** 0.5)).mean().item()
+    frame = blocks.measure_grad_cosine(Toy([200.0]), sample, SETTINGS, CPU)
+    assert abs(expected) > 0.01 and values(frame)[1] == pytest.approx(expected, rel=1e-6)
+
+
 def test_cosine_leaves_no_gradient_on_the_weights():
     net = models.build({"arch": "preact_resnet", "depth": 8, "variant": "add", "args": {}, "classes": 3, "in_channels": 1})
     blocks.measure_grad_cosine(net, {**data(), "test_y": torch.zeros(20, dtype=torch.long)}, SETTINGS, CPU)

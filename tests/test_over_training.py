@@ -186,3 +186,16 @@ def test_the_measurement_declares_the_quantities_it_writes():
     from resrepro import catalog
 
     assert catalog.MEASUREMENTS["over_training"].quantities == over_training.QUANTITIES
+
+
+def test_the_cosine_takes_the_gradient_at_h_with_the_classifier_right_after_it_not_after_the_block():
+    """Appendix C plugs the classifier "right after each hidden representation": L_1 on h_1, the
+    block's input. Block 1 maps h to -h (F = -2h), labels 0, logits (s, -s), s = mean(h): dL/dh_1
+    is a negative constant, so cos(F_1, dL/dh_1) = sum(h) / (||h|| sqrt(N)) per example. With the
+    classifier after block 1 the gradient would pass through it and flip: the opposite sign."""
+    sample = data()
+    h = ((sample["test_x"].double() / 255 - 0.5) / 0.25).flatten(1)
+    expected = (h.sum(1) / (h.norm(dim=1) * h.shape[1] ** 0.5)).mean().item()
+    frame = measure_last_stage(Toy([-2.0, 0.0]), sample, SETTINGS, CPU)
+    assert abs(expected) > 0.01 and of(frame, COSINE)[1] == pytest.approx(expected, rel=1e-5)
+

@@ -32,7 +32,6 @@ from contextlib import contextmanager
 
 import pandas as pd
 import torch
-from torch.nn import functional as F
 
 from ..data.images import normalize
 from ..residual import Residual
@@ -164,13 +163,39 @@ def measure_block_drop(model: torch.nn.Module, data: dict, settings: dict, devic
     return pd.DataFrame(_rows(sums, counts, "accuracy (%), block dropped (0: none)"))
 
 
-def loss_gradients(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, recorded) -> tuple[torch.Tensor, ...]:
+def loss_gradients(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, recorded, directions: bool = False) -> tuple[torch.Tensor, ...]:
     """dL/dt for each tensor t that the forward pass records (`recorded()` lists them after it), L
     the summed cross-entropy: each example's loss has its own gradient, as eval-mode BN mixes no
-    examples. Weights get no gradient (autograd.grad, not backward)."""
+    examples. Weights get no gradient (autograd.grad, not backward). `directions`: each example's
+    gradient scaled by a positive factor of its own (logit_gradient), for a cosine."""
     with torch.enable_grad():
-        loss = F.cross_entropy(model(x).float(), y, reduction="sum")
-        return torch.autograd.grad(loss, recorded())
+        logits = model(x)
+        return torch.autograd.grad(logits, recorded(), grad_outputs=logit_gradient(logits, y, directions))
+
+
+def logit_gradient(logits: torch.Tensor, y: torch.Tensor, directions: bool = False) -> torch.Tensor:
+    """dL/dz of the cross-entropy, softmax(z) - onehot(y), in float64 with the true class's entry
+    written as minus the other classes' probabilities: 1 - p_y itself rounds to 0 once the margin
+    passes about 17 (float32) or 37 (float64), and the gradient, which the cosines read, with it.
+    `directions`: each example's row scaled to unit length, so that its direction, all a cosine
+    reads, survives the float32 backward pass however confident the example."""
+    p = torch.softmax(logits.detach().double(), dim=1)
+    others = p.scatter(1, y[:, None], 0.0)
+    grad = others.scatter(1, y[:, None], -others.sum(1, keepdim=True))
+    if directions:
+        grad = grad / grad.norm(dim=1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
+    return grad.to(logits.dtype)
+
+
+def cosine(f: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """Per example, cos(f, g) in float64, 0 where either is 0. torch's cosine_similarity clamps the
+    norms' product at 1e-8, which would shrink the cosine of a confident example's tiny gradient."""
+    f, g = f.detach().double().flatten(1), g.detach().double().flatten(1)
+    norms = f.norm(dim=1) * g.norm(dim=1)
+    return torch.where(norms > 0, (f * g).sum(1) / norms.clamp_min(torch.finfo(torch.float64).tiny), 0.0)
+
+
+
 
 
 def measure_grad_cosine(model: torch.nn.Module, data: dict, settings: dict, device: torch.device) -> pd.DataFrame:
@@ -182,10 +207,10 @@ def measure_grad_cosine(model: torch.nn.Module, data: dict, settings: dict, devi
         for split in settings["splits"]:
             counts[split] = 0
             for x, y in batches(data, split, settings, device):
-                grads = loss_gradients(model, x, y, lambda: [h for h, _ in seen])
+                grads = loss_gradients(model, x, y, lambda: [h for h, _ in seen], directions=True)
                 counts[split] += len(y)
                 for i, ((_, f), g) in enumerate(zip(seen, grads)):
-                    cos = F.cosine_similarity(f.detach().float().flatten(1), g.float().flatten(1), dim=1)
+                    cos = cosine(f, g)
                     sums[split, i + 1] = sums.get((split, i + 1), 0.0) + cos.sum().item()
     return pd.DataFrame(_rows(sums, counts, "cos(F(h), dL/dh)"))
 

@@ -8,10 +8,12 @@ residual block, this set of experiments is achieved by plugging the classifier r
 hidden representation and measuring the cosine between the gradient w.r.t. hidden representation
 and the corresponding residual block's output."
 
-So for each block i of the last stage (the blocks whose output has the last block's shape), with
-the final classifier plugged after it (the blocks above dropped, borderline.logits_after):
-- accuracy (%) of that classifier;
-- cos(F_i(h_i), dL_i/dh_i), L_i that classifier's cross-entropy (not the whole net's, as in Fig. 4);
+So for each block i of the last stage (the blocks whose output has the last block's shape):
+- accuracy (%) of the final classifier plugged after the block (the blocks above dropped,
+  borderline.logits_after);
+- cos(F_i(h_i), dL_i/dh_i), L_i the cross-entropy of the final classifier plugged "right after"
+  h_i, the block's input (block i and those above dropped): the Taylor term of the paper's eq. 3,
+  L(h_i + F_i(h_i)) ~ L(h_i) + F_i(h_i) . dL(h_i)/dh_i, with F_i(h_i) from the whole net;
 - ||F_i(h_i)|| / ||h_i|| in the whole net (as Fig. 2).
 Each is measured on every snapshot the run kept (its recipe's `snapshots`: the weights at
 initialisation and at evenly spaced epochs), so nothing is trained again for it; the measure job
@@ -24,10 +26,9 @@ from contextlib import ExitStack
 
 import pandas as pd
 import torch
-from torch.nn import functional as F
 
 from . import register
-from .blocks import spearman, batches, dropped, per_example_norm, recording, require_blocks, splits_of
+from .blocks import batches, cosine, dropped, logit_gradient, per_example_norm, recording, require_blocks, spearman, splits_of
 
 ACCURACY = "accuracy (%), classifier after the block"
 COSINE = "cos(F(h), dL/dh), classifier after the block"
@@ -46,31 +47,38 @@ def measure_last_stage(model: torch.nn.Module, data: dict, settings: dict, devic
     blocks = require_blocks(model, "over_training")
     sums, counts, stage = {}, {}, None
     model.eval()
+
+    def add(split: str, block: int, quantity: str, values: torch.Tensor) -> None:
+        sums[split, block + 1, quantity] = sums.get((split, block + 1, quantity), 0.0) + values.sum().item()
+
     for split in settings["splits"]:
         counts[split] = 0
         for x, y in batches(data, split, settings, device):
             counts[split] += len(y)
             with torch.no_grad(), recording(blocks) as seen:
-                model(x)
+                logits = model(x)
                 if stage is None:
                     stage = last_stage([tuple(f.shape[1:]) for _, f in seen])
+                branches = {i: seen[i][1].float() for i in stage}  # F_i(h_i) in the whole net
                 for i in stage:
-                    ratio = per_example_norm(seen[i][1].float()) / per_example_norm(seen[i][0].float())
-                    sums[split, i + 1, RATIO] = sums.get((split, i + 1, RATIO), 0.0) + ratio.sum().item()
-            for i in stage:
+                    add(split, i, RATIO, per_example_norm(branches[i]) / per_example_norm(seen[i][0].float()))
+            add(split, stage[-1], ACCURACY, correct(logits, y))
+            for i in stage:  # the classifier on h_i: block i and those above dropped
                 with ExitStack() as stack, torch.enable_grad():
-                    for block in blocks[i + 1 :]:
+                    for block in blocks[i:]:
                         stack.enter_context(dropped(block))
                     seen = stack.enter_context(recording(blocks))
-                    logits = model(x).float()
-                    h, f = seen[i]
-                    (grad,) = torch.autograd.grad(F.cross_entropy(logits, y, reduction="sum"), [h])
-                cos = F.cosine_similarity(f.detach().float().flatten(1), grad.float().flatten(1), dim=1)
-                correct = 100.0 * (logits.detach().argmax(1) == y).float()
-                for quantity, values in ((ACCURACY, correct), (COSINE, cos)):
-                    sums[split, i + 1, quantity] = sums.get((split, i + 1, quantity), 0.0) + values.sum().item()
+                    logits = model(x)
+                    (grad,) = torch.autograd.grad(logits, [seen[i][0]], grad_outputs=logit_gradient(logits, y, directions=True))
+                add(split, i, COSINE, cosine(branches[i], grad))
+                if i - 1 in stage:  # h_i is block i-1's output: the classifier after block i-1
+                    add(split, i - 1, ACCURACY, correct(logits.detach(), y))
     return pd.DataFrame([{"split": split, "block": block, "quantity": quantity, "value": total / counts[split], "examples": counts[split]}
                          for (split, block, quantity), total in sums.items()])
+
+
+def correct(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return 100.0 * (logits.argmax(1) == y).float()
 
 
 def summarize_over_training(frame: pd.DataFrame) -> str:

@@ -27,10 +27,9 @@ from contextlib import contextmanager
 import pandas as pd
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from . import register
-from .blocks import batches, forward_hooks, loss_gradients, per_example_norm, require_blocks, splits_of
+from .blocks import batches, cosine, forward_hooks, loss_gradients, per_example_norm, require_blocks, splits_of
 from .borderline import add_group_sums, groups
 
 
@@ -152,7 +151,7 @@ def measure_unroll_blocks(model: nn.Module, data: dict, settings: dict, device: 
             for x, y in batches(data, split, settings, device):
                 index = unrollable(model, x) if index is None else index
                 with unrolled(model, settings["steps"], scale, index), every_call(combiners) as calls:
-                    grads = loss_gradients(model, x, y, lambda: [h for _, h, _ in calls])
+                    grads = loss_gradients(model, x, y, lambda: [h for _, h, _ in calls], directions=True)
                 counts[split] += len(y)
                 runs_of_unrolled = 0
                 for (i, h, f), g in zip(calls, grads):
@@ -160,7 +159,7 @@ def measure_unroll_blocks(model: nn.Module, data: dict, settings: dict, device: 
                     if i == index:  # its first call is the trained block, the next ones its extra steps
                         extra, runs_of_unrolled = runs_of_unrolled, runs_of_unrolled + 1
                     f, h = f.detach().float(), h.detach().float()
-                    cos = F.cosine_similarity(f.flatten(1), g.float().flatten(1), dim=1)
+                    cos = cosine(f, g)
                     for quantity, v in (("cos(F(h), dL/dh)", cos), ("||F(h)|| / ||h||", per_example_norm(f) / per_example_norm(h))):
                         key = (split, scale, extra, i + 1 if not extra else len(combiners) + extra, quantity)
                         sums[key] = sums.get(key, 0.0) + v.sum().item()
