@@ -156,13 +156,14 @@ def test_a_quantity_without_the_tables_measurement_is_refused(tmp_path):
 
 
 def test_measured_rows_plan_measure_jobs_on_the_tables_runs_with_the_tables_settings():
-    """noise-t4 reads noise-t1's runs (same cells, same recipe): no training of its own."""
+    """noise-t4 reads noise-t1's runs (same cells, same recipe): no training of its own; both
+    tables' measured rows ask the same measurement with the same settings, one job a run."""
     from fake_runs import config_for
 
     plan = make_plan(config_for(["noise-t1", "noise-t4"], seeds=2))
     t1_runs = {r for row in plan.rows if row["table"] == "noise-t1" for r in row["runs"]}
     asked = {(run, name, who) for run, name, _, who in measured(plan)}
-    assert {run for run, _, _ in asked} == t1_runs and {(n, w) for _, n, w in asked} == {("weight_stats", "noise-t4")}
+    assert {run for run, _, _ in asked} == t1_runs and {(n, w) for _, n, w in asked} == {("weight_stats", "noise-t1"), ("weight_stats", "noise-t4")}
     assert measure_settings(plan, sorted(t1_runs)[0], "weight_stats") == {"examples": 50000, "batch_size": 500, "large": 0.25}
 
 
