@@ -97,17 +97,18 @@ def test_layer_cushion_writes_quantiles_per_block_and_a_residual_net_at_init_has
     assert summary.startswith("median cushion") and "mean over the 6 blocks" in summary
 
 
-def test_the_gradient_at_the_final_activation_is_the_classifiers_pulled_back_over_the_pool():
-    """dL/dh at every position of the last block's output: (softmax(z) - onehot(y)) W / (H W), the
-    classifier's weights W pulled back through the average pool; the activation is the block's output."""
+def test_the_final_activation_is_the_pooled_output_and_its_gradient_the_classifiers():
+    """a^L is "the outputs of the average layer following the ReLU function" (SM D.4.2): the last
+    block's output averaged over its positions, one value a channel; dL/da^L = (softmax(z) -
+    onehot(y)) W, the classifier's weights W."""
     torch.manual_seed(0)
     net = models.build({"arch": "simple_net", "depth": 5, "variant": "add", "classes": 10, "in_channels": 3})
     x, y = torch.randn(3, 3, 8, 8), torch.tensor([1, 4, 7])
     final, gradient = cushion.final_activations(net, x, y)
-    assert torch.allclose(final, net.blocks(F.relu(net.stem(x))), atol=1e-6)
+    assert final.shape == (3, 64) and torch.allclose(final, net.blocks(F.relu(net.stem(x))).mean(dim=(2, 3)), atol=1e-6)
     logits = net(x)
-    expected = (logits.softmax(1) - F.one_hot(y, 10)) @ net.fc.weight / (2 * 2)  # the last group: 2 x 2 positions
-    assert torch.allclose(gradient, expected.detach()[:, :, None, None].expand_as(gradient), atol=1e-6)
+    expected = (logits.softmax(1) - F.one_hot(y, 10)) @ net.fc.weight
+    assert torch.allclose(gradient, expected.detach(), atol=1e-6)
 
 
 def test_final_activations_histograms_count_every_value_and_state_its_moments():
@@ -116,7 +117,7 @@ def test_final_activations_histograms_count_every_value_and_state_its_moments():
     frame = cushion.measure_final_activations(net, data(6), SETTINGS, torch.device("cpu"))
     hist, stats = frame[frame["bin"].notna()], frame[frame["quantity"].notna()]
     for part in (cushion.FINAL, cushion.GRADIENT):
-        assert hist.loc[hist["part"] == part, "value"].sum() == 6 * 64 * 2 * 2  # every value, edge bins included
+        assert hist.loc[hist["part"] == part, "value"].sum() == 6 * 64  # every value (a channel an example), edge bins included
         moments = stats[stats["part"] == part].set_index("quantity")["value"]
         assert moments["mean / std"] == pytest.approx(moments["mean"] / moments["std"])
     for part in (cushion.FINAL, cushion.GRADIENT):  # 20 bins of 0.5 std over [-5, 5], centred
@@ -127,7 +128,7 @@ def test_final_activations_histograms_count_every_value_and_state_its_moments():
     for part, values in ((cushion.FINAL, final.flatten().double()), (cushion.GRADIENT, gradient.flatten().double())):
         expected = torch.histc((values / values.std()).clamp(-5, 5), bins=20, min=-5, max=5)
         assert hist.loc[hist["part"] == part, "value"].tolist() == expected.tolist()
-    # the final activation is a ReLU's output: never below 0, so nothing in the negative bins
+    # the final activation is the mean of a ReLU's outputs: never below 0, so nothing in the negative bins
     assert hist[(hist["part"] == cushion.FINAL) & (hist["bin"] < -0.5)]["value"].sum() == 0
     summary = cushion.summarize_final_activations(frame)
     assert "final activation / its std: mean / std" in summary and "excess kurtosis" in summary

@@ -110,16 +110,17 @@ FINAL, GRADIENT = "final activation / its std", "gradient of the loss at the fin
 
 
 def final_activations(net: SimpleNet, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The last block's output for each example, and the gradient of the example's own
-    cross-entropy with respect to it (summed over the batch, so no example's gradient depends on
-    the batch size)."""
+    """The final activation a^L of each example, "the outputs of the average layer following the
+    ReLU function" (SM D.4.2: 64 per example at CIFAR's widths, the classifier's input), and the
+    gradient of the example's own cross-entropy with respect to it (summed over the batch, so no
+    example's gradient depends on the batch size)."""
     kept: list[torch.Tensor] = []
 
-    def keep(module, args, output):  # returns None: the output stays the block's
-        output.retain_grad()
-        kept.append(output)
+    def keep(module, args):  # returns None: the classifier reads a^L unchanged
+        args[0].retain_grad()
+        kept.append(args[0])
 
-    handle = net.blocks[-1].register_forward_hook(keep)
+    handle = net.fc.register_forward_pre_hook(keep)
     try:
         with torch.enable_grad():
             F.cross_entropy(net(x), y, reduction="sum").backward()
