@@ -24,15 +24,60 @@ def identity_residual_net(depth: int) -> torch.nn.Module:
 
 def test_only_the_saps_carry_gradient_through_identity_blocks():
     """Depth 5 on 8x8: block 1 (16 channels, 8x8), block 2 (32, 4x4), block 3 (64, 2x2, the final
-    activation). Through the skips alone each sub-activation's gradient comes from its SAPs only:
-    dominant wherever any gradient arrives. The stride-2 skips read 1 position in 4, so 1/4 of
-    block 2's positions and 1/16 of block 1's receive gradient; the rest receive none (not dominant)."""
+    activation). Through the skips alone each sub-activation's gradient comes from its SAPs only.
+    The stride-2 skips read 1 position in 4, so 1/4 of block 2's positions and 1/16 of block 1's
+    receive gradient, all of it along the SAPs: every channel's mean ratio is infinite, and every
+    channel dominant (counting positions instead would give 1/16 and 1/4)."""
     torch.manual_seed(0)
     net = identity_residual_net(5)
     x, y = torch.randn(3, 3, 8, 8), torch.tensor([0, 3, 9])
-    assert dominant_flow.dominant_fractions(net, x, y).tolist() == pytest.approx([1 / 16, 1 / 4])
-    deeper = identity_residual_net(8)  # two blocks a group: the first group's both at 1/16, the second's at 1/4, then 1
-    assert dominant_flow.dominant_fractions(deeper, x, y).tolist() == pytest.approx([1 / 16, 1 / 16, 1 / 4, 1 / 4, 1.0])
+    assert dominant_flow.dominant_fractions(net, x, y).tolist() == pytest.approx([1.0, 1.0])
+    deeper = identity_residual_net(8)
+    assert dominant_flow.dominant_fractions(deeper, x, y).tolist() == pytest.approx([1.0] * 5)
+
+
+class TwoChannels(torch.nn.Module):
+    """Two blocks of 1x1 convs on 2 channels and 2 positions: block 1 the identity, block 2 mixes
+    by W (no bias) and scales its output channel c at position p by S[c, p]; a^L = the mean over
+    positions; the classifier's rows (1, 1) and (-1, -1) give |G_0| = |G_1|. So what reaches
+    channel i of block 1 from final channel j at p is |W[j, i]| S[j, p] |G| / 2."""
+
+    skip_repeats_channels = True
+
+    def __init__(self, w, s):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([torch.nn.Conv2d(2, 2, 1, bias=False), torch.nn.Conv2d(2, 2, 1, bias=False)])
+        self.fc = torch.nn.Linear(2, 2, bias=False)
+        self.register_buffer("s", torch.tensor(s)[None, :, None, :])
+        with torch.no_grad():
+            self.blocks[0].weight.copy_(torch.eye(2)[:, :, None, None])
+            self.blocks[1].weight.copy_(torch.tensor(w)[:, :, None, None])
+            self.fc.weight.copy_(torch.tensor([[1.0, 1.0], [-1.0, -1.0]]))
+        self.blocks[1].register_forward_hook(lambda module, args, output: output * self.s)
+
+    def forward(self, x):
+        h = x
+        for block in self.blocks:
+            h = block(h)
+        return self.fc(h.mean(dim=(2, 3)))
+
+
+@pytest.mark.parametrize("w, s, expected", [
+    # channel 0: along its SAP 1 x (1, 1), from channel 1 2 x (1, 0.1): ratios 0.5 and 5, mean 2.75:
+    # dominant (one position of two by position); channel 1: 0.5 x (1, 0.1) against 1 x (1, 1):
+    # ratios 0.5 and 0.05, not dominant
+    ([[1.0, 1.0], [2.0, 0.5]], [[1.0, 1.0], [1.0, 0.1]], 0.5),
+    # channel 1 as channel 0 now (3 x (1, 0.1) against 1 x (1, 1): ratios 3 and 0.3, mean 1.65): both
+    ([[1.0, 1.0], [2.0, 3.0]], [[1.0, 1.0], [1.0, 0.1]], 1.0),
+    # channel 0's ratios 0.4 and 4 (mean 2.2) but 0.9 and 0.09 for channel 1: channel 0 alone
+    ([[0.8, 1.0], [2.0, 0.9]], [[1.0, 1.0], [1.0, 0.1]], 0.5),
+])
+def test_a_sub_activation_is_a_whole_channel_dominant_on_its_mean_ratio(w, s, expected):
+    """Inequality 5 averages the ratio over a feature map's positions, and equation 13 counts
+    channels: the fraction of block 1's two channels that pass, by construction."""
+    net = TwoChannels(w, s)
+    x, y = torch.rand(3, 2, 1, 2) + 0.5, torch.tensor([0, 1, 0])
+    assert dominant_flow.dominant_fractions(net, x, y).tolist() == pytest.approx([expected])
 
 
 def test_a_block_that_mixes_every_channel_equally_leaves_no_dominant_flow():

@@ -1,19 +1,24 @@
 """Paper 002's dominant gradient flow in real nets (SM D.4.2, Figure 12 (a)).
 
-The loss's gradient G at the final activation h_L (the last block's output, 64 channels) flows back
-to every layer l. Split by where it comes from: M^l_j is what reaches layer l's output from final
-channel j alone (G kept on channel j, zero elsewhere, then back-propagated). A sub-activation
-(channel i, one position) of layer l lies on the signal-activation paths (SAPs) of the final
-channels its ID entries lead to: in the simplified nets D(i) = {j : j mod C_l = i} (one channel in
-a 64-channel layer; i, i + 16, i + 32, i + 48 from a 16-channel one: each widening conv's ID entries
-copy channel c to c and c + C); in the fully fledged ResNet, whose widening skip pads new channels
-with zeros, D(i) = {i}. Its gradient flow is dominant when what reaches it along its SAPs outweighs
-everything else:
+The loss's gradient G at the final activation a^L ("the outputs of the average layer following the
+ReLU", one per channel of the last block's output) flows back to every layer l. Split by where it
+comes from: M^l_j is what reaches layer l's output from final channel j alone (G kept on channel
+j, zero elsewhere, then back-propagated). A sub-activation of layer l is one channel i's whole
+feature map ("One sub-activation is typically viewed as a two-dimensional feature map"). It lies on
+the signal-activation paths (SAPs) of the final channels its ID entries lead to: in the simplified
+nets D(i) = {j : j mod C_l = i} (one channel in a 64-channel layer; i, i + 16, i + 32, i + 48 from
+a 16-channel one: each widening conv's ID entries copy channel c to c and c + C); in the fully
+fledged ResNet, whose widening skip pads new channels with zeros, D(i) = {i}. Its gradient flow is
+dominant when, averaged over the N positions p of its map, what reaches it along its SAPs
+outweighs everything else (the text's inequality 5: "The left-hand side of inequality 5 is the
+average ratio"):
 
-    sum_{j in D(i)} |M^l_j[i, p]|  >  sum_{j not in D(i)} |M^l_j[i, p]|      (the text's inequality 5)
+    (1 / N) sum_p  sum_{j in D(i)} |M^l_j[i, p]|  /  sum_{j not in D(i)} |M^l_j[i, p]|  >  1
 
-The measurement is the fraction of layer l's sub-activations where it holds (the text's equation
-13), averaged over the examples of one batch ("We further average over all training samples in a
+A position that nothing reaches (0 / 0: a ReLU that passes no gradient) adds 0; one reached along
+the SAPs alone adds infinity, so its channel passes. The measurement is the fraction of layer l's
+channels where it holds (the text's equation 13: "the number of sub-activations in that layer"),
+averaged over the examples of one batch ("We further average over all training samples in a
 mini-batch"). The last block's own output is not measured: its gradient comes only from itself.
 Plain nets have the same ID entries and SAPs, so the same fraction is defined for them.
 
@@ -76,7 +81,14 @@ def dominant_fractions(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -
     finally:
         for h in handles:
             h.remove()
-    return torch.stack([(sap > tot - sap).flatten(1).float().mean(dim=1).mean() for tot, sap in zip(total, along_saps)])
+    return torch.stack([dominant_share(sap, tot - sap) for tot, sap in zip(total, along_saps)])
+
+
+def dominant_share(along_saps: torch.Tensor, elsewhere: torch.Tensor) -> torch.Tensor:
+    """Of (examples, channels, positions...) gradient magnitudes: the share of channels whose mean
+    ratio over positions exceeds 1, averaged over the examples (the module's docstring)."""
+    ratio = torch.where(along_saps > 0, along_saps / elsewhere, torch.zeros_like(along_saps))  # x / 0 = inf; 0 / 0 = 0
+    return (ratio.flatten(2).mean(dim=2) > 1).float().mean(dim=1).mean()
 
 
 def measure_dominant_flow(model: torch.nn.Module, data: dict, settings: dict, device: torch.device) -> pd.DataFrame:
