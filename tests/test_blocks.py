@@ -229,6 +229,15 @@ def test_the_single_representation_net_has_the_papers_parameter_count_and_classi
     assert digits.fc.in_features == 32 and digits(torch.randn(2, 3, 8, 8)).shape == (2, 10)
 
 
+def test_a_staged_net_without_its_image_size_is_refused_and_the_wide_net_keeps_its_documented_count():
+    """The classifier's pool reads the input's size (1,600 features on CIFAR, 100 without): a spec
+    without it would silently count 15,000 weights short. The wide net: 39,022,410, not the paper's
+    45,732,842 (docs/parameters.md: no reading of the text with four blocks a stage gives it)."""
+    with pytest.raises(residual.ConfigError, match="needs the input's image_size"):
+        models.build({"arch": "single_rep_resnet", "size": "paper", "variant": "add", "args": {}, "classes": 10, "in_channels": 3})
+    assert keras_count(iter_net("wide_resnet", "paper", device="meta")) == 39_022_410
+
+
 def test_paper_003s_resnet_110_has_the_papers_parameter_count_under_its_recipe():
     """Sec. 4: "The model has a total of 1,742,762 parameters" (Keras' count), with the paper's
     "He-normal weight initialization ... and biases are initialized to 0": every conv has a bias,

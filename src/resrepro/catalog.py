@@ -170,7 +170,7 @@ def architecture(name: str, task: str | None = None) -> Architecture:
 @dataclass(frozen=True)
 class MeasurementSpec:
     name: str
-    task: str  # whose runs it reads: classification or translation
+    task: str | None  # whose runs it reads: classification or translation; None: computed, no run (its cells name curves)
     kind: str  # the tidy frame's shape, which picks the report's drawing: per_block, per_epoch
     defaults: dict  # its settings and their defaults; a figure may set each
     quantities: tuple[str, ...] = ()  # the quantities it writes where a figure may draw some of them (`quantities:`)
@@ -233,6 +233,9 @@ MEASUREMENTS: dict[str, MeasurementSpec] = {
         MeasurementSpec("dominant_flow", "classification", "per_block", {"examples": 128}),
         # Sec. 4.2: the interlayer cushion of each block of the fully fledged nets (measure/cushion.py)
         MeasurementSpec("interlayer_cushion", "classification", "per_block", {"examples": 10000, "splits": ["train"], "batch_size": 500, "probes": 16}),
+        # Appendix E, Fig. 13: P(|X| > |Y|) of two zero-mean Gaussians against the ratio of their
+        # deviations, in closed form and simulated (measure/gaussian.py); no run
+        MeasurementSpec("gaussian_inequality", None, "per_ratio", {"low": 0.01, "high": 100.0, "points": 41, "samples": 200000, "seed": 0}),
     )
 }
 

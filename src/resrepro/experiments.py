@@ -60,6 +60,7 @@ NOT_REPRODUCED_KEYS = {"paper", "caption", "source", "claim", "not_reproduced"}
 # rule, so that a release that adds or changes their columns rewrites them, without retraining.
 TIDY_FORMAT = 5
 CELL_KEYS = {"label", "dataset", "arch", "depth", "size", "variant", "args"}
+COMPUTED_CELL_KEYS = {"label", "curve"}  # a computed figure's cell: one of the curves its measurement computes
 # download_urls keys: the datasets a rule downloads (workflow/rules/data.smk); the captioning
 # backbone's weights are one more, under the backbone's name (rule fetch_backbone)
 DOWNLOADED = ("cifar10", "cifar100", "iwslt15_en_vi", "wmt14_en_de", "wmt14_en_fr", "mscoco")
@@ -277,7 +278,11 @@ def load_figures(source: str | Path | list | None) -> dict[str, dict]:
             _check_differences(figure, where)
             _check_checks(figure, where)
             for i, cell in enumerate(figure["cells"]):
-                _check_cell(task, cell, f"{where}.cells[{i}]", (), CELL_KEYS)
+                if task is None:  # computed: its cells name curves, not trained nets
+                    if set(cell) != COMPUTED_CELL_KEYS:
+                        raise ConfigError(f"{where}.cells[{i}]: a computed figure's cell has the keys {sorted(COMPUTED_CELL_KEYS)}; got {cell!r}")
+                else:
+                    _check_cell(task, cell, f"{where}.cells[{i}]", (), CELL_KEYS)
             figures[figure_id] = {**figure, "task": task, "settings": settings}
     return figures
 
@@ -435,6 +440,10 @@ def make_plan(config: dict) -> Plan:
                                   "runs": runs, "spec": row, "model_keys": model_keys(plan.runs[runs[0]])})
     for figure_id, figure in plan.figures.items():
         for i, cell in enumerate(figure["cells"]):
+            if figure["task"] is None:  # computed where the figures are aggregated: no run, no job
+                plan.measures.append({"figure": figure_id, "cell": i, "label": cell["label"], "measurement": figure["measurement"],
+                                      "settings": figure["settings"], "quantities": figure.get("quantities"), "runs": [], "curve": cell["curve"]})
+                continue
             runs = _plan_cell(config, plan, figure["task"], figure["paper"], figure_id, cell, f"{figure_id}.cells[{i}]", "figure")
             plan.measures.append({"figure": figure_id, "cell": i, "label": cell["label"], "measurement": figure["measurement"],
                                   "settings": figure["settings"], "quantities": figure.get("quantities"), "runs": runs})

@@ -35,6 +35,7 @@ UNFINISHED = ("failed", "incomplete", "missing")
 CLASSES = {"cifar10": 10, "cifar100": 100, "digits": 10}
 CIFAR_IMAGES = {"in_channels": 3, "image_size": 32}  # what a paper-scale classifier's model spec takes of its data
 UNLEARNED_SHARE = 0.97
+COMPUTED = "computed"  # the run column of a computed figure's rows (no run)
 DIGITS = {"train_loss": 4}  # decimals a metric is shown with: a loss of 0.0723 is not 0.07
 RUN_COLUMNS = ["run", "task", "dataset", "arch", "recipe", "variant_id", "seed", "status", "error", "final_test_error", "best_test_error", "best_epoch", "final_train_error", "final_train_loss", "best_train_loss",
                "bleu", "sacrebleu", "sacrebleu_signature", "test_sentences", "test_split_sentences", *CAPTION_METRICS, "spice_note", "features", "scst_updates", "train_length", "epochs_completed", "diverged_step", "parameters", "wall_time_s",
@@ -378,14 +379,23 @@ def aggregate_figures(measures: list[dict], results_dir: str | Path, runs: pd.Da
         extra = pd.DataFrame([read_run(results_dir, r) for r in only_figures]).reindex(columns=RUN_COLUMNS)
         runs = pd.concat([runs, extra], ignore_index=True)
     status = runs.set_index("run")["status"] if len(runs) else pd.Series(dtype=str)
+    computed: dict[tuple, pd.DataFrame] = {}  # (measurement, settings) -> its curves, computed once
     for m in measures:
-        ok = [r for r in m["runs"] if status.get(r) == "ok" and (results_dir / r / "measure" / f"{m['measurement']}.csv").exists()]
+        if "curve" in m:  # computed, no run (measure/__init__.py: a measurement of no task)
+            key = (m["measurement"], json.dumps(m["settings"], sort_keys=True))
+            if key not in computed:
+                computed[key] = measure.get(m["measurement"]).measure(None, None, m["settings"], None)
+            curves = {m["curve"]: computed[key][computed[key]["curve"] == m["curve"]].drop(columns="curve").reset_index(drop=True)}
+            ok = [COMPUTED]
+        else:
+            ok = [r for r in m["runs"] if status.get(r) == "ok" and (results_dir / r / "measure" / f"{m['measurement']}.csv").exists()]
         cell_frames = []
         for run in ok:
-            frame = pd.read_csv(results_dir / run / "measure" / f"{m['measurement']}.csv")
+            frame = curves[m["curve"]].copy() if run == COMPUTED else pd.read_csv(results_dir / run / "measure" / f"{m['measurement']}.csv")
             if m.get("quantities"):  # the figure draws these of the measurement's quantities
                 frame = frame[frame["quantity"].isin(m["quantities"])].reset_index(drop=True)
-            for i, (key, value) in enumerate(zip(FIGURE_COLUMNS, (m["figure"], m["cell"], m["label"], run, int(run.rsplit("seed", 1)[1])))):
+            seed = 0 if run == COMPUTED else int(run.rsplit("seed", 1)[1])
+            for i, (key, value) in enumerate(zip(FIGURE_COLUMNS, (m["figure"], m["cell"], m["label"], run, seed))):
                 frame.insert(i, key, value)
             cell_frames.append(frame)
         frames += cell_frames
@@ -396,7 +406,7 @@ def aggregate_figures(measures: list[dict], results_dir: str | Path, runs: pd.Da
             mean = measured.groupby(keys, as_index=False, dropna=False)["value"].mean()  # over seeds (rows may leave a key empty)
             summary = measure.get(m["measurement"]).summarize(mean)
         cells.append({"figure": m["figure"], "cell": m["cell"], "label": m["label"], "measurement": m["measurement"],
-                      "kind": measure.get(m["measurement"]).kind, "n": len(ok), "n_runs": len(m["runs"]), "summary": summary})
+                      "kind": measure.get(m["measurement"]).kind, "n": len(ok), "n_runs": max(len(m["runs"]), len(ok)), "summary": summary})
     return {
         "runs": runs,
         "figures": pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*FIGURE_COLUMNS, "value"]),

@@ -27,7 +27,8 @@ class Measurement(catalog.MeasurementSpec):  # name, task, kind (the report's dr
     summarize: Callable[[pd.DataFrame], str] = None  # the mean over a cell's runs -> what it shows
     reads: str = "model"  # "model": the final checkpoint; "log": the run's train_log.csv (no model, no data);
     # "snapshots": each snapshot the run kept (train/checkpoint.py), measured as a model, rows tagged with the epoch;
-    # "snapshot_ends": its first and its last snapshot only
+    # "snapshot_ends": its first and its last snapshot only; "nothing": computed (its task None, no run),
+    # measure(None, None, settings, None) gives every curve, a column `curve` naming each
     recipe_keys: tuple[str, ...] = ()  # keys of the run's training recipe it reads, passed in with its settings
 
 
@@ -55,7 +56,7 @@ IMPLEMENTED_IN = {"l2_ratio": "blocks", "block_drop": "blocks", "grad_cosine": "
                   "over_training": "over_training", "skip_scale": "skip_scale", "stage_norms": "stage_norms",
                   "unroll": "unroll", "unroll_blocks": "unroll", "weight_stats": "weights", "weight_histogram": "weights",
                   "layer_cushion": "cushion", "final_activations": "cushion", "dominant_flow": "dominant_flow",
-                  "interlayer_cushion": "cushion"}
+                  "interlayer_cushion": "cushion", "gaussian_inequality": "gaussian"}
 
 
 def get(name: str) -> Measurement:

@@ -92,9 +92,10 @@ def _builder(name: str):
         sizes = SIZES[name]
         if spec["size"] not in sizes:
             raise residual.ConfigError(f"{name}: size {spec['size']!r} unknown; allowed: {', '.join(sizes)}")
+        if "image_size" not in spec:  # the classifier's input depends on it: 1,600 features or 100 at paper size
+            raise residual.ConfigError(f"{name}: the model spec needs the input's image_size (the classifier's AveragePool(8,8) reads it)")
         widths, blocks, pool = sizes[spec["size"]]
-        return StagedResNet(widths, blocks, pool, spec["classes"], spec["variant"], spec["args"], spec["in_channels"],
-                            spec.get("image_size", CLASSIFIER_POOL))
+        return StagedResNet(widths, blocks, pool, spec["classes"], spec["variant"], spec["args"], spec["in_channels"], spec["image_size"])
 
     return register(name)(build)
 

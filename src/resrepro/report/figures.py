@@ -36,7 +36,8 @@ def _wrap(text: str, width: int = 40) -> str:
     return textwrap.fill(text, width)
 
 
-def _lines(frame: pd.DataFrame, title: str, x: str, xlabel: str, log_y: bool = False, log_x_falling: bool = False) -> bytes | None:
+def _lines(frame: pd.DataFrame, title: str, x: str, xlabel: str, log_y: bool = False, log_x_falling: bool = False,
+           log_x: bool = False) -> bytes | None:
     """One panel per quantity, `x` on the x axis, one colour per figure cell (and per group of
     examples, scale or snapshot, where a `group`, `scale` or `epoch` column names one; solid: training data, dashed:
     held-out, where a `split` column says), the mean over seeds with their range shaded."""
@@ -65,8 +66,9 @@ def _lines(frame: pd.DataFrame, title: str, x: str, xlabel: str, log_y: bool = F
         ax.set(xlabel=xlabel, ylabel=_wrap(f"mean {quantity}"), title=_wrap(f"{title}: {quantity}", 50))
         if log_y:
             _log_scale(ax, of_quantity["value"])
-        if log_x_falling:  # a training loss: falls as training goes on, so drawn from high to low
+        if log_x_falling or log_x:
             ax.set_xscale("log")
+        if log_x_falling:  # a training loss: falls as training goes on, so drawn from high to low
             ax.invert_xaxis()
         ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))  # outside: lines stay readable
@@ -107,6 +109,11 @@ def per_level(frame: pd.DataFrame, title: str) -> bytes | None:
     when the level was reached, differs between seeds and is not a snapshot: one line per net)."""
     return _lines(frame.drop(columns="epoch", errors="ignore"), title, "level", "training loss reached (log scale, falling)",
                   log_x_falling=True)
+
+
+def per_ratio(frame: pd.DataFrame, title: str) -> bytes | None:
+    """A computed curve against the ratio of two deviations (columns ratio, quantity, value), on a log x axis."""
+    return _lines(frame, title, "ratio", "ratio of the deviations (log scale)", log_x=True)
 
 
 def per_epoch_block(frame: pd.DataFrame, title: str) -> bytes | None:
@@ -175,7 +182,7 @@ def histogram(frame: pd.DataFrame, title: str) -> bytes | None:
 
 
 # The drawing of each measurement kind (resrepro.measure.Measurement.kind).
-DRAWINGS = {"per_block": per_block, "per_epoch": per_epoch, "per_step": per_step, "per_epoch_block": per_epoch_block, "histogram": histogram,
+DRAWINGS = {"per_ratio": per_ratio, "per_block": per_block, "per_epoch": per_epoch, "per_step": per_step, "per_epoch_block": per_epoch_block, "histogram": histogram,
             "per_level": per_level}
 
 
