@@ -18,7 +18,7 @@ report: $(VENV)/.installed
 	@echo "report: $(CURDIR)/report/mini/index.html"
 
 test: $(VENV)/.installed
-	pytest
+	pytest -n 2 --dist loadfile
 
 # The paper scale's whole DAG on fake data in the real formats (config/rehearsal.yaml): about
 # 30 minutes on 2 cores, report/rehearsal/index.html. Its files stay in resources/rehearsal/ and

@@ -62,7 +62,8 @@ def test_same_seed_same_numbers_and_files(digits, tmp_path):
     assert m["best"]["test_error"] <= m["final"]["test_error"]
     assert m["final"]["test_accuracy"] == pytest.approx(100 - m["final"]["test_error"])
     ckpt = torch.load(tmp_path / "a" / "checkpoints" / "last.pt", weights_only=True)  # rebuilds its model alone
-    assert ckpt["model_spec"] == {"arch": "preact_resnet", "depth": 8, "variant": "rskip_ln", "args": {"lam": 2}, "classes": 10, "in_channels": 1}
+    assert ckpt["model_spec"] == {"arch": "preact_resnet", "depth": 8, "variant": "rskip_ln", "args": {"lam": 2}, "classes": 10, "in_channels": 1,
+                                  "image_size": 8}
     assert models.count_parameters(models.from_checkpoint(ckpt)) == m["parameters"]
 
 

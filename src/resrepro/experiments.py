@@ -524,12 +524,15 @@ def location_problem(location: str) -> str | None:
 
 def extra_row(table: dict, entry: dict, where: str) -> dict | None:
     """A row of `extra_rows` for this table: the variant (and args) on the cell of the table's
-    baseline row, judged against that baseline with no paper value (`new`). None where the table
-    has no baseline to stand on (a table of measured quantities), or where its architecture cannot
-    build the variant (catalog.check_placed: e.g. Pre-LN in paper 002's simplified nets)."""
-    label = table.get("baseline") or next((r["baseline"] for r in table["rows"] if "baseline" in r), None)
-    base = next((r for r in table["rows"] if r["label"] == label), None)
-    if base is None or "quantity" in base:
+    baseline row (the first baseline that is not a measured quantity), judged against that baseline
+    with no paper value (`new`). None where the table has no such baseline to stand on (a table of
+    measured quantities), or where its architecture cannot build the variant (catalog.check_placed:
+    e.g. Pre-LN in paper 002's simplified nets)."""
+    by_label = {r["label"]: r for r in table["rows"]}
+    labels = [table["baseline"]] if table.get("baseline") else [r["baseline"] for r in table["rows"] if "baseline" in r]
+    label = next((b for b in labels if b in by_label and "quantity" not in by_label[b]), None)
+    base = by_label.get(label)
+    if base is None:
         return None
     if entry["variant"] in catalog.PLACED_VARIANTS and not architecture_of(table["task"], base, where).places_residuals:
         return None

@@ -33,7 +33,7 @@ EVERY_RULE_ONCE = (
     # the paper's base Transformer with SAS: the download over HTTP (cut short once), 32k vocabularies, averaging, beam
     "results/rehearsal/translation/iwslt15_en_vi/transformer_base/default/sas-bias_a0-bias_b0/seeds0/evaluated.json",
     # paper 003's shared ResNet-110 at its paper size, measured per stage
-    "results/rehearsal/classification/cifar10/shared_resnet_naive_110/iter-resnet110+iter-snapshots/add/seed0/measure/stage_norms.csv",
+    "results/rehearsal/classification/cifar10/shared_resnet_naive_110/iter-resnet110+iter-shared+iter-snapshots+iter-init/add/seed0/measure/stage_norms.csv",
     # paper 002's float64 net and its noise measurement
     "results/rehearsal/classification/cifar10/simple_net32/noise/add/seed0/measure/layer_cushion.csv",
     # ResNet-101 features, the captioner's cross-entropy and self-critical stages, then METEOR (Java)
