@@ -385,13 +385,13 @@ def aggregate_figures(measures: list[dict], results_dir: str | Path, runs: pd.Da
             key = (m["measurement"], json.dumps(m["settings"], sort_keys=True))
             if key not in computed:
                 computed[key] = measure.get(m["measurement"]).measure(None, None, m["settings"], None)
-            curves = {m["curve"]: computed[key][computed[key]["curve"] == m["curve"]].drop(columns="curve").reset_index(drop=True)}
+            curve = computed[key][computed[key]["curve"] == m["curve"]].drop(columns="curve").reset_index(drop=True)
             ok = [COMPUTED]
         else:
             ok = [r for r in m["runs"] if status.get(r) == "ok" and (results_dir / r / "measure" / f"{m['measurement']}.csv").exists()]
         cell_frames = []
         for run in ok:
-            frame = curves[m["curve"]].copy() if run == COMPUTED else pd.read_csv(results_dir / run / "measure" / f"{m['measurement']}.csv")
+            frame = curve.copy() if run == COMPUTED else pd.read_csv(results_dir / run / "measure" / f"{m['measurement']}.csv")
             if m.get("quantities"):  # the figure draws these of the measurement's quantities
                 frame = frame[frame["quantity"].isin(m["quantities"])].reset_index(drop=True)
             seed = 0 if run == COMPUTED else int(run.rsplit("seed", 1)[1])
