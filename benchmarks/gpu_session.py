@@ -23,9 +23,9 @@ each check ended. Run from the repository root, where torch sees the GPU:
 
 `--checks NAME ...` runs named checks in the order given instead, which is what a loan's last
 minutes fit. On an H100 on 2026-11-26: costs 73 s, tests 171 s, the steps 81 + 15 + 74 + 26 + 14 +
-12 s, the paper steps about 60 s (docs/gpu-h100-2026-11-26.md). What a loan still has to decide
-is whether a classifier trains as CUDA graphs as it does eagerly (GPU tests) and what inductor's
-graphs save: `--only paper-steps tests --limit 560`.
+12 s, the paper steps about 60 s (docs/gpu-h100-2026-11-26.md). On an H200 on 2026-11-27 all 34
+GPU tests passed, the CUDA-graph training among them (docs/gpu-h200-2026-11-27.md). What a loan
+still has to decide is what inductor's graphs save on the paper's step: `--only paper-steps`.
 
 The package runs from src/ (no install needed). Packages that the machine lacks travel as wheels:
 `make gpu-wheels` (here, with the internet) downloads them into .whl/ at this venv's versions, for

@@ -74,11 +74,13 @@ def test_each_switch_does_what_it_says():
     assert set(speed.DEFAULTS) == {"amp", "channels_last", "compile", "fused_optimizer", "tf32", "dtype"}
 
 
-@pytest.mark.parametrize("value, call", [("cudagraphs", {"backend": "cudagraphs"}), ("inductor", {"backend": "inductor"}),
-                                         ("reduce-overhead", {"mode": "reduce-overhead"}),
+@pytest.mark.parametrize("value, call", [("cudagraphs", {"backend": "cudagraphs", "dynamic": False}), ("inductor", {"backend": "inductor"}),
+                                         ("reduce-overhead", {"mode": "reduce-overhead", "dynamic": False}),
                                          ("max-autotune-no-cudagraphs", {"mode": "max-autotune-no-cudagraphs"})])
 def test_compile_takes_a_backend_or_one_of_inductors_modes(monkeypatch, value, call):
-    """A mode is not a backend: torch.compile(backend="reduce-overhead") fails, mode= runs inductor so."""
+    """A mode is not a backend: torch.compile(backend="reduce-overhead") fails, mode= runs inductor so.
+    A graph-replaying one is static: over dynamic sizes, the cudagraphs backend replayed the first
+    length bucket's recording for the next (an H200, 2026-11-27)."""
     calls = []
     monkeypatch.setattr(torch, "compile", lambda module, **kw: calls.append(kw) or module)
     chosen = speed_of({"compile": value}, GPU)
@@ -153,3 +155,52 @@ def test_a_transformer_trains_with_every_switch_on(tmp_path, monkeypatch):
     # the checkpoint holds the model's own keys, not the compiled wrapper's (_orig_mod.)
     saved = torch.load(tmp_path / "run" / "checkpoints" / "last.pt", weights_only=False)["model"]
     assert not any(key.startswith("_orig_mod") for key in saved)
+
+
+def recording_compile(monkeypatch) -> list:
+    """torch.compile replaced by a wrapper that runs the module eagerly and records each call's batch size."""
+    calls = []
+
+    def compile_(module, **kw):
+        return lambda *inputs: calls.append(inputs[0].shape[0]) or module(*inputs)
+
+    monkeypatch.setattr(torch, "compile", compile_)
+    return calls
+
+
+def test_a_compiled_classifier_runs_an_epochs_shorter_last_batch_eagerly(digits, tmp_path, monkeypatch):
+    """A replayed CUDA graph holds one batch size: digits' 1,297 training images make a last batch of
+    17, which a cudagraphs step replayed into 128 rows (an H200, 2026-11-27). The compiled forward
+    sees full batches only."""
+    calls = recording_compile(monkeypatch)
+    classification.train(spec(epochs=1, lr_milestones=[], compile="cudagraphs"), digits, tmp_path / "run", device="cpu", progress=False)
+    assert calls and set(calls) == {128} and len(calls) == 1297 // 128
+
+
+def test_gradients_accumulated_over_micro_batches_under_graph_replays_are_copies(tmp_path, monkeypatch):
+    """A replayed backward installs its output buffers as .grad, and the next micro-batch's replay
+    writes into them: each micro-batch but an update's last hands its gradients over as copies."""
+    recording_compile(monkeypatch)
+    owned = []
+    monkeypatch.setattr(translation, "own_gradients", lambda model: owned.append(model))
+    monkeypatch.setitem(transformer.PRESETS, "base_2block", dict(d_model=16, heads=2, ffn=32, encoder_layers=1, decoder_layers=1, dropout=0.0))
+    for mode, expected in (("cudagraphs", 3), ("aot_eager", 0)):
+        owned.clear()
+        translation.train(text_spec(max_updates=3, checkpoint_every=3, update_freq=2, compile=mode), corpus(300, 0), corpus(30, 1), 26,
+                          tmp_path / mode, device="cpu", progress=False)
+        assert len(owned) == expected, mode
+
+
+def test_own_gradients_detaches_each_gradient_from_the_buffer_it_was_written_in():
+    net = torch.nn.Linear(3, 2)
+    buffers = [torch.ones_like(w) for w in net.parameters()]
+    for w, buffer in zip(net.parameters(), buffers):
+        w.grad = buffer
+    speed.own_gradients(net)
+    for buffer in buffers:
+        buffer.fill_(7.0)  # the next replay
+    assert all(torch.equal(w.grad, torch.ones_like(w)) for w in net.parameters())
+    net.bias.grad = None
+    speed.own_gradients(net)
+    assert net.bias.grad is None
+

@@ -36,6 +36,9 @@ import torch
 
 # `compile` values that name one of inductor's modes rather than a backend
 INDUCTOR_MODES = ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# `compile` values whose steps replay CUDA graphs (torch's cudagraph trees): their outputs live in
+# memory that the next replay reuses
+GRAPH_REPLAYS = ("cudagraphs", "reduce-overhead", "max-autotune")
 DEFAULTS = {"amp": "auto", "channels_last": "auto", "compile": False, "fused_optimizer": "auto", "tf32": "auto", "dtype": "float32"}
 
 
@@ -47,6 +50,10 @@ class Speed:
     fused_optimizer: bool
     tf32: bool = False
     float64: bool = False
+
+    @property
+    def replays_graphs(self) -> bool:
+        return self.compile in GRAPH_REPLAYS
 
     @property
     def dtype(self) -> torch.dtype:
@@ -81,9 +88,22 @@ class Speed:
         checkpoint keeps `module`'s own state_dict (the wrapper's keys carry a prefix)."""
         if not self.compile:
             return module
+        # a replayed graph is recorded for one shape: each shape (a length bucket) gets a static graph
+        # of its own, as a graph over dynamic sizes would replay the first shape's recording
+        shapes = {"dynamic": False} if self.replays_graphs else {}
         if self.compile in INDUCTOR_MODES:
-            return torch.compile(module, mode=self.compile)
-        return torch.compile(module, backend=self.compile)
+            return torch.compile(module, mode=self.compile, **shapes)
+        return torch.compile(module, backend=self.compile, **shapes)
+
+
+def own_gradients(model: torch.nn.Module) -> None:
+    """Each parameter's .grad as a tensor of its own. A replayed backward's gradients are its graph's
+    output buffers, which autograd installs as .grad; the next micro-batch's replay writes into the
+    same buffers, so accumulating gradients over micro-batches needs copies (torch issue 169545;
+    without them the sum is wrong or the backward stops on an overwritten output)."""
+    for weight in model.parameters():
+        if weight.grad is not None:
+            weight.grad = weight.grad.clone()
 
 
 @contextlib.contextmanager

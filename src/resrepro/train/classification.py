@@ -135,7 +135,9 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
             for group in opt.param_groups:
                 group["lr"] = lr
             with speed.autocast(device):
-                logits = forward(x)
+                # an epoch's last, shorter batch runs eagerly: a replayed CUDA graph holds one batch
+                # size, and a compiled net would otherwise compile again for a dynamic one
+                logits = (forward if len(y) == spec["batch_size"] else model)(x)
                 loss = F.cross_entropy(logits.to(speed.dtype), y)
             state.step += 1
             bar.update(1)

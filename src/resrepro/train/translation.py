@@ -41,7 +41,7 @@ from .. import files, models, provenance, residual
 from ..catalog import MAX_POSITIONS
 from ..devices import pick_device, use_deterministic_algorithms
 from ..models.transformer import label_smoothed_loss
-from ..speed import Speed, speed_of
+from ..speed import Speed, own_gradients, speed_of
 from .checkpoint import LoopState, new_run_id, random_state, resume, save
 from .time_limit import TimeLimitReached, must_stop
 from .classification import log_csv
@@ -269,6 +269,8 @@ def train_sequences(spec: dict, train_data, dev_data, model_inputs: dict, out_di
                         state.diverged = {"step": state.step + 1, "loss": str(loss.item())}
                         break
                     (loss * n * world / update_tokens).backward()
+                    if speed.replays_graphs and k < len(update) - 1:
+                        own_gradients(model)
                 loss_sum, loss_tokens = loss_sum + loss.item() * n, loss_tokens + n
                 seen_tokens += sum(lengths[i][0] for i in idx) + n
             if state.diverged is not None:
