@@ -35,7 +35,7 @@ def test_what_each_task_keeps(paper):
     _, plan = paper
     classifier = next(r for r in plan.runs.values() if r.task == "classification" and json.loads(r.recipe_json).get("snapshots") == 4)
     assert json.loads(classifier.recipe_json)["epochs"] == 200  # paper 002's: snapshots at epochs 0, 50, 100, 150, 200
-    assert disk.kept_files(classifier) == {"last": 1, "snapshot": 5}
+    assert disk.kept_files(classifier) == {"last": 1, "snapshot": 6}  # and the weights after the first step
     big = a_run(plan, task="translation", size="big", dataset="wmt14_en_de")  # rskip-t7: the last 20 averaged
     assert disk.kept_files(big) == {"step": 20, "last": 1, "averaged": 1}
     captioner = a_run(plan, task="captioning")

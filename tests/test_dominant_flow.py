@@ -126,3 +126,27 @@ def test_a_per_block_figure_of_two_snapshots_draws_a_line_for_each(monkeypatch):
 def test_a_net_without_signal_activation_paths_is_refused_by_name():
     with pytest.raises(ValueError, match="measures paper 002's nets .*, not Linear"):
         dominant_flow.measure_dominant_flow(torch.nn.Linear(2, 2), {}, {"examples": 1}, torch.device("cpu"))
+
+
+def test_the_measure_job_reads_the_weights_after_the_first_step_and_after_training(tmp_path):
+    """The two snapshots the paper measures: the first step's (its epoch 1/391) and the last
+    (epoch 3); the initialisation's (epoch 0) is not read. A run without the first step's file
+    is refused by name."""
+    from resrepro import files
+    from resrepro.measure.run import run_measurement
+
+    spec = {"arch": "simple_net", "depth": 8, "variant": "add", "classes": 10, "in_channels": 3}
+    run = tmp_path / "run"
+    for epoch, path in ((0, models.snapshot_path(run, 0)), (3, models.snapshot_path(run, 3)), (1 / 391, models.first_step_path(run))):
+        torch.manual_seed(len(str(epoch)))
+        files.save_torch(path, {"model": models.build(spec).state_dict(), "model_spec": spec, "epoch": epoch})
+    torch.save({"train_x": torch.randint(0, 255, (8, 3, 8, 8), dtype=torch.uint8), "train_y": torch.arange(8), "mean": [0.5] * 3,
+                "std": [0.25] * 3, "test_x": torch.zeros(1, 3, 8, 8, dtype=torch.uint8), "test_y": torch.zeros(1, dtype=torch.long),
+                "classes": [str(c) for c in range(10)], "name": "tiny", "source": "test"}, tmp_path / "d.pt")
+    run_measurement("dominant_flow", run, tmp_path / "d.pt", {"examples": 8}, tmp_path / "out.csv", device="cpu")
+    import pandas as pd
+
+    assert sorted(pd.read_csv(tmp_path / "out.csv")["epoch"].unique()) == pytest.approx([1 / 391, 3])
+    models.first_step_path(run).unlink()
+    with pytest.raises(ValueError, match="no weights after its first step"):
+        run_measurement("dominant_flow", run, tmp_path / "d.pt", {"examples": 8}, tmp_path / "out.csv", device="cpu")

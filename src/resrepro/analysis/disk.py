@@ -2,7 +2,8 @@
 
 What a run keeps (train/*.py), in copies of its model's weights:
 - classification: checkpoints/last.pt (the weights and SGD's momentum) and a snapshot of the
-  weights at each of `recipes.snapshot_epochs(epochs, snapshots)`;
+  weights at each of `recipes.snapshot_epochs(epochs, snapshots)` and, where there are any, after
+  the first step;
 - translation: the newest `keep_checkpoints` step<N>.pt (the weights, for averaging), last.pt (the
   weights and Adam's two moments) and averaged.pt;
 - captioning: the same for its cross-entropy stage, and scst.pt (the weights and Adam's moments)
@@ -59,7 +60,8 @@ def kept_files(run: Run) -> dict[str, int]:
     """How many files of each kind the run keeps when it ends (module docstring)."""
     recipe = json.loads(run.recipe_json)
     if run.task == "classification":
-        return {"last": 1, "snapshot": len(snapshot_epochs(recipe["epochs"], recipe.get("snapshots", 0)))}
+        kept = len(snapshot_epochs(recipe["epochs"], recipe.get("snapshots", 0)))
+        return {"last": 1, "snapshot": kept + 1 if kept else 0}  # the first step's weights too
     kept = {"step": recipe["keep_checkpoints"], "last": 1, "averaged": 1}
     if run.task == "captioning" and recipe.get("scst"):
         kept["scst"] = 1

@@ -27,7 +27,8 @@ class Measurement(catalog.MeasurementSpec):  # name, task, kind (the report's dr
     summarize: Callable[[pd.DataFrame], str] = None  # the mean over a cell's runs -> what it shows
     reads: str = "model"  # "model": the final checkpoint; "log": the run's train_log.csv (no model, no data);
     # "snapshots": each snapshot the run kept (train/checkpoint.py), measured as a model, rows tagged with the epoch;
-    # "snapshot_ends": its first and its last snapshot only; "nothing": computed (its task None, no run),
+    # "first_step_and_end": its weights after the first SGD step (epoch 1 / steps per epoch) and its last
+    # snapshot; "nothing": computed (its task None, no run),
     # measure(None, None, settings, None) gives every curve, a column `curve` naming each
     recipe_keys: tuple[str, ...] = ()  # keys of the run's training recipe it reads, passed in with its settings
 

@@ -22,9 +22,9 @@ averaged over the examples of one batch ("We further average over all training s
 mini-batch"). The last block's own output is not measured: its gradient comes only from itself.
 Plain nets have the same ID entries and SAPs, so the same fraction is defined for them.
 
-The paper measures "after the first and the last iteration of training"; the runs keep their
-weights at initialisation, one SGD step before the first iteration's, and after training: the
-measurement reads those two snapshots.
+The paper measures "after the first and the last iteration of training": the measurement reads
+the weights a run keeps after its first SGD step (its `epoch` is 1 / steps per epoch) and after
+training.
 """
 
 from __future__ import annotations
@@ -109,4 +109,4 @@ def summarize_dominant_flow(frame: pd.DataFrame) -> str:
     return "; ".join(parts)
 
 
-register("dominant_flow", measure=measure_dominant_flow, summarize=summarize_dominant_flow, reads="snapshot_ends")
+register("dominant_flow", measure=measure_dominant_flow, summarize=summarize_dominant_flow, reads="first_step_and_end")

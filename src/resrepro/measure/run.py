@@ -49,13 +49,17 @@ def run_measurement(name: str, run_dir: str | Path, data_path: str | Path, setti
 
     if threads:
         torch.set_num_threads(threads)
-    if measurement.reads in ("snapshots", "snapshot_ends"):
+    if measurement.reads in ("snapshots", "first_step_and_end"):
         kept = models.snapshots(run_dir)
-        if measurement.reads == "snapshot_ends":  # the first and the last: initialisation and after training
-            kept = kept[:1] + kept[-1:] if len(kept) > 1 else kept
         if not kept:
             raise ValueError(f"{name}: {run_dir} kept no snapshots; its recipe needs `snapshots: N` (a refinement of the "
                              "scale's classification recipe), and the run trains again to keep them")
+        if measurement.reads == "first_step_and_end":
+            first = models.first_step_path(run_dir)
+            if not first.exists():
+                raise ValueError(f"{name}: {run_dir} has no weights after its first step ({first.name}), which runs that keep "
+                                 "snapshots save from this version on: train the run again (snakemake --forcerun train_classifier)")
+            kept = [(models.load_checkpoint(first)["epoch"], first), kept[-1]]
     else:
         kept = [(None, run_dir / "checkpoints" / "last.pt")]
     dev = pick_device(device)

@@ -102,6 +102,12 @@ def snapshot_path(run_dir, epoch: int) -> Path:
     return Path(run_dir) / "checkpoints" / f"epoch{epoch:04d}.pt"
 
 
+def first_step_path(run_dir) -> Path:
+    """Where a run that keeps snapshots keeps its weights after its first SGD step: paper 002
+    measures dominant gradient flow "after the first ... iteration of training"."""
+    return Path(run_dir) / "checkpoints" / "step0001.pt"
+
+
 def snapshots(run_dir) -> list[tuple[int, Path]]:
     """(epoch, path) of every snapshot a run kept, by epoch."""
     found = (Path(run_dir) / "checkpoints").glob("epoch[0-9][0-9][0-9][0-9].pt")

@@ -86,6 +86,7 @@ def same_shapes(saved: dict, current: dict) -> bool:
     return saved.keys() == current.keys() and all(saved[k].shape == current[k].shape for k in saved)
 
 
-def save_snapshot(run_dir: Path, epoch: int, model, model_spec: dict) -> None:
-    """The model's weights after `epoch` epochs, rebuilt by models.from_checkpoint like last.pt."""
-    files.save_torch(snapshot_path(run_dir, epoch), {"model": model.state_dict(), "model_spec": model_spec, "epoch": epoch})
+def save_snapshot(run_dir: Path, epoch: float, model, model_spec: dict, path: Path | None = None) -> None:
+    """The model's weights after `epoch` epochs (at `path`, else the epoch's own snapshot path),
+    rebuilt by models.from_checkpoint like last.pt."""
+    files.save_torch(path or snapshot_path(run_dir, epoch), {"model": model.state_dict(), "model_spec": model_spec, "epoch": epoch})

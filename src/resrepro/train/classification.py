@@ -103,6 +103,7 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
     if state is None:  # a fresh start: snapshots of an earlier spec's run are not this run's
         for _, stale in models.snapshots(out_dir):
             stale.unlink()
+        models.first_step_path(out_dir).unlink(missing_ok=True)
         state = LoopState(generator=gen.get_state())
         first = data["train_x"][: spec["batch_size"]]
         # Admin's profile (a no-op for other variants): one batch through the fresh, uncompiled net (its
@@ -149,6 +150,8 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
             for weight, centre in centred.items():  # the gradient of (lambda/2) ||w - centre||^2; SGD's own decay is off for these
                 weight.grad.add_(weight.detach() - centre, alpha=spec["weight_decay"])
             opt.step()
+            if state.step == 1 and keep:  # the weights "after the first iteration" (paper 002, SM D.4.2)
+                save_snapshot(out_dir, 1 / steps_per_epoch, model, model_spec, models.first_step_path(out_dir))
             loss_sum += loss.item() * len(y)
             wrong += (logits.argmax(1) != y).sum().item()
             seen += len(y)
