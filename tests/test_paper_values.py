@@ -164,6 +164,11 @@ GOLDEN = [
     ("noise-t1", "ResNet-32, error", 11.43, f"{NOISE}, SM Table 1, ResNet-32 E 0.1143"),
     ("noise-t1", "PlnNet-44, error", 22.13, f"{NOISE}, SM Table 1, PlnNet-44 E 0.2213"),
     ("noise-t1", "ResNet-44, error", 11.82, f"{NOISE}, SM Table 1, ResNet-44 E 0.1182"),
+    # paper 002, SM A, the text under Table 1: "6.85 (0.4950/0.07227)", "1.73 (0.07397/0.04287)"
+    ("noise-t1b", "PlnNet-20, risk", 0.07227, f"{NOISE}, SM A, the text under Table 1, PlnNet-20 L"),
+    ("noise-t1b", "PlnNet-44, risk", 0.495, f"{NOISE}, SM A, the text under Table 1, PlnNet-44 L"),
+    ("noise-t1b", "ResNet-20, risk", 0.04287, f"{NOISE}, SM A, the text under Table 1, ResNet-20 L"),
+    ("noise-t1b", "ResNet-44, risk", 0.07397, f"{NOISE}, SM A, the text under Table 1, ResNet-44 L"),
     ("noise-t2", "ResNet-20, loss", 0.04287, f"{NOISE}, SM Table 2, ResNet-20 L"),
     ("noise-t2", "PlnNet-20 (equivalent), loss", 0.04132, f"{NOISE}, SM Table 2, PlnNet-20 L"),
     ("noise-t2", "ResNet-32, loss", 0.04847, f"{NOISE}, SM Table 2, ResNet-32 L"),
@@ -299,6 +304,8 @@ def test_sources_name_the_table_of_the_config_entry():
         cited = tables[table_id]["source"]
         if number.startswith("fn"):
             assert "footnote 1" in source and "footnote 1" in cited
+        elif number == "t1b":  # paper 002's degradation ratios, in the text under its SM Table 1
+            assert "the text under Table 1" in source and cited.endswith("(the text under Table 1)")
         elif number == "lam":  # paper 001's "Learning lambda" paragraph, with two of Table 1's rows
             assert "Learning lambda" in cited and ("Learning lambda" in source or "Table 1," in source)
         else:

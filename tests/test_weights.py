@@ -206,6 +206,27 @@ def test_noise_t4_plain_against_residual_decay_terms_with_ratios_and_lost_values
     assert json.loads(rows.loc["ResNet-20 after: decay term", "values"]) == [0.4, 0.404]
 
 
+def test_noise_t1b_gives_each_kinds_degradation_from_depth_20_to_44_as_a_ratio_on_table_1s_jobs(tmp_path):
+    """SM A's 6.85 (plain) and 1.73 (residual): each depth-44 net's risk over the depth-20 net's of
+    its kind, from Table 1's runs and weight_stats jobs. Plain risks 0.1 -> 0.6, residual 0.05 -> 0.08."""
+    from fake_runs import config_for
+
+    plan = make_plan(config_for(["noise-t1", "noise-t1b"], seeds=2))
+    asked = {(run, name) for run, name, _, _ in measured(plan)}
+    t1_runs = {r for row in plan.rows if row["table"] == "noise-t1" for r in row["runs"]}
+    assert {run for run, _ in asked} == t1_runs and {name for _, name in asked} == {"weight_stats"}
+    plan = make_plan(config_for(["noise-t1b"], seeds=2, scale="mini"))  # the tiny config's depths 20 and 44 are one net
+    risk = {"PlnNet-20, risk": 0.1, "PlnNet-44, risk": 0.6, "ResNet-20, risk": 0.05, "ResNet-44, risk": 0.08}
+    for row in plan.rows:
+        for seed, path in enumerate(row["runs"]):
+            _write_measured(tmp_path, path, {0: {"risk": 2.3}, 6: {"risk": risk[row["label"]] * (1 + seed / 100)}})
+    rows = aggregate(plan.rows, tmp_path, "config/tables", "final")["rows"].set_index("label")
+    plain, residual = rows.loc["PlnNet-44, risk"], rows.loc["ResNet-44, risk"]
+    assert (plain["ratio"], plain["paper_ratio"], plain["baseline"]) == (pytest.approx(6.0), pytest.approx(0.4950 / 0.07227), "PlnNet-20, risk")
+    assert (residual["ratio"], residual["paper_ratio"]) == (pytest.approx(1.6), pytest.approx(0.07397 / 0.04287))
+    assert plain["verdict"] == residual["verdict"] == "supported"
+
+
 def test_a_measured_quantity_is_larger_or_smaller_not_better_or_worse_and_shown_to_four_digits():
     v = stats.compare([5.0, 5.1], [1.0, 1.1], 700.0, 67.0, higher_is_better=None)
     assert v.verdict == "supported" and "the paper reports larger" in v.reason
