@@ -377,28 +377,44 @@ def test_the_shared_nets_have_the_papers_parameter_counts(scale):
         assert ours // 1000 * 1000 == row["paper_parameters"], (row["label"], ours)
 
 
-def test_a_row_may_have_its_own_metric_and_a_loss_is_lower_is_better(tmp_path):
-    """noise-t5 (paper 002, SM Table 5) prints each net's training loss and test accuracy: each row
-    has its metric, its baseline the residual net of its depth and metric. Diagonal nets with the
-    higher loss and lower accuracy, as the paper's: both verdicts supported; the loss shown to 4
-    decimals, by epoch basis."""
+def test_a_row_may_have_its_own_metric_or_a_measured_quantity(tmp_path):
+    """noise-t5 (paper 002, SM Table 5) prints each net's training risk and test accuracy: its risk
+    rows read weight_stats' risk on the final snapshot (Table 1's L), its accuracy rows the run's
+    metric, each against the residual net of its depth. Diagonal nets with the higher risk and
+    lower accuracy, as the paper's: both verdicts supported; one measure job and one training a net."""
     from fake_runs import plan_for, write_metrics
 
     plan = plan_for(["noise-t5"], seeds=3)
-    for path, run in plan.runs.items():  # residual: loss 0.05 and error 10; diagonal: 0.2 and 20 (+ a seed's jitter)
+    for path, run in plan.runs.items():  # residual: risk 0.05 and error 10; diagonal: 0.2 and 20 (+ a seed's jitter)
         residual = run.model == "simple_net"
-        write_metrics(tmp_path, path, (10.0 if residual else 20.0) + run.seed, train_loss=(0.05 if residual else 0.2) + run.seed / 1000)
+        write_metrics(tmp_path, path, (10.0 if residual else 20.0) + run.seed, train_loss=9.0)
+        risk = (0.05 if residual else 0.2) + run.seed / 1000
+        files.write_text(tmp_path / path / "measure" / "weight_stats.csv",
+                         pd.DataFrame([{"quantity": "risk", "value": v, "epoch": e} for e, v in ((0, 2.3), (4, risk))]).to_csv(index=False))
     rows = aggregate(plan.rows, tmp_path, "config/tables", "final")["rows"].set_index("label")
-    loss, accuracy = rows.loc["Diagonal-20, loss"], rows.loc["Diagonal-20, accuracy"]
-    assert (loss["metric"], loss["higher_is_better"], loss["paper"], loss["baseline"]) == ("train_loss", False, 0.9385, "ResNet-20, loss")
-    assert loss["mean"] == pytest.approx(0.201) and json.loads(loss["values"]) == [0.2, 0.201, 0.202]
-    assert loss["difference"] == pytest.approx(0.15) and loss["verdict"] == "supported"
-    assert (accuracy["metric"], accuracy["mean"], accuracy["verdict"]) == ("test_accuracy", 79.0, "supported")
-    best = aggregate(plan.rows, tmp_path, "config/tables", "best")["rows"].set_index("label")
-    assert best.loc["Diagonal-20, loss", "mean"] == pytest.approx(0.402)  # the best epoch's loss, not the last's
-    assert rows.loc["ResNet-44, loss", "verdict"] == "baseline"
+    risk, accuracy = rows.loc["Diagonal-20, risk"], rows.loc["Diagonal-20, accuracy"]
+    assert (risk["metric"], risk["at"], risk["paper"], risk["baseline"]) == ("risk", "final", 0.9385, "ResNet-20, risk")
+    assert risk["mean"] == pytest.approx(0.201) and json.loads(risk["values"]) == [0.2, 0.201, 0.202]
+    assert risk["difference"] == pytest.approx(0.15) and risk["verdict"] == "supported"
+    assert (accuracy["metric"], accuracy["higher_is_better"], accuracy["mean"], accuracy["verdict"]) == ("test_accuracy", True, 79.0, "supported")
+    assert rows.loc["ResNet-44, risk", "verdict"] == "baseline"
     runs_of = {row["label"]: row["runs"] for row in plan.rows}
-    assert runs_of["Diagonal-20, loss"] == runs_of["Diagonal-20, accuracy"]  # two rows a net, one training
+    assert runs_of["Diagonal-20, risk"] == runs_of["Diagonal-20, accuracy"]  # two rows a net, one training
+    assert {row["measurement"] for row in plan.rows if row["label"].endswith("risk")} == {"weight_stats"}
+
+
+def test_a_loss_row_reads_the_epoch_basis_training_loss_and_lower_is_better():
+    """A row with `metric: train_loss` (no paper table has one now; a user's may) reads the final
+    or the best epoch's loss, and a smaller loss is the better."""
+    from resrepro.analysis.aggregate import seed_values
+    from resrepro.experiments import METRICS
+
+    runs = pd.DataFrame({"run": ["a", "b"], "status": ["ok", "diverged"], "final_train_loss": [0.3, None], "best_train_loss": [0.6, None],
+                         "final_test_error": [10.0, None], "best_test_error": [9.0, None]}).set_index("run", drop=False)
+    assert seed_values(runs, ["a", "b"], "train_loss", "final") == [0.3, None]
+    assert seed_values(runs, ["a"], "train_loss", "best") == [0.6]
+    assert seed_values(runs, ["a"], "test_accuracy", "best") == [91.0]
+    assert METRICS["train_loss"] is False and METRICS["test_accuracy"] is True
 
 
 def test_table_1s_loss_is_the_measured_training_risk():
@@ -439,16 +455,20 @@ def test_noise_t2s_equivalent_plain_nets_are_judged_the_same_as_their_residual_s
 
     plan = plan_for(["noise-t2"], seeds=2)
     for path, run in plan.runs.items():  # every seed its own value; plain = residual + 1e-12
-        write_metrics(tmp_path, path, 10.0 + run.seed, train_loss=0.05 + run.seed / 100 + (1e-12 if run.variant == "plain" else 0))
+        write_metrics(tmp_path, path, 10.0 + run.seed)
+        risk = 0.05 + run.seed / 100 + (1e-12 if run.variant == "plain" else 0)
+        files.write_text(tmp_path / path / "measure" / "weight_stats.csv", f"quantity,value,epoch\nrisk,2.3,0\nrisk,{risk!r},2\n")
     rows = aggregate(plan.rows, tmp_path, "config/tables", "final")["rows"].set_index("label")
-    loss = rows.loc["PlnNet-20 (equivalent), loss"]
-    assert (loss["verdict"], loss["baseline"]) == ("supported", "ResNet-20, loss") and abs(loss["difference"]) < 1e-9
+    loss = rows.loc["PlnNet-20 (equivalent), risk"]
+    assert (loss["verdict"], loss["baseline"]) == ("supported", "ResNet-20, risk") and abs(loss["difference"]) < 1e-9
     assert rows.loc["PlnNet-44 (equivalent), error", "verdict"] == "supported"
-    for path, run in plan.runs.items():  # seed 1's plain net 1 point off: beyond the paper's 0.1
+    for path, run in plan.runs.items():  # seed 1's plain net 1 point off (beyond the paper's 0.1), its risk 0.01 (0.00155)
         if run.variant == "plain" and run.seed == 1:
-            write_metrics(tmp_path, path, 12.0, train_loss=0.06)
+            write_metrics(tmp_path, path, 12.0)
+            files.write_text(tmp_path / path / "measure" / "weight_stats.csv", "quantity,value,epoch\nrisk,2.3,0\nrisk,0.07,2\n")
     rows = aggregate(plan.rows, tmp_path, "config/tables", "final")["rows"].set_index("label")
     assert rows.loc["PlnNet-20 (equivalent), error", "verdict"] == "contradicted"
+    assert rows.loc["PlnNet-20 (equivalent), risk", "verdict"] == "contradicted"
 
 
 def test_figure_differences_pair_seed_with_seed_at_each_point():

@@ -268,7 +268,7 @@ def test_paper_002s_equivalent_training_refines_its_table_2_by_variant(mini, pap
     for cfg in (mini, paper):
         plan = experiments.make_plan(cfg)
         t1, t2 = _row_runs(plan, "noise-t1"), _row_runs(plan, "noise-t2")
-        plain, residual = plan.runs[t2["PlnNet-20 (equivalent), loss"][0]], plan.runs[t2["ResNet-20, loss"][0]]
+        plain, residual = plan.runs[t2["PlnNet-20 (equivalent), risk"][0]], plan.runs[t2["ResNet-20, risk"][0]]
         assert plain.recipe == "noise+noise-float64+noise-equivalent" and residual.recipe == "noise+noise-float64"
         assert experiments.train_spec(cfg, plain)["init"] == "equivalent" and "init" not in experiments.train_spec(cfg, residual)
         assert experiments.train_spec(cfg, residual)["dtype"] == "float64"
