@@ -387,3 +387,19 @@ def test_cutting_the_test_set_reevaluates_and_cutting_the_dev_set_retrains_in_th
     refined["translation"]["refine"][0]["set"] = {"test_sentences": 0}
     with pytest.raises(ConfigError, match="test_sentences|0 is less than the minimum of 1"):
         validate_refinements(refined, SCHEMA)
+
+
+@pytest.mark.parametrize("scale", ["mini", "gpu-day", "paper", "rehearsal"])
+def test_every_run_measured_on_its_snapshots_keeps_them(scale):
+    """A measurement that reads a run's snapshots fails, after the training, on a run that kept
+    none: at every scale each such run's recipe keeps them (Tables 2 and 5's risk rows read the
+    float64 and diagonal nets' final snapshots)."""
+    from resrepro.analysis.cost import load_scale
+    from resrepro.experiments import measured
+    from resrepro.measure import get
+
+    _, plan = load_scale(f"config/{scale}.yaml")
+    asked = {(run, name) for run, name, _, _ in measured(plan)}
+    on_snapshots = {run for run, name in asked if get(name).reads in ("snapshots", "first_step_and_end")}
+    assert on_snapshots
+    assert [run for run in sorted(on_snapshots) if not json.loads(plan.runs[run].recipe_json).get("snapshots")] == []
