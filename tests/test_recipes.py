@@ -215,6 +215,8 @@ def test_a_refinements_values_are_checked_by_the_schema(mini):
         ("translation", {"max_train_len": 1025}, "translation.max_train_len 1025 exceeds the 1024 positions the model holds"),
         ("translation", {"max_train_len": 1020, "length_bucket": 24},
          "translation.max_train_len 1020 (padded to length_bucket 24: 1032) exceeds the 1024 positions the model holds"),
+        ("translation", {"compile": "cudagraphs"}, "translation.compile 'cudagraphs' replays a CUDA graph recorded for each batch shape"),
+        ("translation", {"compile": "reduce-overhead", "length_bucket": 0}, "set length_bucket"),
     ],
 )
 def test_recipes_that_would_silently_go_wrong_are_refused(mini, task, change, message):
@@ -238,6 +240,10 @@ def test_the_edges_of_the_recipe_checks_pass(mini):
     cfg["translation"].update(max_train_len=1024)  # every position the model holds
     experiments.make_plan(cfg)
     cfg["translation"].update(max_train_len=1020, length_bucket=12)  # padded to 1,020
+    experiments.make_plan(cfg)
+    cfg["translation"].update(compile="cudagraphs")  # few shapes: a graph each
+    experiments.make_plan(cfg)
+    cfg["translation"].update(compile="inductor", length_bucket=0)  # no graph replayed
     experiments.make_plan(cfg)
 
 

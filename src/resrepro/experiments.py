@@ -704,6 +704,10 @@ def check_recipe(task: str, recipe: dict, where: str) -> None:
                               f"max_updates {updates} at checkpoint_every {every} writes")
         if "max_train_len" in recipe:
             _check_max_train_len(task, recipe, where)
+        if task == "translation" and recipe.get("compile") in recipes.GRAPH_REPLAYS and not recipe.get("length_bucket"):
+            raise ConfigError(f"{where}: {task}.compile {recipe['compile']!r} replays a CUDA graph recorded for each batch shape, and "
+                              "batches as long as their longest sentence take a shape each: set length_bucket (e.g. 8) so that "
+                              "batches take few shapes")
 
 
 def _check_max_train_len(task: str, recipe: dict, where: str) -> None:

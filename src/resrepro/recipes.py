@@ -38,6 +38,8 @@ EVAL_KEYS = {"classification": frozenset(),
 # Keys a recipe may leave out: the default applies (dropout: the Transformer preset's; lr_decay: 0.1;
 # deterministic: off, torch's fastest kernels; snapshots: none; the speed switches: speed.DEFAULTS).
 SPEED_KEYS = frozenset({"amp", "channels_last", "compile", "fused_optimizer", "tf32"})  # speed.DEFAULTS's keys (speed imports torch)
+# `compile` values whose steps replay CUDA graphs (torch's cudagraph trees): one recording a shape
+GRAPH_REPLAYS = ("cudagraphs", "reduce-overhead", "max-autotune")
 # init: paper 002's simplified nets (models/simple_net.py) and the PreAct-ResNets (models/preact_resnet.INITS); dtype: float32 unless float64 (its SM B);
 # length_bucket: 0, batches as long as their longest sentence (train/translation.pad_to_bucket);
 # max_train_len: the model's positions, catalog.MAX_POSITIONS (train/translation.max_train_len);

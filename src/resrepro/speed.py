@@ -13,7 +13,9 @@ differ) that a recipe may leave out:
   ``cudagraphs`` replays the step's own kernels as CUDA graphs) or one of inductor's modes
   (``reduce-overhead``: inductor's fused kernels, replayed as CUDA graphs). On a GPU at CIFAR
   sizes an eager step is the host's kernel launches, which graphs take away
-  (docs/gpu-h100-2026-11-26.md).
+  (docs/gpu-h100-2026-11-26.md). A replayed graph holds one shape: a Transformer's batches need
+  `length_bucket` under a graph mode (the plan refuses it without), a classifier's last, shorter
+  batch of an epoch runs eagerly (docs/gpu-h200-2026-11-27.md).
 - ``fused_optimizer``: ``auto`` (on a GPU), ``true`` or ``false``: torch's fused SGD/Adam, one
   kernel for the whole update instead of one per tensor and operation.
 - ``tf32``: ``auto`` (on a GPU), ``true`` or ``false``: a GPU's float32 matrix products in
@@ -34,11 +36,10 @@ from dataclasses import dataclass
 
 import torch
 
+from .recipes import GRAPH_REPLAYS
+
 # `compile` values that name one of inductor's modes rather than a backend
 INDUCTOR_MODES = ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-# `compile` values whose steps replay CUDA graphs (torch's cudagraph trees): their outputs live in
-# memory that the next replay reuses
-GRAPH_REPLAYS = ("cudagraphs", "reduce-overhead", "max-autotune")
 DEFAULTS = {"amp": "auto", "channels_last": "auto", "compile": False, "fused_optimizer": "auto", "tf32": "auto", "dtype": "float32"}
 
 
