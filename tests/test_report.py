@@ -434,7 +434,7 @@ def test_a_figure_of_differences_draws_judges_and_sums_up_the_differences(tmp_pa
                    "n_runs": 3, "summary": "s"} for i, label in enumerate(base)]).to_csv(tmp_path / "figure_cells.csv", index=False)
     sections = render_module._figure_sections(tmp_path, load_figures(["config/figures/noise.yaml"]), "noise")
     # the figures this run did not measure are left out, those it cannot reproduce say why
-    assert [s["id"] for s in sections] == ["noise-f9b", "noise-f11"]  # noise-f13 is computed: not in this figures.csv
+    assert [s["id"] for s in sections] == ["noise-f9b", "noise-f11"]  # noise-f11d, -f11e and -f13 are computed: not in this figures.csv
     section = sections[0]
     assert "equations that our copy of the paper lost" in sections[1]["not_reproduced"]
     labels = [c["label"] for c in section["cells"]]

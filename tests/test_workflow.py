@@ -132,6 +132,8 @@ def test_report_holds_every_table_with_paper_and_reproduced_values(workdir):
         "dominant_flow": r"epoch 0\.\d+: mean fraction \S+ over \d+ blocks .*; epoch 2: mean fraction \S+ over \d+ blocks .*",
         "weight_histogram": r"epoch 0: ID entries' mode \S+, \d+ weights beyond 0.7 in magnitude; epoch 2: ID entries' mode \S+, \d+ weights beyond 0.7 in magnitude",
         "gaussian_inequality": r"0\.006\d+ at ratio 0\.01, 0\.99\d* at 100; reaches 1/2 at ratio 1(\.26)?",  # computed: no run
+        "trivial_flow_scale": r"fraction 0\.\d+ at gradient std 0\.01, 0\.\d+ at 100; range over the scales 0\.00\d+",  # computed: no run
+        "trivial_flow_p": r"fraction 0 at p 0, 0\.\d+ at p 0\.5, 0\.\d+ at p 1; largest 0\.\d+ at p (1|0\.2)",  # computed: no run
     }
     figures = experiments.load_figures(workdir / "config" / "figures")
     assert {"sas-f3", "sas-f4", "rskip-f3", "iter-f2", "iter-f3", "iter-f4"} <= set(figures)

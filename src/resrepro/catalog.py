@@ -236,6 +236,14 @@ MEASUREMENTS: dict[str, MeasurementSpec] = {
         # Appendix E, Fig. 13: P(|X| > |Y|) of two zero-mean Gaussians against the ratio of their
         # deviations, in closed form and simulated (measure/gaussian.py); no run
         MeasurementSpec("gaussian_inequality", None, "per_ratio", {"low": 0.01, "high": 100.0, "points": 41, "samples": 200000, "seed": 0}),
+        # SM D.4.1, Fig. 11 (d), (e): the fraction of dominant gradient flow in the trivial case (1 x 1
+        # kernels, 1-D activations), simulated, against the std of the final gradients and against
+        # the ReLUs' probability p of passing (measure/trivial_flow.py); no run. The fixed values are
+        # lost in our copy; chosen (docs/noise.md): n = 16 entries, 2 layers above the measured one,
+        # p = 1/2 in (d), s = 1 in (e), 2,000 draws a point
+        MeasurementSpec("trivial_flow_scale", None, "per_gradient_std",
+                        {"n": 16, "layers": 2, "p": 0.5, "low": 0.01, "high": 100.0, "points": 9, "draws": 2000, "seed": 0}),
+        MeasurementSpec("trivial_flow_p", None, "per_p", {"n": 16, "layers": 2, "gradient_std": 1.0, "points": 11, "draws": 2000, "seed": 0}),
     )
 }
 

@@ -57,7 +57,8 @@ IMPLEMENTED_IN = {"l2_ratio": "blocks", "block_drop": "blocks", "grad_cosine": "
                   "over_training": "over_training", "skip_scale": "skip_scale", "stage_norms": "stage_norms",
                   "unroll": "unroll", "unroll_blocks": "unroll", "weight_stats": "weights", "weight_histogram": "weights",
                   "layer_cushion": "cushion", "final_activations": "cushion", "dominant_flow": "dominant_flow",
-                  "interlayer_cushion": "cushion", "gaussian_inequality": "gaussian"}
+                  "interlayer_cushion": "cushion", "gaussian_inequality": "gaussian",
+                  "trivial_flow_scale": "trivial_flow", "trivial_flow_p": "trivial_flow"}
 
 
 def get(name: str) -> Measurement:

@@ -116,6 +116,16 @@ def per_ratio(frame: pd.DataFrame, title: str) -> bytes | None:
     return _lines(frame, title, "ratio", "ratio of the deviations (log scale)", log_x=True)
 
 
+def per_gradient_std(frame: pd.DataFrame, title: str) -> bytes | None:
+    """A computed curve against the std of the final gradients (columns gradient_std, quantity, value), on a log x axis."""
+    return _lines(frame, title, "gradient_std", "standard deviation of the final gradients (log scale)", log_x=True)
+
+
+def per_p(frame: pd.DataFrame, title: str) -> bytes | None:
+    """A computed curve against the probability p that a ReLU passes its entry (columns p, quantity, value)."""
+    return _lines(frame, title, "p", "probability p that a ReLU passes its entry")
+
+
 def per_epoch_block(frame: pd.DataFrame, title: str) -> bytes | None:
     """A measurement per block over training (columns epoch, block, quantity, value, split): one
     panel per quantity and figure cell, one line per block coloured from blue (lowest) to red
@@ -183,7 +193,7 @@ def histogram(frame: pd.DataFrame, title: str) -> bytes | None:
 
 # The drawing of each measurement kind (resrepro.measure.Measurement.kind).
 DRAWINGS = {"per_ratio": per_ratio, "per_block": per_block, "per_epoch": per_epoch, "per_step": per_step, "per_epoch_block": per_epoch_block, "histogram": histogram,
-            "per_level": per_level}
+            "per_level": per_level, "per_gradient_std": per_gradient_std, "per_p": per_p}
 
 
 def learning_curves(table_rows: pd.DataFrame, curves: pd.DataFrame, runs_by_row: dict[str, list[str]], title: str, task: str) -> bytes | None:
