@@ -110,6 +110,8 @@ def test_a_residual_net_at_init_has_more_dominant_flow_than_a_plain_one_at_every
     assert (residual > plain).all() and ((plain >= 0) & (residual <= 1)).all()
     summary = get("dominant_flow").summarize(frames["add"].assign(epoch=0))
     assert summary.startswith("epoch 0: mean fraction") and "over 5 blocks" in summary
+    first_step = get("dominant_flow").summarize(frames["add"].assign(epoch=1 / 391))
+    assert first_step.startswith("after the first step: mean fraction")
 
 
 def test_a_per_block_figure_of_two_snapshots_draws_a_line_for_each(monkeypatch):
@@ -118,9 +120,10 @@ def test_a_per_block_figure_of_two_snapshots_draws_a_line_for_each(monkeypatch):
     drawn = {}
     monkeypatch.setattr(figures, "to_png", lambda fig: drawn.setdefault("fig", fig) and b"png")
     rows = pd.DataFrame([{"figure": "f", "label": "ResNet-20", "run": "r", "epoch": e, "block": b, "quantity": "q", "value": 0.1 * b}
-                         for e in (0, 20) for b in (1, 2, 3)])
+                         for e in (0, 1 / 391, 20) for b in (1, 2, 3)])
     figures.per_block(rows, "f")
-    assert {line.get_label() for line in drawn["fig"].axes[0].get_lines()} == {"ResNet-20, epoch 0 (1 run)", "ResNet-20, epoch 20 (1 run)"}
+    assert {line.get_label() for line in drawn["fig"].axes[0].get_lines()} == {
+        "ResNet-20, epoch 0 (1 run)", "ResNet-20, after the first step (1 run)", "ResNet-20, epoch 20 (1 run)"}
 
 
 def test_a_net_without_signal_activation_paths_is_refused_by_name():

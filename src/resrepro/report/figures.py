@@ -50,7 +50,7 @@ def _lines(frame: pd.DataFrame, title: str, x: str, xlabel: str, log_y: bool = F
     if "scale" in frame:  # so is each scaling of an unrolled block
         frame = frame.assign(label=frame["label"] + ", scale " + frame["scale"].map("{:g}".format))
     if x != "epoch" and "epoch" in frame and frame["epoch"].nunique() > 1:  # so is each snapshot measured
-        frame = frame.assign(label=frame["label"] + ", epoch " + frame["epoch"].map("{:g}".format))
+        frame = frame.assign(label=frame["label"] + ", " + frame["epoch"].map(snapshot_name))
     quantities = list(dict.fromkeys(frame["quantity"]))
     fig, axes = plt.subplots(1, len(quantities), figsize=(max(6.0, 5.0 * len(quantities)), 3.6), squeeze=False)
     for ax, quantity in zip(axes[0], quantities):
@@ -109,6 +109,12 @@ def per_level(frame: pd.DataFrame, title: str) -> bytes | None:
     when the level was reached, differs between seeds and is not a snapshot: one line per net)."""
     return _lines(frame.drop(columns="epoch", errors="ignore"), title, "level", "training loss reached (log scale, falling)",
                   log_x_falling=True)
+
+
+def snapshot_name(epoch: float) -> str:
+    """A snapshot's name in a legend: its epoch, or the weights after the first step (a fraction of
+    the first epoch: train/classification.py keeps them for paper 002's "after the first iteration")."""
+    return "after the first step" if 0 < epoch < 1 else f"epoch {epoch:g}"
 
 
 def per_ratio(frame: pd.DataFrame, title: str) -> bytes | None:
