@@ -131,10 +131,10 @@ def test_a_net_without_signal_activation_paths_is_refused_by_name():
         dominant_flow.measure_dominant_flow(torch.nn.Linear(2, 2), {}, {"examples": 1}, torch.device("cpu"))
 
 
-def test_the_measure_job_reads_the_weights_after_the_first_step_and_after_training(tmp_path):
+def test_the_measure_job_reads_the_weights_after_the_first_step_and_after_training(tmp_path, monkeypatch):
     """The two snapshots the paper measures: the first step's (its epoch 1/391) and the last
-    (epoch 3); the initialisation's (epoch 0) is not read. A run without the first step's file
-    is refused by name."""
+    (epoch 3), each file read once; the initialisation's (epoch 0) is not read. A run without the
+    first step's file is refused by name."""
     from resrepro import files
     from resrepro.measure.run import run_measurement
 
@@ -146,10 +146,13 @@ def test_the_measure_job_reads_the_weights_after_the_first_step_and_after_traini
     torch.save({"train_x": torch.randint(0, 255, (8, 3, 8, 8), dtype=torch.uint8), "train_y": torch.arange(8), "mean": [0.5] * 3,
                 "std": [0.25] * 3, "test_x": torch.zeros(1, 3, 8, 8, dtype=torch.uint8), "test_y": torch.zeros(1, dtype=torch.long),
                 "classes": [str(c) for c in range(10)], "name": "tiny", "source": "test"}, tmp_path / "d.pt")
+    read, load = [], models.load_checkpoint
+    monkeypatch.setattr(models, "load_checkpoint", lambda path: read.append(path.name) or load(path))
     run_measurement("dominant_flow", run, tmp_path / "d.pt", {"examples": 8}, tmp_path / "out.csv", device="cpu")
     import pandas as pd
 
     assert sorted(pd.read_csv(tmp_path / "out.csv")["epoch"].unique()) == pytest.approx([1 / 391, 3])
+    assert sorted(read) == ["epoch0003.pt", "step0001.pt"]
     models.first_step_path(run).unlink()
     with pytest.raises(ValueError, match="no weights after its first step"):
         run_measurement("dominant_flow", run, tmp_path / "d.pt", {"examples": 8}, tmp_path / "out.csv", device="cpu")

@@ -254,6 +254,13 @@ def measurement(name: str) -> MeasurementSpec:
     return MEASUREMENTS[name]
 
 
+def snapshot_name(epoch: float) -> str:
+    """A snapshot's name, in a legend or a summary: its epoch, or the weights after the first step
+    (a fraction of the first epoch: train/classification.py keeps them for paper 002's "after the
+    first iteration")."""
+    return "after the first step" if 0 < epoch < 1 else f"epoch {epoch:g}"
+
+
 def settings_for(name: str, given: dict | None, where: str) -> dict:
     """The measurement's defaults with a figure's settings over them; an unknown key is refused."""
     m = measurement(name)

@@ -33,6 +33,7 @@ import pandas as pd
 import torch
 from torch.nn import functional as F
 
+from .. import catalog
 from . import register
 from .blocks import batches
 
@@ -104,7 +105,7 @@ def summarize_dominant_flow(frame: pd.DataFrame) -> str:
     parts = []
     for epoch, at in frame.groupby("epoch"):
         by_block = at.groupby("block")["value"].mean()
-        parts.append(f"{'after the first step' if 0 < epoch < 1 else f'epoch {epoch:g}'}: mean fraction {by_block.mean():.3g} over {len(by_block)} blocks "
+        parts.append(f"{catalog.snapshot_name(epoch)}: mean fraction {by_block.mean():.3g} over {len(by_block)} blocks "
                      f"(block {by_block.idxmin()} lowest, {by_block.min():.3g}; block {by_block.idxmax()} highest, {by_block.max():.3g})")
     return "; ".join(parts)
 

@@ -10,6 +10,8 @@ import pandas as pd
 from .. import files
 from . import get
 
+FROM_CHECKPOINT = object()  # a kept file whose epoch is read from the file itself (the weights after the first step)
+
 
 def load_data(task: str, data_path: str | Path) -> dict:
     if task != "classification":
@@ -59,14 +61,16 @@ def run_measurement(name: str, run_dir: str | Path, data_path: str | Path, setti
             if not first.exists():
                 raise ValueError(f"{name}: {run_dir} has no weights after its first step ({first.name}), which runs that keep "
                                  "snapshots save from this version on: train the run again (snakemake --forcerun train_classifier)")
-            kept = [(models.load_checkpoint(first)["epoch"], first), kept[-1]]
+            kept = [(FROM_CHECKPOINT, first), kept[-1]]
     else:
         kept = [(None, run_dir / "checkpoints" / "last.pt")]
     dev = pick_device(device)
     data = load_data(measurement.task, data_path)
     frames = []
     for epoch, path in kept:
-        model = models.from_checkpoint(models.load_checkpoint(path)).to(dev).eval()
+        checkpoint = models.load_checkpoint(path)
+        epoch = checkpoint["epoch"] if epoch is FROM_CHECKPOINT else epoch
+        model = models.from_checkpoint(checkpoint).to(dev).eval()
         in_its_dtype(model)
         frame = measurement.measure(model, data, settings, dev)
         frames.append(frame if epoch is None else frame.assign(epoch=epoch))

@@ -12,6 +12,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402,F401  (matplotlib.ticker.MaxNLocator)
 import pandas as pd  # noqa: E402
 
+from ..catalog import snapshot_name  # noqa: E402
+
 
 def to_png(fig) -> bytes:
     buf = io.BytesIO()
@@ -109,12 +111,6 @@ def per_level(frame: pd.DataFrame, title: str) -> bytes | None:
     when the level was reached, differs between seeds and is not a snapshot: one line per net)."""
     return _lines(frame.drop(columns="epoch", errors="ignore"), title, "level", "training loss reached (log scale, falling)",
                   log_x_falling=True)
-
-
-def snapshot_name(epoch: float) -> str:
-    """A snapshot's name in a legend: its epoch, or the weights after the first step (a fraction of
-    the first epoch: train/classification.py keeps them for paper 002's "after the first iteration")."""
-    return "after the first step" if 0 < epoch < 1 else f"epoch {epoch:g}"
 
 
 def per_ratio(frame: pd.DataFrame, title: str) -> bytes | None:
