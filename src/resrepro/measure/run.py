@@ -10,8 +10,6 @@ import pandas as pd
 from .. import files
 from . import get
 
-FROM_CHECKPOINT = object()  # a kept file whose epoch is read from the file itself (the weights after the first step)
-
 
 def load_data(task: str, data_path: str | Path) -> dict:
     if task != "classification":
@@ -51,8 +49,9 @@ def run_measurement(name: str, run_dir: str | Path, data_path: str | Path, setti
 
     if threads:
         torch.set_num_threads(threads)
-    if measurement.reads in ("snapshots", "first_step_and_end"):
-        kept = models.snapshots(run_dir)
+    by_epoch = measurement.reads in ("snapshots", "first_step_and_end")  # rows tagged with each file's own epoch
+    if by_epoch:
+        kept = [path for _, path in models.snapshots(run_dir)]
         if not kept:
             raise ValueError(f"{name}: {run_dir} kept no snapshots; its recipe needs `snapshots: N` (a refinement of the "
                              "scale's classification recipe), and the run trains again to keep them")
@@ -61,17 +60,16 @@ def run_measurement(name: str, run_dir: str | Path, data_path: str | Path, setti
             if not first.exists():
                 raise ValueError(f"{name}: {run_dir} has no weights after its first step ({first.name}), which runs that keep "
                                  "snapshots save from this version on: train the run again (snakemake --forcerun train_classifier)")
-            kept = [(FROM_CHECKPOINT, first), kept[-1]]
+            kept = [first, kept[-1]]
     else:
-        kept = [(None, run_dir / "checkpoints" / "last.pt")]
+        kept = [run_dir / "checkpoints" / "last.pt"]
     dev = pick_device(device)
     data = load_data(measurement.task, data_path)
     frames = []
-    for epoch, path in kept:
+    for path in kept:
         checkpoint = models.load_checkpoint(path)
-        epoch = checkpoint["epoch"] if epoch is FROM_CHECKPOINT else epoch
         model = models.from_checkpoint(checkpoint).to(dev).eval()
         in_its_dtype(model)
         frame = measurement.measure(model, data, settings, dev)
-        frames.append(frame if epoch is None else frame.assign(epoch=epoch))
+        frames.append(frame.assign(epoch=checkpoint["epoch"]) if by_epoch else frame)
     files.write_text(out, pd.concat(frames, ignore_index=True).to_csv(index=False))
