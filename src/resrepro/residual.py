@@ -91,9 +91,9 @@ def in_float32(inputs: tuple[torch.Tensor, ...], gate) -> torch.Tensor:
     """`gate(*inputs)` in float32 even under bf16 autocast. A gate is a sigmoid of a learned logit:
     in bf16 it reaches exactly 1.0 from a logit near 6 (float32: near 17), which zeroes gamma =
     (1-a)(1-b) and the gate's gradient, and its value at initialisation is off by several percent.
-    The gates are a few small matmuls, so float32 costs little."""
+    The gates are a few small matmuls, so float32 costs little. A float64 run's gates stay float64."""
     with torch.autocast(inputs[0].device.type, enabled=False):
-        return gate(*(t.float() for t in inputs))
+        return gate(*(t if t.dtype == torch.float64 else t.float() for t in inputs))
 
 
 def broadcast_vector(v: torch.Tensor, layout: str) -> torch.Tensor:
