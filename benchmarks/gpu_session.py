@@ -95,6 +95,9 @@ CHECKS = (
     Check("resnet110-cudagraphs", "paper-steps", 150, _resnet(110, "--compile", "cudagraphs", steps=PAPER_RESNET)),
     # inductor's fused kernels replayed as graphs: what may bring SAS within item 3's 1.25x
     Check("resnet110-reduce-overhead", "paper-steps", 240, _resnet(200, "--compile", "reduce-overhead", steps=PAPER_RESNET)),
+    # issue 45, item 1: K paper-step runs stacked as one program, eager and as CUDA graphs, per run against one alone
+    Check("stacked", "stacked", 300, ("benchmarks/stacked_step_time.py", "--device", "cuda", "--depth", "110", "--runs", "1", "4", "8", "16",
+                                      "--variants", "add", "sas", "--budget", "240")),
     # the paper scales' gated runs are all SAS's (Table 6's transform gate is `sas-gatetransform`)
     Check("costs", "costs", 240, ("benchmarks/gpu_budget.py", "--device", "cuda", "--keys", "*/sas*", "--out", STEP_TIMES)),
     Check("tests", "tests", 420, ("-m", "pytest", "-m", "gpu", "-rA", "tests/test_gpu.py")),
