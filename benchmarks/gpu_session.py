@@ -98,6 +98,11 @@ CHECKS = (
     # issue 45, item 1: K paper-step runs stacked as one program, eager and as CUDA graphs, per run against one alone
     Check("stacked", "stacked", 300, ("benchmarks/stacked_step_time.py", "--device", "cuda", "--depth", "110", "--runs", "1", "4", "8", "16",
                                       "--variants", "add", "sas", "--budget", "240")),
+    # what stacking leaves: inductor's fusions at 16 runs, and one run at 16 runs' images (the arithmetic without grouping)
+    Check("stacked-compiled", "stacked", 330, ("benchmarks/stacked_step_time.py", "--device", "cuda", "--depth", "110", "--runs", "16",
+                                               "--variants", "add", "sas", "--modes", "compiled", "compiled-graphs", "--budget", "270")),
+    Check("stacked-one-batch", "stacked", 90, ("benchmarks/stacked_step_time.py", "--device", "cuda", "--depth", "110", "--runs", "1",
+                                               "--batch", "2048", "--variants", "add", "sas", "--modes", "eager", "graphs", "--budget", "60")),
     # the paper scales' gated runs are all SAS's (Table 6's transform gate is `sas-gatetransform`)
     Check("costs", "costs", 240, ("benchmarks/gpu_budget.py", "--device", "cuda", "--keys", "*/sas*", "--out", STEP_TIMES)),
     Check("tests", "tests", 420, ("-m", "pytest", "-m", "gpu", "-rA", "tests/test_gpu.py")),

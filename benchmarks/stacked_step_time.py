@@ -4,14 +4,15 @@ A PreAct-ResNet-110 step at batch 128 is its kernel launches on an H100 (55.8 ms
 CUDA graphs, for about 96 GFLOP: docs/gpu-h100-2026-11-26.md). Stacked, each launch does K runs'
 work. For each variant, each K of `--runs` (1: the run alone, the module itself; more: K runs
 stacked) and each mode (`eager`; `graphs`: forward and backward captured once as one CUDA graph
-and replayed, the optimizer's fused step after it), it times training steps on random CIFAR-shaped
+and replayed, the optimizer's fused step after it; `compiled`: inductor's kernels; `compiled-graphs`:
+those captured as graphs), it times training steps on random CIFAR-shaped
 batches (one per run), with the speed switches training resolves for the device (bf16 autocast,
 fused SGD and, for the run alone, channels-last on a GPU).
 
 The table gives the step time of all K runs together, the time per run (step / K), that time
-against the run alone in the same mode and variant, the peak memory, and what a paper run (164
+against the run alone in the same mode and variant, the peak memory, what a paper run (164
 epochs of 391 steps: 50,000 images at batch 128) costs at that pace in GPU-minutes, training
-steps only. Issue 45's targets: a ResNet-110 paper run in 6 GPU-minutes (5.6 ms a run-step),
+steps only, and the seconds the row took (building and compiling included). Issue 45's targets: a ResNet-110 paper run in 6 GPU-minutes (5.6 ms a run-step),
 SAS within 1.5x add's time.
 
     python benchmarks/stacked_step_time.py --device cuda --depth 110 --runs 1 4 8 16 --variants add sas
@@ -37,7 +38,7 @@ from resrepro.models.stacked import StackedRuns
 from resrepro.speed import speed_of
 
 PAPER_STEPS = 164 * 391  # He et al. 2016b's CIFAR schedule: 164 epochs of 50,000 images at batch 128
-MODES = ("eager", "graphs")
+MODES = ("eager", "graphs", "compiled", "compiled-graphs")
 
 
 def paper_run_minutes(run_ms: float) -> float:
@@ -63,6 +64,8 @@ def training_step(variant: str, runs: int, depth: int, batch: int, device, speed
     alone = runs == 1
     nets = [build(variant, depth, seed, device, speed) for seed in range(runs)]
     net = nets[0] if alone else StackedRuns(nets)
+    if mode.startswith("compiled"):  # inductor's fused kernels (BN, ReLU, SAS's gates), with graphs or not
+        net = torch.compile(net) if alone else net.compile()
     opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4, **speed.optimizer_options())
     g = torch.Generator(device="cpu").manual_seed(0)
     x = torch.randn((batch, 3, 32, 32) if alone else (runs, batch, 3, 32, 32), generator=g).to(device)
@@ -82,7 +85,7 @@ def training_step(variant: str, runs: int, depth: int, batch: int, device, speed
         forward_backward()
         opt.step()
 
-    if mode == "eager":
+    if not mode.endswith("graphs"):
         return eager
     # CUDA graphs: warm up on a side stream (torch's recipe for capture), then record forward and
     # backward once; the gradients are the graph's static outputs, which the optimizer then reads
@@ -121,7 +124,7 @@ def time_steps(step, sync, warmup: int, steps: int, rounds: int) -> float:
 
 def print_row(r: dict) -> None:
     print(f"{r['variant']:<8} {r['runs']:>4} {r['mode']:<7} {r['step_ms']:>9.2f} {r['run_ms']:>8.2f} {r['vs_alone']:>8.2f} "
-          f"{r['peak_mb']:>8.0f} {r['paper_run_min']:>9.1f}", flush=True)
+          f"{r['peak_mb']:>8.0f} {r['paper_run_min']:>9.1f} {r['seconds']:>7.0f}", flush=True)
 
 
 def main(argv=None) -> list[dict]:
@@ -131,7 +134,7 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--runs", type=int, nargs="+", default=[1, 4, 8, 16])
     p.add_argument("--variants", nargs="+", default=["add", "sas"])
-    p.add_argument("--modes", nargs="+", choices=MODES, default=None, help="default: both on a GPU, eager on the CPU")
+    p.add_argument("--modes", nargs="+", choices=MODES, default=None, help="default: eager and graphs on a GPU, eager on the CPU")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--rounds", type=int, default=3)
@@ -141,10 +144,10 @@ def main(argv=None) -> list[dict]:
     device = torch.device(opts.device)
     speed = speed_of({}, device, image_model=True)
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    modes = opts.modes or (list(MODES) if device.type == "cuda" else ["eager"])
+    modes = opts.modes or (["eager", "graphs"] if device.type == "cuda" else ["eager"])
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"# PreAct-ResNet-{opts.depth}, batch {opts.batch} a run, on {name}, torch {torch.__version__}; {speed}")
-    print(f"{'variant':<8} {'runs':>4} {'mode':<7} {'step_ms':>9} {'run_ms':>8} {'vs_alone':>8} {'peak_mb':>8} {'paper_min':>9}")
+    print(f"{'variant':<8} {'runs':>4} {'mode':<7} {'step_ms':>9} {'run_ms':>8} {'vs_alone':>8} {'peak_mb':>8} {'paper_min':>9} {'seconds':>7}")
     started, rows = time.monotonic(), []
     for variant in opts.variants:
         for mode in modes:
@@ -156,6 +159,7 @@ def main(argv=None) -> list[dict]:
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
                     torch.cuda.reset_peak_memory_stats(device)
+                begun = time.monotonic()
                 try:
                     step = training_step(variant, runs, opts.depth, opts.batch, device, speed, mode)
                     step_ms = time_steps(step, sync, opts.warmup, opts.steps, opts.rounds)
@@ -163,7 +167,7 @@ def main(argv=None) -> list[dict]:
                     print(f"{variant:<8} {runs:>4} {mode:<7} failed: {type(err).__name__}: {str(err).splitlines()[0][:160]}", flush=True)
                     continue
                 peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else 0.0
-                r = row(variant, runs, mode, step_ms, alone_ms, peak)
+                r = {**row(variant, runs, mode, step_ms, alone_ms, peak), "seconds": time.monotonic() - begun}  # building and compiling included
                 alone_ms = alone_ms or (step_ms if runs == 1 else None)
                 rows.append(r)
                 print_row(r)

@@ -334,7 +334,7 @@ class SAS(Residual):
     `gate` chooses what predicts a and b (Table 6): `full`, the paper's Scaling Gate (Eq. 2);
     `single`, its single-layer form; `transform`, Highway's Transform Gate T(x) from x alone,
     per channel (h*h + h parameters each). The last gates are kept in `last_gates` (detached, float32)
-    for the analysis of Fig. 3.
+    for the analysis of Fig. 3, by an uncompiled forward.
     """
 
     def __init__(self, dim, layout, norm, gate, gamma, bias_a, bias_b, bias_gamma):
@@ -360,7 +360,8 @@ class SAS(Residual):
 
     def forward(self, x, f):
         a, b, gamma = self.gates(x, f)
-        self.last_gates = {"a": a.detach(), "b": b.detach(), "gamma": gamma.detach()}
+        if not torch.compiler.is_compiling():  # a compiled step has no reader; and stacked runs' gates could not leave it
+            self.last_gates = {"a": a.detach(), "b": b.detach(), "gamma": gamma.detach()}
         return sas_formula(x, f, a, b, gamma, self.norm)
 
 

@@ -89,12 +89,14 @@ class Speed:
         checkpoint keeps `module`'s own state_dict (the wrapper's keys carry a prefix)."""
         if not self.compile:
             return module
+        return torch.compile(module, **self.compile_options())
+
+    def compile_options(self) -> dict:
+        """torch.compile's arguments for the `compile` switch."""
         # a replayed graph is recorded for one shape: each shape (a length bucket) gets a static graph
         # of its own, as a graph over dynamic sizes would replay the first shape's recording
         shapes = {"dynamic": False} if self.replays_graphs else {}
-        if self.compile in INDUCTOR_MODES:
-            return torch.compile(module, mode=self.compile, **shapes)
-        return torch.compile(module, backend=self.compile, **shapes)
+        return {"mode" if self.compile in INDUCTOR_MODES else "backend": self.compile, **shapes}
 
 
 def own_gradients(model: torch.nn.Module) -> None:

@@ -66,11 +66,20 @@ class StackedRuns:
     def __call__(self, x: torch.Tensor, shared: bool = False) -> torch.Tensor:
         """The K runs' outputs, (K, N, ...): x is (K, N, ...), run k's batch x[k], or with
         `shared` (N, ...), the same batch for every run."""
+        return self.forward(self.params, self.buffers, x, shared)
+
+    def forward(self, params: dict, buffers: dict, x: torch.Tensor, shared: bool = False) -> torch.Tensor:
+        """The outputs for stacked `params` and `buffers`: the state as arguments, the form torch.compile traces."""
 
         def one_run(params, buffers, batch):
             return functional_call(self.template, (params, buffers), (batch,))
 
-        return vmap(one_run, in_dims=(0, 0, None if shared else 0))(self.params, self.buffers, x)
+        return vmap(one_run, in_dims=(0, 0, None if shared else 0))(params, buffers, x)
+
+    def compile(self, **options) -> StackedRuns:
+        """Calls go through torch.compile(forward, **options) from now on."""
+        self.forward = torch.compile(self.forward, **options)
+        return self
 
     def state_dict(self, k: int) -> dict[str, torch.Tensor]:
         """Run k's weights and buffers as its own module's state_dict would hold them (copies)."""

@@ -19,7 +19,7 @@ import io
 import math
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -65,12 +65,67 @@ def decay_groups(model: torch.nn.Module, centred: dict) -> list[dict]:
     return groups + [{"params": list(centred), "weight_decay": 0.0}] if centred else groups
 
 
+def epoch_row(state: LoopState, lr: float, loss_sum: float, wrong: int, seen: int, test_loss: float, test_error: float,
+              seconds: float) -> dict:
+    """The log's line for the epoch just finished: training loss and error over its batches (as
+    trained, augmented), the test set's after it."""
+    return {"epoch": state.epoch, "step": state.step, "lr": lr, "train_loss": loss_sum / seen, "train_error": 100.0 * wrong / seen,
+            "test_loss": test_loss, "test_error": test_error, "seconds": seconds}
+
+
 def log_csv(rows: list[dict], fields: tuple[str, ...] = LOG_FIELDS) -> str:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=fields)
     writer.writeheader()
     writer.writerows(rows)
     return buf.getvalue()
+
+
+@dataclass
+class PreparedRun:
+    """One run set up to train: built (or resumed from its checkpoint), its optimizer, its
+    generator at the state to continue from, and the epochs whose weights it keeps."""
+
+    model: torch.nn.Module
+    model_spec: dict
+    opt: torch.optim.Optimizer
+    centred: dict
+    state: LoopState
+    gen: torch.Generator
+    keep: list[int]
+
+
+def prepare_run(spec: dict, data: dict, out_dir: Path, device: torch.device, speed) -> PreparedRun:
+    """A run's model (drawn from its seed), optimizer and loop state: resumed from out_dir's last
+    checkpoint when it holds this spec, else fresh (its stale snapshots removed, Admin's profile
+    taken); the snapshot of epoch 0 written when kept."""
+    torch.manual_seed(spec["seed"])
+    gen = torch.Generator().manual_seed(spec["seed"])  # shuffling and augmentation, CPU, saved in checkpoints
+    model_spec = models.model_spec(spec, classes=len(data["classes"]), in_channels=data["train_x"].shape[1],
+                                  image_size=data["train_x"].shape[-1])
+    with speed.building():
+        model = models.build(model_spec)
+    model = speed.place(model, device)
+    centred = decay_targets(model)
+    opt = torch.optim.SGD(decay_groups(model, centred), lr=spec["lr"], momentum=spec["momentum"], weight_decay=spec["weight_decay"],
+                          **speed.optimizer_options())
+
+    state = resume(out_dir / "checkpoints" / "last.pt", spec, model, opt, device)
+    if state is None:  # a fresh start: snapshots of an earlier spec's run are not this run's
+        for _, stale in models.snapshots(out_dir):
+            stale.unlink()
+        models.first_step_path(out_dir).unlink(missing_ok=True)
+        state = LoopState(generator=gen.get_state())
+        first = data["train_x"][: spec["batch_size"]]
+        # Admin's profile (a no-op for other variants): one batch through the fresh, uncompiled net (its
+        # profiling branch would cost torch.compile a graph of its own)
+        with speed.autocast(device):
+            residual.initialize(model, lambda: model(speed.layout(normalize(first.to(device).float(), data["mean"], data["std"]))))
+    gen.set_state(state.generator)
+    keep = snapshot_epochs(spec["epochs"], spec.get("snapshots", 0))
+    if state.epoch == 0 and 0 in keep:
+        save_snapshot(out_dir, 0, model, model_spec)
+    return PreparedRun(model, model_spec, opt, centred, state, gen, keep)
 
 
 def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = "auto", progress: bool = True,
@@ -87,33 +142,9 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
     speed = speed_of(spec, device, image_model=True)
     data = load_prepared(data_path)
 
-    torch.manual_seed(spec["seed"])
-    gen = torch.Generator().manual_seed(spec["seed"])  # shuffling and augmentation, CPU, saved in checkpoints
-    model_spec = models.model_spec(spec, classes=len(data["classes"]), in_channels=data["train_x"].shape[1],
-                                  image_size=data["train_x"].shape[-1])
-    with speed.building():
-        model = models.build(model_spec)
-    model = speed.place(model, device)
+    run = prepare_run(spec, data, out_dir, device, speed)
+    model, model_spec, opt, centred, state, gen, keep = run.model, run.model_spec, run.opt, run.centred, run.state, run.gen, run.keep
     forward = speed.compiled(model)
-    centred = decay_targets(model)
-    opt = torch.optim.SGD(decay_groups(model, centred), lr=spec["lr"], momentum=spec["momentum"], weight_decay=spec["weight_decay"],
-                          **speed.optimizer_options())
-
-    state = resume(ckpt_path, spec, model, opt, device)
-    if state is None:  # a fresh start: snapshots of an earlier spec's run are not this run's
-        for _, stale in models.snapshots(out_dir):
-            stale.unlink()
-        models.first_step_path(out_dir).unlink(missing_ok=True)
-        state = LoopState(generator=gen.get_state())
-        first = data["train_x"][: spec["batch_size"]]
-        # Admin's profile (a no-op for other variants): one batch through the fresh, uncompiled net (its
-        # profiling branch would cost torch.compile a graph of its own)
-        with speed.autocast(device):
-            residual.initialize(model, lambda: model(speed.layout(normalize(first.to(device).float(), data["mean"], data["std"]))))
-    gen.set_state(state.generator)
-    keep = snapshot_epochs(spec["epochs"], spec.get("snapshots", 0))
-    if state.epoch == 0 and 0 in keep:
-        save_snapshot(out_dir, 0, model, model_spec)
 
     def checkpoint():
         state.generator = gen.get_state()  # the live generator: the next epoch's shuffle and crops
@@ -159,18 +190,7 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
             break
         state.epoch += 1
         test_loss, test_error = evaluate(model, test_x, test_y, mean, std, spec["batch_size"], speed)
-        state.log.append(
-            {
-                "epoch": state.epoch,
-                "step": state.step,
-                "lr": lr,
-                "train_loss": loss_sum / seen,
-                "train_error": 100.0 * wrong / seen,
-                "test_loss": test_loss,
-                "test_error": test_error,
-                "seconds": time.perf_counter() - started,
-            }
-        )
+        state.log.append(epoch_row(state, lr, loss_sum, wrong, seen, test_loss, test_error, time.perf_counter() - started))
         bar.set_postfix(train_loss=f"{loss_sum / seen:.3f}", test_error=f"{test_error:.2f}")
         files.write_text(out_dir / "train_log.csv", log_csv(state.log))
         if state.epoch in keep:  # before last.pt: a job killed between the two redoes this epoch
@@ -183,9 +203,14 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
     if state.diverged is not None:  # remember it, so a rerun does not retrain a known divergence
         checkpoint()
 
+    return write_results(spec, out_dir, state, model, speed, device)
+
+
+def write_results(spec: dict, out_dir: Path, state: LoopState, model, speed, device, **speed_extra) -> dict:
+    """A run's train_log.csv and metrics.json (its spec, results, size, speed switches and provenance)."""
     metrics = summarize(spec, state.log, state.diverged)
     metrics["parameters"] = models.count_parameters(model)
-    metrics["speed"] = asdict(speed)  # the switches as resolved on this device
+    metrics["speed"] = asdict(speed) | speed_extra  # the switches as resolved on this device
     metrics["provenance"] = provenance.collect(device)
     files.write_text(out_dir / "train_log.csv", log_csv(state.log))
     files.write_json(out_dir / "metrics.json", metrics)
