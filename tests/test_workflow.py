@@ -24,6 +24,7 @@ from report_html import row_by_label, table_rows
 from resrepro import experiments
 from resrepro.evaluate.bleu import read_lines, sacre_bleu, tokenized_bleu
 from resrepro.evaluate.captioning import spice_status
+from resrepro.residual import ConfigError
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[1]
@@ -302,6 +303,19 @@ def test_a_nested_recipe_override_on_the_command_line_reruns_that_task(workdir):
 def test_training_seeds_side_by_side_reruns_nothing(workdir):
     """seeds_in_parallel only says how a job schedules its seeds on its device: the runs are the same."""
     assert planned_jobs(workdir, "--configfile", "tiny.yaml", "--config", "seeds_in_parallel=2") == {}
+
+
+def test_training_seeds_stacked_reruns_nothing_and_refuses_side_by_side_too(workdir):
+    """seeds_stacked only says how a job trains its seeds on its device: the runs are the same (to
+    float rounding, tests/test_stacked_training.py). With seeds_in_parallel it is refused at parse."""
+    assert planned_jobs(workdir, "--configfile", "tiny.yaml", "--config", "seeds_stacked=true") == {}
+    forced = snakemake(workdir, "-n", "-p", "--configfile", "tiny.yaml", "--config", "seeds_stacked=true", "--forcerun", "train_classifier",
+                       "--until", "train_classifier")
+    commands = [line for line in forced.stdout.splitlines() if " train --spec " in line]
+    assert commands and all(" --stack 1 " in line for line in commands)
+    with pytest.raises(ConfigError, match="seeds_stacked trains a job's seeds as one program"):
+        experiments.make_plan(tiny_config(workdir) | {"tables_dir": str(workdir / "config" / "tables"), "seeds_stacked": True,
+                                                      "seeds_in_parallel": 2})
 
 
 def test_turning_the_preload_server_off_reruns_nothing(workdir):

@@ -289,6 +289,8 @@ def each_seed(command):
             from .train.time_limit import deadline
 
             a.stop_by = deadline(a.minutes, time.time())
+        if getattr(a, "stack", 0) and len(a.seeds) > 1:
+            return run_seeds_stacked(a)
         if getattr(a, "parallel", 1) > 1 and len(a.seeds) > 1:
             return run_seeds_side_by_side(a)
         do_seed = command(a)
@@ -321,6 +323,40 @@ def each_seed(command):
             files.write_json(a.done, {"seeds": a.seeds, "runs": done})
 
     return run
+
+
+def run_seeds_stacked(a) -> None:
+    """A classification job's seeds trained stacked as one program on the job's device
+    (train/stacked.py). They stand or fall together: when the program fails, each seed's
+    failed.json says why, and the job fails; a seed that diverges is a result, as alone."""
+    import socket
+    import time
+    import traceback
+
+    import torch
+
+    from . import files
+    from .train.stacked import train_stacked
+
+    if a.parallel > 1:
+        sys.exit(f"{a.command}: --stack trains the job's seeds as one program; it cannot combine with --parallel {a.parallel}")
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    spec = json.loads(a.spec)
+    run_dirs = [Path(a.cell_dir) / f"seed{seed}" for seed in a.seeds]
+    try:
+        metrics = train_stacked([{**spec, "seed": seed} for seed in a.seeds], a.data, run_dirs, device=a.device,
+                                progress=not a.no_progress, stop_by=a.stop_by)
+    except Exception as exc:
+        traceback.print_exc()
+        for run_dir in run_dirs:
+            files.write_json(run_dir / "failed.json", {"error": f"{type(exc).__name__}: {exc}", "command": a.command,
+                                                       "host": socket.gethostname(), "rank": 0, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        sys.exit(f"{a.command}: the stacked seeds {', '.join(map(str, a.seeds))} of {a.cell_dir} failed (seed<N>/failed.json says why)")
+    for run_dir in run_dirs:
+        (run_dir / "failed.json").unlink(missing_ok=True)
+    files.write_json(a.done, {"seeds": a.seeds, "runs": {f"seed{seed}": {"diverged": m["diverged"], "final": m["final"]}
+                                                         for seed, m in zip(a.seeds, metrics)}})
 
 
 def run_seeds_side_by_side(a) -> None:
@@ -382,6 +418,9 @@ def add_seed_job(sub, name: str, help: str, command, data: str, training: bool) 
     if training:
         s.add_argument("--no-progress", action="store_true")
         add_parallel_argument(s)
+        if name == "train":  # classification only: the Transformers' runs train alone
+            s.add_argument("--stack", type=int, choices=(0, 1), default=0,
+                           help="1: the job's seeds train stacked as one program on its device (config seeds_stacked)")
         s.add_argument("--minutes", type=float, default=0,
                        help="the job's time limit: a run stops at a checkpoint before it, and the job's next attempt continues it")
         s.add_argument("--stop-by", type=float, default=None, help=argparse.SUPPRESS)  # the parent job's deadline, for --parallel

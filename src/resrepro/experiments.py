@@ -452,6 +452,9 @@ def make_plan(config: dict) -> Plan:
         from .analysis.claims import load_claims
 
         load_claims(config["claims"], all_tables, all_figures)
+    if config.get("seeds_stacked") and config.get("seeds_in_parallel", 1) > 1:
+        raise ConfigError(f"seeds_stacked trains a job's seeds as one program; seeds_in_parallel {config['seeds_in_parallel']} "
+                          "would start them as separate processes too: set one of the two")
     plan.jobs = group_into_jobs(plan.runs, config.get("seeds_per_job", 1))
     return plan
 

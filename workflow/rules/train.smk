@@ -3,7 +3,8 @@
 # writes the job's trained.json last. Checkpoints are not declared outputs, so a failed or killed
 # job keeps them and its rerun resumes each seed from its last finished epoch; seeds already
 # finished only rewrite their metrics. With seeds_in_parallel > 1 its seeds train side by side, each
-# its own process on the job's device; a resource, not a param: changing it retrains nothing.
+# its own process on the job's device; with seeds_stacked, a classification job's seeds train as one
+# program (stacked models); resources, not params: changing them retrains nothing.
 # A run longer than the job's runtime (at most max_job_minutes) stops at a checkpoint before the
 # limit and fails the job; its retries continue it, each in a new job, and append to its log.
 
@@ -27,6 +28,7 @@ rule train_classifier:
         mem_mb=needs("train_classifier", "mem_mb"),
         runtime=runtime_of_training("train_classifier", "classification"),
         seeds_at_once=seeds_at_once("classification"),
+        stacked=int(config.get("seeds_stacked", False)),
     retries: training_retries("train_classifier", "classification")
     priority: PRIORITY["training"]
     conda:
@@ -34,7 +36,8 @@ rule train_classifier:
     shell:
         # launch: the job's GPU (its lock held till the end), or none visible when it holds none
         "resrepro launch --gpus {resources.gpu} -- train --spec {params.spec:q} --seeds {params.seeds} --data {input}"
-        " --cell-dir {params.cell} --done {output} --threads {threads} --parallel {resources.seeds_at_once} --minutes {resources.runtime} 2>> {log}"
+        " --cell-dir {params.cell} --done {output} --threads {threads} --parallel {resources.seeds_at_once} --stack {resources.stacked}"
+        " --minutes {resources.runtime} 2>> {log}"
 
 
 rule train_translator:
