@@ -10,6 +10,8 @@ what they decide, each with its own time limit:
   compiled by inductor and replayed as graphs (`reduce-overhead`);
 - `costs`: the step times of every SAS run of the paper and gpu-day scales (its gates are the
   float32 products that TF32 changes), measured again into the device's step-times file;
+- `stacked`: K ResNet-110 runs stacked as one program against one alone, eager, as CUDA graphs and
+  compiled (issue 45, item 1; measured on an H200 on 2026-11-27: docs/gpu-h200-2026-11-27-stacked.md);
 - `tests`: the GPU test suite (`pytest -m gpu`);
 - `rehearsal`: the rehearsal scale's DAG on CUDA (benchmarks/gpu_rehearsal.py): the targets that
   run every rule once, then as much of the whole DAG as the time left allows.
@@ -25,7 +27,9 @@ each check ended. Run from the repository root, where torch sees the GPU:
 minutes fit. On an H100 on 2026-11-26: costs 73 s, tests 171 s, the steps 81 + 15 + 74 + 26 + 14 +
 12 s, the paper steps about 60 s (docs/gpu-h100-2026-11-26.md). On an H200 on 2026-11-27 all 34
 GPU tests passed, the CUDA-graph training among them (docs/gpu-h200-2026-11-27.md). What a loan
-still has to decide is what inductor's graphs save on the paper's step: `--only paper-steps`.
+still has to decide: SAS stacked and compiled (its compile outlasted 235 s on 2026-11-27), the GPU
+tests of stacked training (`tests -k stacked`), and what inductor's graphs save on the paper's step
+alone (`--only paper-steps`).
 
 The package runs from src/ (no install needed). Packages that the machine lacks travel as wheels:
 `make gpu-wheels` (here, with the internet) downloads them into .whl/ at this venv's versions, for

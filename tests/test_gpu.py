@@ -149,6 +149,21 @@ def test_a_classifier_trains_as_cuda_graphs_as_it_does_eagerly(digits, tmp_path,
         assert abs(graphs["final"]["test_error"] - eager["final"]["test_error"]) <= 100 * rel, mode
 
 
+@pytest.mark.parametrize("mode", [False, "cudagraphs"])
+def test_seeds_stacked_train_on_the_gpu_as_alone(digits, tmp_path, mode):
+    """train/stacked.py on CUDA, bf16 and fused SGD, eager and replayed as graphs: each seed's
+    losses those of the seed trained alone, to 2% (the stacked kernels round otherwise)."""
+    from resrepro.train.stacked import train_stacked
+
+    specs = [image_spec(epochs=3, deterministic=True, variant="sas", args={}, compile=mode, seed=seed) for seed in (0, 1)]
+    stacked = train_stacked(specs, digits, [tmp_path / "stacked" / str(s["seed"]) for s in specs], device="auto", progress=False)
+    for spec, mine in zip(specs, stacked):
+        alone = classification.train(spec, digits, tmp_path / "alone" / str(spec["seed"]), device="auto", progress=False)
+        assert mine["speed"]["stacked_runs"] == 2 and mine["diverged"] is False and mine["speed"]["amp"] is True
+        for name in ("train_loss", "test_loss"):
+            assert mine["final"][name] == pytest.approx(alone["final"][name], rel=0.02), name
+
+
 def test_a_transformer_trains_as_cuda_graphs_on_length_buckets_as_it_does_eagerly(tmp_path):
     """Batches padded to few shapes (length_bucket) let CUDA graphs replay the Transformer's step; the
     same training as eager on the same buckets, each logged loss to rounding (dropout draws from the
