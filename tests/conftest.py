@@ -5,6 +5,7 @@ downloaded. And torch's process-wide settings restored after every test."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,13 @@ import pytest
 import torch
 
 from resrepro.data.fake_sources import CIFAR10_LABEL_NAMES, write_cifar_archive
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # one torch thread a test worker, in it and in the processes its tests start: with torch's
+    # default, a thread per core, the workers' threads wait on each other (make test on 2 cores:
+    # 13.3 min, 10.5 with one thread; small float64 kernels 20-100x slower)
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
 from resrepro.data.fake_sources import py2_pickle as _py2_pickle  # noqa: F401  (tests/test_data.py imports it from here)
 
 # --------------------------------------------------------------------------- fixtures

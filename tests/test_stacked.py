@@ -22,13 +22,6 @@ SIZES = {"preact_resnet": {"depth": 8}, "resnet_cifar": {"depth": 8}, "simple_ne
 DEFAULT_VARIANT = {"simple_net": "plain", "simple_net_diagonal": "plain"}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Many small float64 kernels: on 2 threads beside another test worker they wait on each
-    other 20-100x longer than they compute (conftest restores the count)."""
-    torch.set_num_threads(1)
-
-
 def build(arch: str, variant: str, seed: int, dtype=torch.float64) -> torch.nn.Module:
     torch.manual_seed(seed)
     spec = {"arch": arch, **SIZES[arch], "variant": variant, "args": {}, "classes": 10, "in_channels": 3, "image_size": 8}

@@ -16,11 +16,6 @@ from resrepro.train.stacked import train_stacked
 SEEDS = (0, 1, 2)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    torch.set_num_threads(1)  # small float64 kernels beside another test worker (conftest restores the count)
-
-
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
     path = tmp_path_factory.mktemp("data") / "digits.pt"

@@ -209,15 +209,15 @@ def test_seeds_side_by_side_give_the_runs_one_after_another_give(digits, tmp_pat
 
 def test_a_stacked_job_writes_the_runs_and_record_of_the_sequential_job(digits, tmp_path):
     """--stack 1: the job's seeds as one program (train/stacked.py); its record and each run's
-    result are the sequential job's (the same test errors; losses to float rounding)."""
-    train_job(digits, tmp_path / "sequential", [0, 1])
-    train_job(digits, tmp_path / "stacked", [0, 1], "--stack", "1")
+    result are the sequential job's (in float64: the same test errors, losses to float rounding)."""
+    train_job(digits, tmp_path / "sequential", [0, 1], dtype="float64")
+    train_job(digits, tmp_path / "stacked", [0, 1], "--stack", "1", dtype="float64")
     one_by_one = json.loads((tmp_path / "sequential" / "seeds.json").read_text())
     stacked = json.loads((tmp_path / "stacked" / "seeds.json").read_text())
     assert stacked["seeds"] == [0, 1] and sorted(stacked["runs"]) == ["seed0", "seed1"]
     for seed in ("seed0", "seed1"):
         mine, theirs = stacked["runs"][seed]["final"], one_by_one["runs"][seed]["final"]
-        assert mine["test_error"] == theirs["test_error"] and mine["train_loss"] == pytest.approx(theirs["train_loss"], rel=1e-4)
+        assert mine["test_error"] == theirs["test_error"] and mine["train_loss"] == pytest.approx(theirs["train_loss"], rel=1e-9)
         assert json.loads((tmp_path / "stacked" / seed / "metrics.json").read_text())["speed"]["stacked_runs"] == 2
 
 
