@@ -17,8 +17,10 @@ report: $(VENV)/.installed
 	snakemake --cores $(CORES)
 	@echo "report: $(CURDIR)/report/mini/index.html"
 
+# one torch and BLAS thread a test worker (tests/conftest.py sets torch's too): two workers with a
+# thread per core each wait on each other's threads
 test: $(VENV)/.installed
-	pytest -n 2 --dist loadfile
+	OMP_NUM_THREADS=1 pytest -n 2 --dist loadfile
 
 # The paper scale's whole DAG on fake data in the real formats (config/rehearsal.yaml): about
 # 30 minutes on 2 cores, report/rehearsal/index.html. Its files stay in resources/rehearsal/ and

@@ -105,6 +105,9 @@ CHECKS = (
     # what stacking leaves: inductor's fusions at 16 runs, and one run at 16 runs' images (the arithmetic without grouping)
     Check("stacked-compiled", "stacked", 330, ("benchmarks/stacked_step_time.py", "--device", "cuda", "--depth", "110", "--runs", "16",
                                                "--variants", "add", "sas", "--modes", "compiled", "compiled-graphs", "--budget", "270")),
+    # the paper recipes train deterministic: grouped convolutions' deterministic kernels may cost more
+    Check("stacked-deterministic", "stacked", 150, ("benchmarks/stacked_step_time.py", "--device", "cuda", "--depth", "110", "--runs", "1", "16",
+                                                    "--variants", "add", "sas", "--modes", "eager", "graphs", "--deterministic", "--budget", "120")),
     Check("stacked-one-batch", "stacked", 90, ("benchmarks/stacked_step_time.py", "--device", "cuda", "--depth", "110", "--runs", "1",
                                                "--batch", "2048", "--variants", "add", "sas", "--modes", "eager", "graphs", "--budget", "60")),
     # the paper scales' gated runs are all SAS's (Table 6's transform gate is `sas-gatetransform`)

@@ -34,6 +34,7 @@ import torch
 from torch.nn import functional as F
 
 from resrepro import models
+from resrepro.devices import use_deterministic_algorithms
 from resrepro.models.stacked import StackedRuns
 from resrepro.speed import speed_of
 
@@ -139,14 +140,18 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--budget", type=float, default=300, help="seconds; what is left after it is skipped")
+    p.add_argument("--deterministic", action="store_true", help="torch's deterministic algorithms, as the paper recipes train")
     opts = p.parse_args(argv)
+    if opts.deterministic:
+        use_deterministic_algorithms()  # before the first matrix product (cuBLAS workspace)
 
     device = torch.device(opts.device)
     speed = speed_of({}, device, image_model=True)
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     modes = opts.modes or (["eager", "graphs"] if device.type == "cuda" else ["eager"])
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    print(f"# PreAct-ResNet-{opts.depth}, batch {opts.batch} a run, on {name}, torch {torch.__version__}; {speed}")
+    print(f"# PreAct-ResNet-{opts.depth}, batch {opts.batch} a run, on {name}, torch {torch.__version__}; {speed}"
+          f"{'; deterministic' if opts.deterministic else ''}")
     print(f"{'variant':<8} {'runs':>4} {'mode':<7} {'step_ms':>9} {'run_ms':>8} {'vs_alone':>8} {'peak_mb':>8} {'paper_min':>9} {'seconds':>7}")
     started, rows = time.monotonic(), []
     for variant in opts.variants:

@@ -54,13 +54,14 @@ def test_the_steps_check_ieee_against_tf32_then_compiled_and_resnet_eager_then_c
     assert "--compile" in argv["transformer-compiled"] and "--compile" in argv["resnet-compiled"]
     assert "--compile" not in argv["resnet"] and "--compile" not in argv["transformer-tf32"]
     assert argv["resnet-cudagraphs"][-2:] == ("--compile", "cudagraphs")
-    assert [c.group for c in gpu_session.CHECKS] == ["steps"] * 8 + ["paper-steps"] * 3 + ["stacked"] * 3 + ["costs", "tests"] + ["rehearsal"] * 2
+    assert [c.group for c in gpu_session.CHECKS] == ["steps"] * 8 + ["paper-steps"] * 3 + ["stacked"] * 4 + ["costs", "tests"] + ["rehearsal"] * 2
     assert [c.name for c in gpu_session.CHECKS][:3] == ["transformer-ieee", "transformer-tf32", "resnet-compiled"]
 
 
 def test_the_stacked_checks_time_resnet110_runs_stacked_within_their_limits():
     checks = {c.name: c for c in gpu_session.CHECKS if c.group == "stacked"}
-    assert set(checks) == {"stacked", "stacked-compiled", "stacked-one-batch"}
+    assert set(checks) == {"stacked", "stacked-compiled", "stacked-deterministic", "stacked-one-batch"}
+    assert "--deterministic" in checks["stacked-deterministic"].argv and "--deterministic" not in checks["stacked"].argv
     for check in checks.values():
         assert check.argv[0] == "benchmarks/stacked_step_time.py" and ("--depth", "110") == check.argv[3:5]
         budget = float(check.argv[check.argv.index("--budget") + 1])

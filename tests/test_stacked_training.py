@@ -9,18 +9,11 @@ import pytest
 import torch
 
 from resrepro import models
-from resrepro.data.digits import prepare_digits
 from resrepro.train.classification import train
 from resrepro.train.stacked import train_stacked
+from test_train import digits  # noqa: F401 (a fixture: the prepared digits dataset)
 
 SEEDS = (0, 1, 2)
-
-
-@pytest.fixture(scope="module")
-def digits(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "digits.pt"
-    prepare_digits(path)
-    return path
 
 
 def spec(**over):
