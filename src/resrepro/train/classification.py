@@ -158,7 +158,11 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
 
     while state.epoch < spec["epochs"] and state.diverged is None:
         model.train()
-        started, loss_sum, wrong, seen = time.perf_counter(), 0.0, 0, 0
+        started, seen = time.perf_counter(), 0
+        # summed on the device, read once an epoch: no host sync a step for the log (float64: the
+        # sums the host's floats would give, bit for bit)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        wrong = torch.zeros((), dtype=torch.int64, device=device)
         for idx in iterate_batches(len(train_y), spec["batch_size"], gen):
             idx = idx.to(device)
             x = augment_batch(train_x[idx].float(), spec["augment_pad"], spec["augment_flip"], gen)
@@ -183,13 +187,14 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
             opt.step()
             if state.step == 1 and keep:  # the weights "after the first iteration" (paper 002, SM D.4.2)
                 save_snapshot(out_dir, 1 / steps_per_epoch, model, model_spec, models.first_step_path(out_dir))
-            loss_sum += loss.item() * len(y)
-            wrong += (logits.argmax(1) != y).sum().item()
+            loss_sum += loss.detach().double() * len(y)
+            wrong += (logits.argmax(1) != y).sum()
             seen += len(y)
         if state.diverged is not None:
             break
         state.epoch += 1
         test_loss, test_error = evaluate(model, test_x, test_y, mean, std, spec["batch_size"], speed)
+        loss_sum, wrong = loss_sum.item(), int(wrong.item())
         state.log.append(epoch_row(state, lr, loss_sum, wrong, seen, test_loss, test_error, time.perf_counter() - started))
         bar.set_postfix(train_loss=f"{loss_sum / seen:.3f}", test_error=f"{test_error:.2f}")
         files.write_text(out_dir / "train_log.csv", log_csv(state.log))

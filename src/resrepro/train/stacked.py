@@ -70,6 +70,7 @@ def train_group(specs, data, out_dirs, runs: list[PreparedRun], device, speed, p
     centred = stacked_centres(stack, runs)
     forward = stack.compile(**speed.compile_options()) if speed.compile else stack
     states, live = [run.state for run in runs], [True] * count
+    live_mask = torch.tensor(live, device=device)  # copied to the device when it changes, not every step
     epoch, step = states[0].epoch, states[0].step
 
     def checkpoint(k: int) -> None:
@@ -105,18 +106,19 @@ def train_group(specs, data, out_dirs, runs: list[PreparedRun], device, speed, p
                 losses = F.cross_entropy(logits.to(speed.dtype).flatten(0, 1), y.flatten(), reduction="none").view(count, -1).mean(1)
             step += 1
             bar.update(1)
-            for k, finite in enumerate(torch.isfinite(losses).tolist()):
+            for k, finite in enumerate(torch.isfinite(losses).tolist()):  # the step's one host sync
                 if live[k]:
                     states[k].step = step
                     if not finite:  # it stops as alone: its checkpoint holds the weights before this step
                         states[k].diverged = {"epoch": epoch + 1, "step": step, "loss": str(losses[k].item())}
                         live[k] = False
+                        live_mask = torch.tensor(live, device=device)
                         checkpoint(k)
             if not any(live):
                 break
             opt.zero_grad(set_to_none=True)
             # each run's loss, summed: run k's gradient is its own loss's; a diverged run's slot learns nothing
-            torch.where(torch.tensor(live, device=device), losses, 0.0).sum().backward()
+            torch.where(live_mask, losses, 0.0).sum().backward()
             for weight, centre in centred.items():  # as alone: decay towards the centre, SGD's own decay off
                 weight.grad.add_(weight.detach() - centre, alpha=spec["weight_decay"])
             opt.step()
