@@ -90,8 +90,10 @@ def test_a_stacked_job_resumes_from_the_checkpoints_alone_or_stacked(digits, tmp
         train(spec(seed=1), digits, half[0], device="cpu", progress=False, stop_by=0.0)
     dirs[1].parent.mkdir(parents=True, exist_ok=True)
     half[0].rename(dirs[1])
-    train_stacked([spec(seed=s) for s in SEEDS], digits, dirs, device="cpu", progress=False)
+    metrics = train_stacked([spec(seed=s) for s in SEEDS], digits, dirs, device="cpu", progress=False)
     assert_same_runs(dirs, alone, 1e-9)
+    # seed 0 was finished (not trained now); seeds 1 and 2 stood at different steps: each trained in a group of one
+    assert [m["speed"].get("stacked_runs") for m in metrics] == [None, 1, 1]
 
 
 def test_a_diverging_seed_stops_as_alone_and_the_others_go_on(digits, tmp_path, monkeypatch):

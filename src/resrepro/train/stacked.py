@@ -52,12 +52,15 @@ def train_stacked(specs: list[dict], data_path: str | Path, out_dirs: list, devi
     out_dirs = [Path(d) for d in out_dirs]
     runs = [prepare_run(spec, data, out_dir, device, speed) for spec, out_dir in zip(specs, out_dirs)]
     unfinished = [k for k, run in enumerate(runs) if run.state.epoch < spec0["epochs"] and run.state.diverged is None]
+    stacked_with = {}  # run -> how many runs it trained stacked with now (runs finished before: none)
     for _, group in itertools.groupby(sorted(unfinished, key=lambda k: runs[k].state.step), key=lambda k: runs[k].state.step):
         group = list(group)
         train_group([specs[k] for k in group], data, [out_dirs[k] for k in group], [runs[k] for k in group], device, speed, progress,
                     stop_by)
-    return [write_results(spec, out_dir, run.state, run.model, speed, device, stacked_runs=len(unfinished) or 1)
-            for spec, out_dir, run in zip(specs, out_dirs, runs)]
+        stacked_with |= dict.fromkeys(group, len(group))
+    return [write_results(spec, out_dir, run.state, run.model, speed, device,
+                          **({"stacked_runs": stacked_with[k]} if k in stacked_with else {}))
+            for k, (spec, out_dir, run) in enumerate(zip(specs, out_dirs, runs))]
 
 
 def train_group(specs, data, out_dirs, runs: list[PreparedRun], device, speed, progress, stop_by) -> None:
