@@ -8,15 +8,16 @@ import collections
 import pytest
 import torch
 
-from resrepro.train import classification, stacked
+from resrepro.train import classification, stacked, translation
 from test_train import digits, spec  # noqa: F401 (digits: a fixture, the prepared digits dataset)
 
-READERS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__")
+READERS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "cpu", "numpy")
 
 
 @pytest.fixture
 def reads(monkeypatch):
-    """Counts tensor reads, except inside the per-epoch evaluation (its own batches, not the step's)."""
+    """Counts tensor reads, except inside the per-epoch evaluation (its own batches, not the step's)
+    and the epoch's batching (a CPU generator's draw, on the host on any device)."""
     counted = collections.Counter()
     paused = []
     for name in READERS:
@@ -28,7 +29,7 @@ def reads(monkeypatch):
             return _reader(self, *args, **kwargs)
 
         monkeypatch.setattr(torch.Tensor, name, counting)
-    for module, name in ((classification, "evaluate"), (stacked, "evaluate_stacked")):
+    for module, name in ((classification, "evaluate"), (stacked, "evaluate_stacked"), (translation, "token_batches")):
         evaluate = getattr(module, name)
 
         def uncounted(*args, _evaluate=evaluate, **kwargs):
@@ -53,3 +54,42 @@ def test_runs_stacked_read_their_tensors_once_a_step(digits, tmp_path, reads):  
     specs = [spec(epochs=2, variant="sas", args={}, seed=seed) for seed in (0, 1)]
     stacked.train_stacked(specs, digits, [tmp_path / "0", tmp_path / "1"], device="cpu", progress=False)
     assert sum(reads.values()) == 2 * 11 + 2 * 2
+
+
+@pytest.fixture
+def tiny_transformer(monkeypatch):
+    from resrepro.models import transformer
+
+    monkeypatch.setitem(transformer.PRESETS, "base_2block", dict(d_model=32, heads=4, ffn=64, encoder_layers=2, decoder_layers=2, dropout=0.1))
+
+
+@pytest.fixture
+def pairs():
+    from test_train_translation import corpus
+
+    return corpus(300, 0), corpus(30, 1)
+
+
+def test_a_translation_run_reads_its_tensors_once_an_update(tmp_path, tiny_transformer, pairs, reads):
+    """The divergence check once an update, whatever its batches (update_freq 2); at each of the
+    3 checkpoints the loss sum and the dev loss once each. The token counts come from the lengths.
+    With the fused Adam a GPU run takes by default (torch's other Adams read their step counter)."""
+    from test_train_translation import spec as translation_spec
+
+    recipe = translation_spec(max_updates=12, checkpoint_every=4, variant="add", args={}, fused_optimizer=True)
+    translation.train(recipe, *pairs, 26,
+                      tmp_path / "run", device="cpu", progress=False)
+    assert sum(reads.values()) == 12 + 3 * 2, reads
+
+
+def test_self_critical_decodes_greedy_and_sampled_captions_reading_one_flag_pair_a_step(reads):
+    """Both decodes as one batch: the sources' lengths once, the running flags once a step (9 steps:
+    nothing reaches EOS in an untrained captioner), the tokens once at the end."""
+    from test_captioning import captioner
+    from resrepro.evaluate.beam_search import greedy_and_sample
+
+    model, feats = captioner(), torch.rand(4, 5, 10) + 0.1
+    reads.clear()
+    greedy_caps, samples = greedy_and_sample(model, feats, 1, 2, 0.0, 9, torch.Generator().manual_seed(0))
+    assert {len(c) for c in greedy_caps + samples} == {9}
+    assert sum(reads.values()) == 1 + 9 + 1, reads

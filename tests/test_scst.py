@@ -68,7 +68,7 @@ def test_the_length_penalty_uses_bigram_counts_as_pycocoevalcap_does():
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from resrepro.evaluate.beam_search import greedy, sample  # noqa: E402
+from resrepro.evaluate.beam_search import draw, greedy, greedy_and_sample, sample  # noqa: E402
 from resrepro.train import captioning as train_captioning  # noqa: E402
 from test_captioning import captioner, scenes_dir  # noqa: E402, F401
 from test_captioning import spec as caption_spec  # noqa: E402
@@ -117,6 +117,33 @@ def test_sampling_from_a_peaked_model_gives_its_greedy_caption():
                 p.mul_(200.0)
     peaked_greedy = greedy(model, feats, 1, 2, 0.0, 6)
     assert sample(model, feats, 1, 2, 0.0, 6, torch.Generator().manual_seed(3)) == peaked_greedy
+
+
+def test_a_draw_is_torch_multinomials_and_takes_as_much_of_the_generator():
+    logp = torch.randn(7, 50, generator=torch.Generator().manual_seed(0)).mul(3).log_softmax(-1)
+    logp[:, :2] = float("-inf")  # PAD and BOS banned
+    for seed in range(20):
+        ours, theirs = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+        assert torch.equal(draw(logp, ours), torch.multinomial(logp.softmax(-1), 1, generator=theirs).squeeze(1))
+        assert torch.equal(ours.get_state(), theirs.get_state())
+
+
+def test_greedy_and_sample_in_one_batch_equal_them_decoded_apart(monkeypatch):
+    """The same captions, and the generator where `sample` leaves it. With EOS's logit raised, some
+    batches' samples all end before the greedy captions do: the draws stop there, as apart."""
+    model = captioner()
+    decode_step = model.decode_step
+    samples_ended_first = 0
+    for eos_bias, images in ((0.0, 3), (2.5, 1)):
+        monkeypatch.setattr(model, "decode_step", lambda *a, **k: decode_step(*a, **k) + torch.eye(20)[2] * eos_bias)
+        for seed in range(8):
+            feats = torch.rand(images, 5, 10, generator=torch.Generator().manual_seed(seed)) + 0.1
+            apart, together = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+            expected = greedy(model, feats, 1, 2, 0.0, 9), sample(model, feats, 1, 2, 0.0, 9, apart)
+            assert greedy_and_sample(model, feats, 1, 2, 0.0, 9, together) == expected
+            assert torch.equal(apart.get_state(), together.get_state())
+            samples_ended_first += max(map(len, expected[1])) + 1 < max(map(len, expected[0]))
+    assert samples_ended_first > 0
 
 
 # --- the stage in the training loop -------------------------------------------------------------

@@ -227,7 +227,7 @@ def beam_search(
 def greedy(model, src: torch.Tensor, bos: int, eos: int, max_len_a: float = 1.0, max_len_b: int = 50) -> list[list[int]]:
     """Greedy decoding (argmax each step, no length penalty) with the key/value cache; same
     maximum length and banned tokens (PAD, BOS) as `beam_search`, tokens without BOS and EOS."""
-    return _one_path(model, src, bos, eos, max_len_a, max_len_b, lambda logp: logp.argmax(-1))
+    return _one_path(model, src, bos, eos, max_len_a, max_len_b, lambda logp, alive: logp.argmax(-1))
 
 
 def sample(model, src: torch.Tensor, bos: int, eos: int, max_len_a: float, max_len_b: int,
@@ -235,22 +235,45 @@ def sample(model, src: torch.Tensor, bos: int, eos: int, max_len_a: float, max_l
     """One sequence per source drawn from the model's distribution (its softmax, PAD and BOS
     banned), as `greedy` decodes but drawing instead of taking the argmax: self-critical training's
     samples. `generator` is a CPU generator, so the draws are the same on any device."""
-
-    def draw(logp: torch.Tensor) -> torch.Tensor:
-        # softmax, not exp: renormalised over the allowed tokens, also when PAD or BOS held the mass
-        return torch.multinomial(logp.softmax(-1).cpu(), 1, generator=generator).squeeze(1).to(logp.device)
-
-    return _one_path(model, src, bos, eos, max_len_a, max_len_b, draw)
+    return _one_path(model, src, bos, eos, max_len_a, max_len_b, lambda logp, alive: draw(logp, generator))
 
 
-def _one_path(model, src: torch.Tensor, bos: int, eos: int, max_len_a: float, max_len_b: int, choose) -> list[list[int]]:
-    """Decode one token per source per step, `choose` picking it from the log-probabilities (N, V),
-    in eval mode; a sequence ends at EOS (not kept) or at its maximum length."""
+def greedy_and_sample(model, src: torch.Tensor, bos: int, eos: int, max_len_a: float, max_len_b: int,
+                      generator: torch.Generator) -> tuple[list[list[int]], list[list[int]]]:
+    """`greedy` and `sample` of the same sources decoded as one batch of 2N sequences (self-critical
+    training's baseline and samples): one decoder step serves both. The samples draw only while
+    one of them runs, as `sample` does, so `generator` ends where it would after `sample`."""
+    n = src.shape[0]
+
+    def choose(logp: torch.Tensor, alive: list[bool]) -> torch.Tensor:
+        drawn = draw(logp[n:], generator) if alive[1] else logp[n:].argmax(-1)  # no sample runs: any token
+        return torch.cat([logp[:n].argmax(-1), drawn])
+
+    both = _one_path(model, torch.cat([src, src]), bos, eos, max_len_a, max_len_b, choose, groups=2)
+    return both[:n], both[n:]
+
+
+def draw(logp: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One token per row from softmax(logp) (renormalised over the allowed tokens, also when PAD or
+    BOS held the mass), as torch.multinomial(probs, 1, generator) draws it on the CPU: the argmax of
+    probs / E with E ~ Exp(1) from `generator`. E is drawn on the host and copied, so the draw needs
+    no read of the device's probabilities and is the same on any device."""
+    probs = logp.softmax(-1)
+    noise = torch.empty(probs.shape, dtype=probs.dtype).exponential_(1, generator=generator)
+    if probs.device.type == "cuda":
+        noise = noise.pin_memory()
+    return (probs / noise.to(probs.device, non_blocking=True)).argmax(-1)
+
+
+def _one_path(model, src: torch.Tensor, bos: int, eos: int, max_len_a: float, max_len_b: int, choose, groups: int = 1) -> list[list[int]]:
+    """Decode one token per source per step, `choose(logp, alive)` picking it from the
+    log-probabilities (N, V), in eval mode; a sequence ends at EOS (not kept) or at its maximum
+    length. The rows are `groups` equal groups, and `alive` says which of them still has a running
+    sequence. The tokens stay on the device until the end: a step reads those flags once."""
     banned = banned_tokens(model, bos, eos)
     device = _device(model)
     src = src.to(device)
     limits = max_lengths(model.source_lengths(src), max_len_a, max_len_b)
-    out: list[list[int]] = [[] for _ in range(src.shape[0])]
     was_training = model.training
     model.eval()
     try:
@@ -258,20 +281,22 @@ def _one_path(model, src: torch.Tensor, bos: int, eos: int, max_len_a: float, ma
             memory, src_mask = model.encode(src)
             cache = model.new_cache()
             token = torch.full((src.shape[0], 1), bos, dtype=torch.long, device=device)
-            running = [True] * src.shape[0]
+            limit = torch.tensor(limits, device=device)
+            kept = torch.zeros(src.shape[0], dtype=torch.long, device=device)  # tokens each sequence holds
+            running = torch.ones(src.shape[0], dtype=torch.bool, device=device)
+            alive = [True] * groups
+            steps = []  # per step, the token a sequence keeps, or -1
             for t in range(max(limits)):
-                nxt = choose(_log_probs(model.decode_step(token, memory, src_mask, cache, t), banned))
-                for i, tok in enumerate(nxt.tolist()):
-                    if running[i]:
-                        if tok == eos:
-                            running[i] = False
-                        else:
-                            out[i].append(tok)
-                            running[i] = len(out[i]) < limits[i]
-                if not any(running):
+                nxt = choose(_log_probs(model.decode_step(token, memory, src_mask, cache, t), banned), alive)
+                keeps = running & (nxt != eos)
+                steps.append(torch.where(keeps, nxt, -1))
+                kept += keeps
+                running = keeps & (kept < limit)
+                alive = running.view(groups, -1).any(1).tolist()
+                if not any(alive):
                     break
                 token = nxt[:, None]
+            rows = torch.stack(steps, dim=1).tolist() if steps else [[] for _ in limits]
     finally:
         model.train(was_training)
-    return out
-
+    return [[tok for tok in row if tok >= 0] for row in rows]

@@ -7,10 +7,11 @@ drawn in a shuffled order. Adam with the inverse square-root schedule and warm-u
 resume, divergence, averaging and DDP are the translation loop's (train/translation.train_sequences).
 
 Self-critical (Rennie et al. 2017): from the cross-entropy model, for each batch of images, one
-caption sampled from the model and one decoded greedily; the sample's reward is its CIDEr-D
-against the image's references minus the greedy caption's (the baseline), with document
-frequencies from all training references (evaluate/cider.py); the loss is minus that advantage
-times the sample's log-probability, averaged over its tokens. Adam at a fixed learning rate.
+caption sampled from the model and one decoded greedily (both in one batch:
+beam_search.greedy_and_sample); the sample's reward is its CIDEr-D against the image's references
+minus the greedy caption's (the baseline), with document frequencies from all training references
+(evaluate/cider.py); the loss is minus that advantage times the sample's log-probability, averaged
+over its tokens. Adam at a fixed learning rate.
 Dropout is off throughout, so the log-probabilities are those of the policy that sampled. The
 stage has its own resume state (checkpoints/scst.pt) and continues the step<N>.pt numbering, so
 evaluation averages its checkpoints as it would the cross-entropy ones. Changing only `scst`
@@ -34,7 +35,7 @@ from .. import files, models
 from ..models import load_checkpoint
 from ..data import captions
 from ..devices import pick_device
-from ..evaluate.beam_search import banned_tokens, greedy, sample
+from ..evaluate.beam_search import banned_tokens, greedy, greedy_and_sample
 from ..evaluate.cider import CiderD
 from ..speed import speed_of
 from .checkpoint import LoopState, random_state, resume, save
@@ -120,8 +121,7 @@ def scst_update(model, opt, feats: torch.Tensor, images, reward: CiderD, spec: d
     """One self-critical update on a batch of images (their features and corpus indices): greedy
     baseline and sampled captions, their rewards, the policy loss and, where it is finite, the
     optimizer's step. Returns the samples' and the baselines' rewards and the (detached) loss."""
-    baseline_caps = greedy(model, feats, spec["bos_id"], spec["eos_id"], 0.0, limit)
-    samples = sample(model, feats, spec["bos_id"], spec["eos_id"], 0.0, limit, generator)
+    baseline_caps, samples = greedy_and_sample(model, feats, spec["bos_id"], spec["eos_id"], 0.0, limit, generator)
     rewards, baselines = np.array(reward.scores(samples, images)), np.array(reward.scores(baseline_caps, images))
     tin, tout = (t.to(device) for t in sampled_targets(samples, limit, spec))
     advantage = torch.tensor(rewards - baselines, dtype=torch.float32, device=device)

@@ -170,16 +170,28 @@ def dev_loss(model, data, spec, device, speed: Speed) -> float:
     """Mean label-smoothed loss per target token over the dev examples (its batches from seed 0):
     for translation those `dev_examples` keeps."""
     model.eval()
-    total, tokens = 0.0, 0
+    total, tokens = torch.zeros((), dtype=torch.float64, device=device), 0
     for idx in data.batches(torch.Generator().manual_seed(0)):
         src, tin, tout = (t.to(device) for t in data.collate(idx))
-        n = int((tout != spec["pad_id"]).sum())
+        n = target_tokens(data, idx)
         with speed.autocast(device):
             logits = model(src, tin)
-        total += label_smoothed_loss(logits, tout, spec["pad_id"], spec["label_smoothing"]).item() * n
+        total += label_smoothed_loss(logits, tout, spec["pad_id"], spec["label_smoothing"]).double() * n
         tokens += n
     model.train()
-    return total / max(tokens, 1)
+    return total.item() / max(tokens, 1)
+
+
+def target_tokens(data, idx: list[int]) -> int:
+    """The target tokens (with EOS) of these examples: the loss's non-pad positions, counted on the
+    host from the lengths, so that no step waits for the device to count them."""
+    return sum(data.lengths[i][1] for i in idx)
+
+
+def update_target_tokens(data, batches: list[list[int]]) -> int:
+    """The target tokens of one update on every rank together: its batches are the same slice of
+    the epoch's batch list on every rank (the loop deals them out), so no collective is needed."""
+    return sum(target_tokens(data, idx) for idx in batches)
 
 
 def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Path, device: str = "auto", progress: bool = True,
@@ -233,59 +245,63 @@ def train_sequences(spec: dict, train_data, dev_data, model_inputs: dict, out_di
     if rank == 0:
         print(f"{out_dir}: dropped {train_data.dropped} training examples with a side over {max_train_len(spec)} tokens "
               "(max_train_len)", file=sys.stderr)
-    lengths = train_data.lengths
     bar = tqdm(total=spec["max_updates"], initial=state.step, desc=str(out_dir), disable=not progress or rank > 0, mininterval=2, file=sys.stderr)
-    started, loss_sum, loss_tokens, seen_tokens = time.perf_counter(), 0.0, 0, 0
+    # The epoch's loss sum stays on the device: a step reads one tensor, its divergence check.
+    started, loss_sum, loss_tokens, seen_tokens = time.perf_counter(), torch.zeros((), dtype=torch.float64, device=device), 0, 0
+    per_update = spec["update_freq"] * world  # batches of one update, all ranks together
     while state.step < spec["max_updates"] and state.diverged is None:
         gen.set_state(state.generator)
         batches = train_data.batches(gen)
-        batches = batches[rank : len(batches) - len(batches) % world : world]  # as many on every rank: DDP's collectives pair up
-        groups = [batches[i : i + spec["update_freq"]] for i in range(0, len(batches), spec["update_freq"])]
-        while state.position < len(groups) and state.step < spec["max_updates"]:
+        batches = batches[: len(batches) - len(batches) % world]  # as many on every rank: DDP's collectives pair up
+        updates = [batches[i : i + per_update] for i in range(0, len(batches), per_update)]
+        while state.position < len(updates) and state.step < spec["max_updates"]:
             lr = inverse_sqrt_lr(state.step + 1, model.cfg.d_model, spec["warmup"], spec["lr_scale"])
             for group in opt.param_groups:
                 group["lr"] = lr
             opt.zero_grad(set_to_none=True)
-            update = groups[state.position]  # this update's batches
             # The loss is the mean over every target token of this update, on all ranks together, as
             # on one GPU: DDP averages the ranks' gradients, so each rank's sum is scaled by world/tokens.
-            (update_tokens,) = sum_over_ranks([sum(sum(lengths[i][1] for i in idx) for idx in update)], device, world)
+            update_tokens = update_target_tokens(train_data, updates[state.position])
+            update = updates[state.position][rank::world]  # this rank's batches
+            losses = []
             for k, idx in enumerate(update):
                 batch = train_data.collate(idx)
                 if device.type == "cuda":  # pinned host memory: the copy overlaps with compute
                     batch = tuple(t.pin_memory() for t in batch)
                 src, tin, tout = (t.to(device, non_blocking=True) for t in batch)
-                n = int((tout != spec["pad_id"]).sum())
+                n = target_tokens(train_data, idx)
                 # gradients are all-reduced once per update, after its last batch, not after each
                 syncing = world == 1 or k == len(update) - 1
                 with contextlib.nullcontext() if syncing else ddp_model.no_sync():
                     with speed.autocast(device):
                         logits = forward(src, tin)
                     loss = label_smoothed_loss(logits, tout, spec["pad_id"], spec["label_smoothing"])
-                    finite = torch.isfinite(loss.detach()).float()
-                    if world > 1:  # every rank must stop together, or the others wait in backward() forever
-                        torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN)
-                    if not finite:
-                        state.diverged = {"step": state.step + 1, "loss": str(loss.item())}
-                        break
                     (loss * n * world / update_tokens).backward()
                     if speed.replays_graphs and k < len(update) - 1:
                         own_gradients(model)
-                loss_sum, loss_tokens = loss_sum + loss.item() * n, loss_tokens + n
-                seen_tokens += sum(lengths[i][0] for i in idx) + n
-            if state.diverged is not None:
+                losses.append(loss.detach())
+                loss_sum, loss_tokens = loss_sum + losses[-1].double() * n, loss_tokens + n
+                seen_tokens += sum(train_data.lengths[i][0] for i in idx) + n
+            # Checked once an update, before the optimizer moves the weights: a non-finite loss stops
+            # the run with the weights it had before this update, on every rank together.
+            finite = torch.isfinite(torch.stack(losses)).all().float()
+            if world > 1:
+                torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN)
+            if not finite:
+                first_bad = next((x for x in losses if not torch.isfinite(x)), losses[-1])
+                state.diverged = {"step": state.step + 1, "loss": str(first_bad.item())}
                 break
             opt.step()
             state.step, state.position = state.step + 1, state.position + 1
             bar.update(1)
             if state.step % spec["checkpoint_every"] == 0 or state.step == spec["max_updates"]:
                 elapsed = time.perf_counter() - started
-                loss_sum, loss_tokens, seen_tokens = sum_over_ranks([loss_sum, loss_tokens, seen_tokens], device, world)
+                loss_sum, loss_tokens, seen_tokens = sum_over_ranks([loss_sum.item(), loss_tokens, seen_tokens], device, world)
                 row = {"step": state.step, "epoch": state.epoch, "lr": lr, "train_loss": loss_sum / max(loss_tokens, 1),
                        "dev_loss": dev_loss(model, dev_data, spec, device, speed), "tokens_per_s": seen_tokens / elapsed, "seconds": elapsed}
                 state.log.append(row)
                 bar.set_postfix(train_loss=f"{row['train_loss']:.3f}", dev_loss=f"{row['dev_loss']:.3f}")
-                started, loss_sum, loss_tokens, seen_tokens = time.perf_counter(), 0.0, 0, 0
+                started, loss_sum, loss_tokens, seen_tokens = time.perf_counter(), torch.zeros((), dtype=torch.float64, device=device), 0, 0
                 random_states = random_states_of_all_ranks(device, world)
                 if rank == 0:
                     files.write_text(out_dir / "train_log.csv", log_csv(state.log, LOG_FIELDS))
@@ -293,7 +309,7 @@ def train_sequences(spec: dict, train_data, dev_data, model_inputs: dict, out_di
                 if state.step < spec["max_updates"] and must_stop(stop_by, elapsed, device, world):
                     raise TimeLimitReached(f"{out_dir}: stopped after update {state.step} of {spec['max_updates']}, checkpointed, "
                                            "before the job's time limit; the next attempt continues from it")
-        if state.diverged is None and state.position >= len(groups):
+        if state.diverged is None and state.position >= len(updates):
             state.epoch, state.position, state.generator = state.epoch + 1, 0, gen.get_state()
     bar.close()
     if state.diverged is not None:
