@@ -6,10 +6,13 @@ Measure on a GPU (writes the step-times file the report reads, then prints each 
 
     .venv/bin/python benchmarks/gpu_budget.py --device cuda --out config/costs/h100.yaml
 
-and point `gpu_costs` in config/*.yaml at it. After a change that touches a few variants, re-measure
-only their steps on the same device and keep the file's other step times:
+and point `gpu_costs` in config/*.yaml at it. The file names the device, the commit and the date:
+one session's times (analysis/cost.py refuses a file of several). Within that session (same device,
+commit and day) a step can be measured again, keeping the file's other step times:
 
     .venv/bin/python benchmarks/gpu_budget.py --device cuda --keys '*/sas*' --out config/costs/h100.yaml
+
+After a change to the code, measure every step again, into the file or a new one.
 
 Without a GPU, the estimate from measured anchors:
 
@@ -146,11 +149,15 @@ def chosen_steps(steps: dict, patterns: list[str] | None) -> dict:
 
 def merge_measured(previous: dict, times: dict, patterns: list[str]) -> dict:
     """A step-times file whose steps matching `patterns` are `times`' new measurements and whose
-    other steps stay as `previous` measured them. Only a measurement of the same device merges:
-    one file states one device's costs."""
+    other steps stay as `previous` measured them. Only a measurement of the same session merges
+    (device, commit and date): one file states one session's costs."""
     if previous["basis"] != "measured" or previous["device"] != times["device"]:
         raise SystemExit(f"--keys updates a file measured on this device ({times['device']}); "
                          f"the file holds {previous['basis']} times of {previous['device']}")
+    if (str(previous.get("commit")), str(previous.get("date"))) != (times["commit"], times["date"]):
+        raise SystemExit(f"--keys updates a file of this session (commit {times['commit']}, {times['date']}); the file holds "
+                         f"times of commit {previous.get('commit')} on {previous.get('date')}: measure every step again, "
+                         "without --keys")
     source = f"{previous['source'].rstrip()}; steps matching {' '.join(patterns)} re-{times['source']}"
     return {**times, "source": source, "step_ms": {**previous["step_ms"], **times["step_ms"]}}
 
@@ -190,20 +197,21 @@ def main(argv=None) -> None:
     if opts.estimate:
         anchors = yaml.safe_load(Path(opts.estimate).read_text())
         step_ms = {key: round(cost.estimate_step_ms(run, anchors, key), 2) for key, (_, run) in steps.items()}
-        times = {"device": anchors["device"], "basis": "estimate",
+        times = {"device": anchors["device"], "basis": "estimate", "commit": anchors["commit"], "date": str(anchors["date"]),
                  "source": f"estimated {today} by benchmarks/gpu_budget.py from {opts.estimate}: {anchors['source'].strip()}", "step_ms": step_ms}
     else:
         step_ms = {}
         measured = chosen_steps(steps, opts.keys)
-        if opts.keys:  # refuse another device's file before spending the GPU's time
-            merge_measured(yaml.safe_load(Path(opts.out).read_text()), {"device": device_label(opts.device), "source": "", "step_ms": {}}, opts.keys)
+        session = {"device": device_label(opts.device), "commit": git_commit(), "date": today}
+        if opts.keys:  # refuse another session's file before spending the GPU's time
+            merge_measured(yaml.safe_load(Path(opts.out).read_text()), {**session, "source": "", "step_ms": {}}, opts.keys)
         for i, (key, (config, run)) in enumerate(measured.items(), 1):
             step_ms[key] = round(measure_step_ms(config, run, opts.device, opts.warmup, opts.steps, key), 2)
             print(f"[{i}/{len(measured)}] {key}: {step_ms[key]:.1f} ms", file=sys.stderr)
         import torch
 
-        times = {"device": device_label(opts.device), "basis": "measured",
-                 "source": f"measured {today} by benchmarks/gpu_budget.py at commit {git_commit()}, torch {torch.__version__}",
+        times = {"device": session["device"], "basis": "measured", "commit": session["commit"], "date": today,
+                 "source": f"measured {today} by benchmarks/gpu_budget.py at commit {session['commit']}, torch {torch.__version__}",
                  "step_ms": step_ms}
         if opts.keys:
             times = merge_measured(yaml.safe_load(Path(opts.out).read_text()), times, opts.keys)

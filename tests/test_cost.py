@@ -1,5 +1,6 @@
 """GPU-hours of a scale's tables (analysis/cost.py), against hand-computed values."""
 
+import datetime
 import json
 import math
 
@@ -50,7 +51,7 @@ def test_a_table_counts_its_runs_and_the_total_counts_each_run_once():
         {"table": "t3", "label": "sas", "runs": ["b0"]},
     ])
     step_ms = {cost.step_key(a0): 36.0, cost.step_key(b0): 72.0}
-    times = {"device": "GPU X", "basis": "estimate", "source": "a test", "step_ms": step_ms}
+    times = {"device": "GPU X", "basis": "estimate", "commit": "abc1234", "date": "2026-11-27", "source": "a test", "step_ms": step_ms}
     frame = cost.table_costs(plan, {"scale": "paper", "gpus_per_job": 1, "translation": {}}, times).set_index("table")
     add_h = 3910 * 0.036 / 3600  # 0.0391 h a run
     assert frame.loc["t1", "gpu_hours"] == pytest.approx(2 * add_h + 2 * add_h)  # sas steps take twice as long
@@ -60,8 +61,9 @@ def test_a_table_counts_its_runs_and_the_total_counts_each_run_once():
     assert frame.loc["t3", "gpu_hours"] == frame.loc["t3", "gpu_hours_per_seed"] == pytest.approx(2 * add_h)  # one seed
     assert frame.loc["total", "gpu_hours"] == pytest.approx(4 * add_h) and frame.loc["total", "runs"] == 3
     assert frame.loc["total", "seeds"] == 2 and math.isnan(frame.loc["total", "gpu_hours_per_seed"])
-    assert list(frame.reset_index().columns) == ["table", "scale", "runs", "seeds", "gpu_hours", "gpu_hours_per_seed", "device", "basis",
-                                                 "source"]
+    assert list(frame.reset_index().columns) == ["table", "scale", "runs", "seeds", "gpu_hours", "gpu_hours_per_seed", "sharing",
+                                                 "device", "basis", "commit", "date", "source"]
+    assert set(frame["sharing"]) == {"each run alone on its GPUs"} and set(frame["commit"]) == {"abc1234"}
     assert set(frame["source"]) == {"a test"}
     assert set(frame["scale"]) == {"paper"} and set(frame["device"]) == {"GPU X"} and set(frame["basis"]) == {"estimate"}
 
@@ -103,14 +105,51 @@ def test_the_translation_estimate_grows_with_tokens_only_above_the_anchor_batch(
     assert cost.estimate_step_ms(big, ANCHORS) == pytest.approx(60.0 * 1.5 * 2.0)
 
 
-def test_a_step_times_file_names_its_device_and_basis(tmp_path):
+def test_a_step_times_file_names_its_device_basis_and_one_session(tmp_path):
     path = tmp_path / "times.yaml"
-    path.write_text("device: GPU X\nbasis: guessed\nsource: s\nstep_ms: {}\n")
+    session = "device: GPU X\ncommit: abc1234\ndate: 2026-11-27\nsource: s\nstep_ms: {a: 1.5}\n"
+    path.write_text("basis: guessed\n" + session)
     with pytest.raises(ConfigError, match="basis must be one of measured, estimate"):
         cost.load_step_times(path)
-    path.write_text("device: GPU X\nbasis: measured\nstep_ms: {}\n")
+    path.write_text("device: GPU X\nbasis: measured\ncommit: abc1234\ndate: 2026-11-27\nstep_ms: {}\n")
     with pytest.raises(ConfigError, match="missing key 'source'"):
         cost.load_step_times(path)
+    path.write_text("basis: measured\n" + session.replace("commit: abc1234\n", ""))
+    with pytest.raises(ConfigError, match="missing key 'commit'"):
+        cost.load_step_times(path)
+    path.write_text("basis: measured\n" + session)
+    assert cost.load_step_times(path)["date"] == "2026-11-27"  # YAML's date, as text
+    for mixed in ("commit: [abc1234, fed4321]", "date: [2026-11-24, 2026-11-26]", "device: {a: GPU X, b: GPU Y}"):
+        key = mixed.split(":")[0]
+        path.write_text("basis: measured\n" + "\n".join(mixed if line.startswith(key + ":") else line for line in session.splitlines()))
+        with pytest.raises(ConfigError, match="several sessions"):
+            cost.load_step_times(path)
+
+
+def test_runs_that_share_a_gpu_cost_their_part_of_it_at_the_step_time_measured_so():
+    """A job of 3 seeds: alone (one after another) each run costs its steps at the alone step time;
+    stacked, at the stacked key's time per run; as 2 processes side by side, at that key's. Without
+    a key measured so, at the time alone (an upper bound), and the words say so."""
+    runs = {f"s{seed}": run(seed=seed) for seed in range(3)}
+    plan = Plan("paper", {}, runs=runs, rows=[{"table": "t1", "label": "add", "runs": list(runs)}], jobs={"job": list(runs)})
+    key = cost.step_key(runs["s0"])
+    times = {"device": "GPU X", "basis": "measured", "commit": "abc1234", "date": "2026-11-27", "source": "a test",
+             "step_ms": {key: 36.0, key + "/stacked3": 9.0, key + "/processes2": 20.0}}
+    steps = 10 * 391  # 10 epochs of ceil(50,000 / 128) steps
+
+    def costed(**config):
+        frame = cost.table_costs(plan, {"scale": "paper", "gpus_per_job": 1, "translation": {}, **config}, times).set_index("table")
+        return frame.loc["total", "gpu_hours"], frame.loc["total", "sharing"]
+
+    assert costed() == (pytest.approx(3 * steps * 0.036 / 3600), "each run alone on its GPUs")
+    assert costed(seeds_stacked=True) == (pytest.approx(3 * steps * 0.009 / 3600), "3 runs a GPU stacked as one program")
+    hours, how = costed(seeds_in_parallel=2)  # each run counts as one of 2 side by side (the job's pool keeps 2 busy)
+    assert hours == pytest.approx(3 * steps * 0.020 / 3600) and how == "2 runs a GPU as processes"
+    assert costed(seeds_in_parallel=3) == (pytest.approx(3 * steps * 0.036 / 3600),
+                                           "3 runs a GPU as processes (costed alone: no step times measured so, an upper bound)")
+    with pytest.raises(ConfigError, match=r"no step time for .*/processes3;.* its job shares a GPU \(processes3\)"):
+        cost.run_gpu_hours(runs["s0"], times["step_ms"], 1, "/processes3")
+    assert cost.sharing({"seeds_stacked": True}, Plan("paper", {}, runs={"s0": runs["s0"]}, jobs={"j": ["s0"]})) == {"s0": ""}
 
 
 def test_the_committed_estimate_covers_every_run_of_the_costed_scales():
@@ -231,7 +270,8 @@ def test_the_budget_remeasures_only_the_chosen_keys_and_keeps_the_rest(tmp_path)
     config = yaml.safe_load(open("tests/configs/tiny.yaml"))
     keys = list(gpu_budget.distinct_steps([(config, make_plan(config))]))
     out = tmp_path / "times.yaml"
-    out.write_text(yaml.safe_dump({"device": gpu_budget.device_label("cpu"), "basis": "measured", "source": "measured before",
+    session = {"commit": gpu_budget.git_commit(), "date": datetime.date.today().isoformat()}
+    out.write_text(yaml.safe_dump({"device": gpu_budget.device_label("cpu"), "basis": "measured", **session, "source": "measured before",
                                    "step_ms": {k: 1e6 for k in keys}}, sort_keys=False))
     gpu_budget.main(["--config", "tests/configs/tiny.yaml", "--device", "cpu", "--warmup", "0", "--steps", "1",
                      "--keys", "*/sas-gatesingle/*", "--out", str(out)])
@@ -240,6 +280,7 @@ def test_the_budget_remeasures_only_the_chosen_keys_and_keeps_the_rest(tmp_path)
     assert changed == ["classification/preact_resnet8/sas-gatesingle/batch256"] and 0 < times["step_ms"][changed[0]] < 1e6
     assert list(times["step_ms"]) == keys  # the file's order kept
     assert times["source"].startswith("measured before; steps matching */sas-gatesingle/* re-measured ")
+    assert (times["commit"], times["date"]) == (session["commit"], session["date"])
 
 
 def test_the_budget_refuses_to_mix_devices_or_to_match_nothing(tmp_path):
@@ -254,9 +295,13 @@ def test_the_budget_refuses_to_mix_devices_or_to_match_nothing(tmp_path):
     with pytest.raises(SystemExit, match="matches none"):
         gpu_budget.chosen_steps({"classification/x/add/batch1": None}, ["*/sas*"])
     assert list(gpu_budget.chosen_steps({"a/sas": 1, "a/add": 2, "a/hw": 3}, ["*/sas*", "*/hw"])) == ["a/sas", "a/hw"]
-    here = {"device": "CPU", "basis": "measured", "source": "measured now", "step_ms": {"a": 2.0}}
+    here = {"device": "CPU", "basis": "measured", "commit": "abc1234", "date": "2026-11-27", "source": "measured now", "step_ms": {"a": 2.0}}
     with pytest.raises(SystemExit, match="estimate times"):
-        gpu_budget.merge_measured({"device": "CPU", "basis": "estimate", "source": "s", "step_ms": {"a": 1.0}}, here, ["a"])
+        gpu_budget.merge_measured({**here, "basis": "estimate", "step_ms": {"a": 1.0}}, here, ["a"])
+    for other_session in ({"commit": "fed4321"}, {"date": "2026-11-26"}):  # the same machine, another commit or day
+        with pytest.raises(SystemExit, match="measure every step again"):
+            gpu_budget.merge_measured({**here, **other_session, "step_ms": {"a": 1.0}}, here, ["a"])
+    assert gpu_budget.merge_measured({**here, "step_ms": {"a": 1.0, "b": 3.0}}, here, ["a"])["step_ms"] == {"a": 2.0, "b": 3.0}
     assert list(gpu_budget.chosen_steps({"a/sas": 1, "a/add": 2}, None)) == ["a/sas", "a/add"]
     with pytest.raises(SystemExit):  # --keys without a file to update
         gpu_budget.main(["--config", "tests/configs/tiny.yaml", "--device", "cpu", "--keys", "*"])

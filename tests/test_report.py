@@ -363,7 +363,7 @@ def test_gpu_hours_per_table_are_shown_with_their_device_and_basis(report):
 
     assert 'id="gpu-hours"' not in report.html
     nan = float("nan")
-    pd.DataFrame([
+    costs = pd.DataFrame([
         {"scale": "paper", "table": "sas-t7", "runs": 15, "seeds": 5, "gpu_hours": 43.44, "gpu_hours_per_seed": 8.688, "disk_gb": 11.55},
         {"scale": "paper", "table": "total", "runs": 315, "seeds": 5, "gpu_hours": 3397.7, "gpu_hours_per_seed": nan, "disk_gb": 1366.4},
         {"scale": "paper", "table": "features", "runs": nan, "seeds": nan, "gpu_hours": nan, "gpu_hours_per_seed": nan, "disk_gb": 24.77},
@@ -372,10 +372,16 @@ def test_gpu_hours_per_table_are_shown_with_their_device_and_basis(report):
         {"scale": "gpu-day", "table": "total", "runs": 126, "seeds": 2, "gpu_hours": 18.4, "gpu_hours_per_seed": nan, "disk_gb": 561.3},
         {"scale": "gpu-day", "table": "features", "runs": nan, "seeds": nan, "gpu_hours": nan, "gpu_hours_per_seed": nan, "disk_gb": 24.77},
         {"scale": "gpu-day", "table": "peak", "runs": nan, "seeds": nan, "gpu_hours": nan, "gpu_hours_per_seed": nan, "disk_gb": 584.0},
-    ]).assign(device="NVIDIA H100", basis="estimate", source="from anchors",
-              disk_source="measured on the rehearsal").to_csv(report.aggregate / "gpu_hours.csv", index=False)
+    ]).assign(device="NVIDIA H100", basis="estimate", commit="abc1234", date="2026-11-24", source="from anchors",
+              disk_source="measured on the rehearsal")
+    costs["sharing"] = costs["scale"].map({"paper": "each run alone on its GPUs", "gpu-day": "4 runs a GPU as processes"})
+    costs.to_csv(report.aggregate / "gpu_hours.csv", index=False)
     html = render_report(report.aggregate, report.aggregate / "costed.html")
     assert "GPU-hours and disk per table at paper and gpu-day scale, on NVIDIA H100" in html and "an estimate" in html
+    said = " ".join(html.split())
+    assert "an estimate at commit abc1234 on 2026-11-24; training steps only" in said
+    assert "evaluation, checkpoint writes, data preparation and the all-reduce of multi-GPU runs are not in them" in said
+    assert "Runs per GPU: paper, each run alone on its GPUs; gpu-day, 4 runs a GPU as processes." in said
     sas_t7, features, total, peak = (list(row.values()) for row in table_rows(html, "gpu-hours"))
     assert sas_t7 == ["sas-t7", "15", "43.4", "8.7", "11.6", "6", "1.6", "0.8", "4.6"]
     assert total[:3] == ["total", "315", "3397.7"] and total[4] == "1366.4" and total[5:7] == ["126", "18.4"] and total[8] == "561.3"

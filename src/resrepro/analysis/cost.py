@@ -7,13 +7,19 @@ a captioning step is one batch of `batch_size` captions, and a self-critical upd
 the recipe) one batch of `batch_images` images, each captioned greedily and by sampling
 (`scst_key`).
 The file names its device and its basis: `measured` (on that device, by gpu_budget.py) or
-`estimate` (with the measurements it extrapolates from).
+`estimate` (with the measurements it extrapolates from), and the one session its times come
+from: the `commit` the code was at and the `date`. Times of two sessions (another commit, another
+day, another machine) are not comparable, so a file holds one session's: a file naming several
+commits or dates is refused, and gpu_budget.py re-measures keys into a file only in its session.
 
 A run's GPU-hours are its steps times the step time times the GPUs it holds: classification
 `epochs x ceil(train images / batch_size)` steps on one GPU; translation `max_updates x
-update_freq` batches on each of its GPUs; captioning the same, plus its self-critical updates. Training only: evaluation (beam search), checkpoint
-writes and data preparation are left out. A table's cost is that of its runs (a run that two
-tables share counts in both); a scale's total counts each run of its tables once.
+update_freq` batches on each of its GPUs; captioning the same, plus its self-critical updates.
+Training steps only: evaluation (beam search), checkpoint writes, data preparation and the
+all-reduce of a multi-GPU run are left out. A run alone on its GPU takes the GPU's whole time; the
+runs of a job that share their GPU (`sharing`) take the step times measured so, per run, and,
+where the file has none, the time alone: an upper bound, which the report says. A table's cost is that of its runs (a run that two tables share counts in both); a scale's total
+counts each run of its tables once.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from ..experiments import Plan, Run, gpus_for, make_plan
 # CIFAR-100 have 50,000 training images each; digits: data/digits.py's split).
 TRAIN_EXAMPLES = {"cifar10": 50_000, "cifar100": 50_000, "digits": 1_297}
 BASES = ("measured", "estimate")
+STEP_TIMES_KEYS = ("device", "basis", "commit", "date", "source", "step_ms")
 
 
 def step_key(run: Run) -> str:
@@ -68,14 +75,57 @@ def stages_of(run: Run) -> list[tuple[str, int]]:
 
 
 def load_step_times(path: str | Path) -> dict:
-    """A step-times file: device, basis (measured | estimate), source, step_ms {key: ms}."""
+    """A step-times file: device, basis (measured | estimate), the session's commit and date,
+    source, step_ms {key: ms}. A file of several sessions is refused (module docstring)."""
     data = yaml.safe_load(Path(path).read_text())
-    for key in ("device", "basis", "source", "step_ms"):
+    for key in STEP_TIMES_KEYS:
         if key not in data:
             raise ConfigError(f"{path}: missing key {key!r}")
     if data["basis"] not in BASES:
         raise ConfigError(f"{path}: basis must be one of {', '.join(BASES)}, got {data['basis']!r}")
-    return data
+    for key in ("device", "commit", "date"):
+        if isinstance(data[key], (list, dict)):
+            raise ConfigError(f"{path}: {key} names {len(data[key])} values: step times of several sessions do not compare; "
+                              "measure every key in one session (benchmarks/gpu_budget.py --device cuda --out FILE)")
+    return {**data, "date": str(data["date"])}
+
+
+def sharing(config: dict, plan: Plan) -> dict[str, str]:
+    """Per run, how it shares its GPU with the other runs of its job, as the suffix of its step
+    keys: "" alone (or one after another), "/processes{P}" for `seeds_in_parallel` (P side by
+    side, each its own process), "/stacked{K}" for `seeds_stacked` (a classification job's K runs
+    as one program). A shared key's time is one run's part of the GPU: the job's step over its runs."""
+    out = {}
+    for runs in plan.jobs.values():
+        for path in runs:
+            together = len(runs)
+            if config.get("seeds_stacked") and plan.runs[path].task == "classification" and together > 1:
+                out[path] = f"/stacked{together}"
+            elif (side_by_side := min(config.get("seeds_in_parallel", 1), together)) > 1:
+                out[path] = f"/processes{side_by_side}"
+            else:
+                out[path] = ""
+    return out
+
+
+def measured_share(run: Run, share: str, step_ms: dict[str, float]) -> str:
+    """`share` where the file has every stage of the run measured so, else "" (costed alone)."""
+    return share if all(key + share in step_ms for key, _ in stages_of(run)) else ""
+
+
+def sharing_text(shares: set[str], unmeasured: set[str] = frozenset()) -> str:
+    """How a scale's runs hold their GPUs, in words, for the report; `unmeasured` the shares
+    costed alone for want of step times measured so."""
+    def words(share: str) -> str:
+        if share.startswith("/processes"):
+            said = f"{share.removeprefix('/processes')} runs a GPU as processes"
+        elif share.startswith("/stacked"):
+            said = f"{share.removeprefix('/stacked')} runs a GPU stacked as one program"
+        else:
+            return "each run alone on its GPUs"
+        return said + (" (costed alone: no step times measured so, an upper bound)" if share in unmeasured else "")
+
+    return "; ".join(map(words, sorted(shares)))
 
 
 def load_scale(path: str | Path) -> tuple[dict, Plan]:
@@ -84,13 +134,16 @@ def load_scale(path: str | Path) -> tuple[dict, Plan]:
     return config, make_plan(config)
 
 
-def run_gpu_hours(run: Run, step_ms: dict[str, float], gpus: int) -> float:
-    """Each training stage's steps times its step time, times the GPUs the run holds."""
-    stages = stages_of(run)
+def run_gpu_hours(run: Run, step_ms: dict[str, float], gpus: int, share: str = "") -> float:
+    """Each training stage's steps times its step time (`share`: as the run shares its GPU, see
+    `sharing`), times the GPUs the run holds."""
+    stages = [(key + share, steps) for key, steps in stages_of(run)]
     for key, _ in stages:
         if key not in step_ms:
+            how = (f"; its job shares a GPU ({share.lstrip('/')}): measure the shared step's time per run "
+                   "(benchmarks/stacked_step_time.py for stacked runs)" if share else "")
             raise ConfigError(f"cost: no step time for {key}; measure it with `benchmarks/gpu_budget.py --device cuda` "
-                              "(or add it to the estimate)")
+                              f"(or add it to the estimate){how}")
     return sum(steps * step_ms[key] for key, steps in stages) * max(gpus, 1) / 3.6e6
 
 
@@ -101,10 +154,12 @@ def tabled_runs(plan: Plan) -> dict[str, Run]:
 
 def table_costs(plan: Plan, config: dict, step_times: dict) -> pd.DataFrame:
     """Per table of `plan`: its runs, seeds (the most of any row), GPU-hours in all and per seed;
-    then a row `total` over every run of the scale once. Each row names the scale and the step
-    times' device and basis. Runs that only figures name (paper 003's nets) are not costed: the
-    step-time files hold the tables' architectures only."""
-    hours = {path: run_gpu_hours(run, step_times["step_ms"], gpus_for(config, run)) for path, run in tabled_runs(plan).items()}
+    then a row `total` over every run of the scale once. Each row names the scale, how its runs
+    share their GPUs, and the step times' device, basis, commit and date. Runs that only figures
+    name (paper 003's nets) are not costed: the step-time files hold the tables' architectures only."""
+    runs, shares = tabled_runs(plan), sharing(config, plan)
+    costed_as = {path: measured_share(run, shares.get(path, ""), step_times["step_ms"]) for path, run in runs.items()}
+    hours = {path: run_gpu_hours(run, step_times["step_ms"], gpus_for(config, run), costed_as[path]) for path, run in runs.items()}
     by_table: dict[str, dict] = {}
     for row in plan.rows:
         entry = by_table.setdefault(row["table"], {"runs": set(), "seeds": 0})
@@ -119,7 +174,10 @@ def table_costs(plan: Plan, config: dict, step_times: dict) -> pd.DataFrame:
                 "gpu_hours": sum(hours.values()), "gpu_hours_per_seed": float("nan")})
     frame = pd.DataFrame(out)
     frame.insert(0, "scale", config["scale"])
-    frame["device"], frame["basis"], frame["source"] = step_times["device"], step_times["basis"], step_times["source"]
+    frame["sharing"] = sharing_text({shares.get(path, "") for path in runs},
+                                    {shares.get(path, "") for path in runs if costed_as[path] != shares.get(path, "")})
+    for key in ("device", "basis", "commit", "date", "source"):
+        frame[key] = step_times[key]
     return frame
 
 

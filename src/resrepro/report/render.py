@@ -268,7 +268,8 @@ DISK_ONLY_ROWS = ("features", "peak")  # analysis/disk.py's rows beside the tabl
 
 def gpu_costs(path: Path) -> dict | None:
     """The GPU-hours of each table at each costed scale (analysis/cost.py), for the report: its
-    device and basis, and per table and scale the runs, seeds, hours and hours per seed."""
+    device, basis and session (commit, date), how each scale's runs hold their GPUs, and per
+    table and scale the runs, seeds, hours and hours per seed."""
     if not path.exists():
         return None
     frame = pd.read_csv(path)
@@ -283,7 +284,9 @@ def gpu_costs(path: Path) -> dict | None:
     disk: dict[str, dict] = {}  # scale -> the features' GB and the peak's
     for _, r in frame[disk_rows].iterrows():
         disk.setdefault(r["scale"], {})[r["table"]] = fmt(r["disk_gb"], 1)
-    return {"device": first["device"], "basis": first["basis"], "source": first["source"], "scales": list(dict.fromkeys(frame["scale"])),
+    sharing = {r["scale"]: r["sharing"] for _, r in frame[~disk_rows].iterrows()}
+    return {"device": first["device"], "basis": first["basis"], "commit": first["commit"], "date": first["date"], "source": first["source"],
+            "scales": list(dict.fromkeys(frame["scale"])), "sharing": sharing,
             "tables": tables, "total": total, "disk": disk, "disk_source": first.get("disk_source", "")}
 
 
