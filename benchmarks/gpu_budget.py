@@ -46,22 +46,35 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def distinct_steps(configs_and_plans) -> dict[str, tuple[dict, experiments.Run]]:
-    """One (config, run) per step key of the tables' runs (cost.tabled_runs), in plan order."""
+    """One (config, run) per step key of the tables' runs (cost.tabled_runs), in plan order; for
+    a config whose jobs stack their runs (cost.sharing), the stacked keys too. Runs side by side as
+    processes are timed by benchmarks/gpu_share.py, not here: they are costed as alone until then."""
     steps = {}
     for config, plan in configs_and_plans:
-        for run in cost.tabled_runs(plan).values():
+        shares = cost.sharing(config, plan)
+        for path, run in cost.tabled_runs(plan).items():
             for key, _ in cost.stages_of(run):
                 steps.setdefault(key, (config, run))
+                if shares.get(path, "").startswith("/stacked"):
+                    steps.setdefault(key + shares[path], (config, run))
     return steps
 
 
-def training_step(spec: dict, device, classes: int = 10):
+def stacked_runs(key: str) -> int:
+    """K of a key ending in /stacked{K} (cost.sharing); 1 for a run alone."""
+    last = key.rsplit("/", 1)[-1]
+    return int(last.removeprefix("stacked")) if last.startswith("stacked") else 1
+
+
+def training_step(spec: dict, device, classes: int = 10, stacked: int = 1):
     """One training step of the run `spec` names, on random data, as training runs it: the model
     built through the registry, the recipe's speed switches resolved for `device`, the recipe's
     optimizer. Classification: a CIFAR-shaped batch of `batch_size`; translation: `max_tokens`
     tokens in sentences of 25 + 25, vocabulary 32,768; captioning: `batch_size` captions of 12
-    words (vocabulary 9,571) over 49 grid regions of 2,050 values (data/coco.py). The step ends with a host sync (as the
-    training loops' loss.item() does), so wall-clock timing is honest on a GPU."""
+    words (vocabulary 9,571) over 49 grid regions of 2,050 values (data/coco.py). With `stacked` K,
+    a classification step of K runs stacked as one program, as train/stacked.py trains a job's seeds
+    (a batch each). The step ends with a host sync (as the training loops' divergence check does),
+    so wall-clock timing is honest on a GPU."""
     import torch
     from torch.nn import functional as F
 
@@ -70,7 +83,19 @@ def training_step(spec: dict, device, classes: int = 10):
     from resrepro.speed import speed_of
 
     torch.manual_seed(0)
-    if spec["task"] == "classification":
+    if spec["task"] == "classification" and stacked > 1:
+        from resrepro.models.stacked import StackedRuns
+
+        speed = speed_of(spec, device, image_model=True)
+        model = StackedRuns([speed.place(models.build(models.model_spec(spec, classes=classes, in_channels=3)), device)
+                             for _ in range(stacked)])
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, **speed.optimizer_options())
+        x = torch.randn(stacked, spec["batch_size"], 3, 32, 32, device=device).to(speed.dtype)
+        y = torch.randint(0, classes, (stacked, spec["batch_size"]), device=device)
+
+        def loss_of():  # each run's mean loss, summed: a run's gradient is its own loss's
+            return F.cross_entropy(net(x).float().flatten(0, 1), y.flatten(), reduction="none").view(stacked, -1).mean(1).sum()
+    elif spec["task"] == "classification":
         speed = speed_of(spec, device, image_model=True)
         model = speed.place(models.build(models.model_spec(spec, classes=classes, in_channels=3)), device)
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, **speed.optimizer_options())
@@ -100,7 +125,8 @@ def training_step(spec: dict, device, classes: int = 10):
 
         def loss_of():
             return label_smoothed_loss(net(src, tgt), tgt, 0, 0.1)
-    net = speed.compiled(model)  # a compiled model compiles in its warm-up steps
+    # a compiled model compiles in its warm-up steps; a stack compiles as train/stacked.py compiles it
+    net = (model.compile(**speed.compile_options()) if speed.compile else model) if stacked > 1 else speed.compiled(model)
 
     def step():
         with speed.autocast(device):
@@ -115,7 +141,8 @@ def training_step(spec: dict, device, classes: int = 10):
 
 def measure_step_ms(config: dict, run: experiments.Run, device_name: str, warmup: int, steps: int, key: str | None = None) -> float:
     """The median ms of the run's training step, or of its self-critical update where `key` is
-    the run's scst_key (benchmarks/scst_step_time.py's update)."""
+    the run's scst_key (benchmarks/scst_step_time.py's update); for a stacked key, of its K runs'
+    step over K: one run's part of the GPU, what cost.run_gpu_hours reads."""
     from resrepro.devices import pick_device, use_deterministic_algorithms
 
     spec = experiments.train_spec(config, run)
@@ -126,7 +153,8 @@ def measure_step_ms(config: dict, run: experiments.Run, device_name: str, warmup
 
         step = self_critical_step(spec, pick_device(device_name), spec["scst"]["batch_images"], spec["scst"]["max_len"])
     else:
-        step = training_step(spec, pick_device(device_name), classes=100 if run.dataset == "cifar100" else 10)
+        step = training_step(spec, pick_device(device_name), classes=100 if run.dataset == "cifar100" else 10,
+                             stacked=stacked_runs(key or ""))
     for _ in range(warmup):
         step()
     times = []
@@ -134,7 +162,7 @@ def measure_step_ms(config: dict, run: experiments.Run, device_name: str, warmup
         started = time.perf_counter()
         step()
         times.append(time.perf_counter() - started)
-    return 1000 * statistics.median(times)
+    return 1000 * statistics.median(times) / stacked_runs(key or "")
 
 
 def chosen_steps(steps: dict, patterns: list[str] | None) -> dict:

@@ -249,6 +249,39 @@ def test_the_budget_times_a_self_critical_stage_with_the_training_loops_update(m
         k for r in cost.tabled_runs(make_plan(config)).values() if r.task == "captioning" for k, _ in cost.stages_of(r)}
 
 
+def test_the_budget_times_a_stacked_job_as_one_program_and_gives_a_runs_part(monkeypatch):
+    """A config whose jobs stack their seeds adds the stacked keys to what is measured; such a key's
+    step is the K runs' step as one StackedRuns, and its time the step's over K."""
+    import itertools
+
+    import yaml
+
+    from resrepro.experiments import make_plan
+    from resrepro.models import stacked
+
+    gpu_budget = _gpu_budget()
+    tiny = yaml.safe_load(open("tests/configs/tiny.yaml"))
+    config = {**tiny, "seeds": 3, "seeds_stacked": True}
+    steps = gpu_budget.distinct_steps([(config, make_plan(config))])
+    stacked_keys = [k for k in steps if k.endswith("/stacked3")]
+    assert stacked_keys and all(k.startswith("classification/") and k.removesuffix("/stacked3") in steps for k in stacked_keys)
+    assert not any("/stacked" in k for k in gpu_budget.distinct_steps([(tiny, make_plan(tiny))]))
+    config_of, run = steps[stacked_keys[0]]
+    built = []
+    monkeypatch.setattr(gpu_budget, "training_step", lambda spec, device, classes, stacked: built.append(stacked) or (lambda: None))
+    clock = itertools.count(0.0, 0.3)  # each step 0.3 s
+    monkeypatch.setattr(gpu_budget.time, "perf_counter", lambda: next(clock))
+    assert gpu_budget.measure_step_ms(config_of, run, "cpu", warmup=0, steps=3, key=stacked_keys[0]) == pytest.approx(100.0)
+    assert gpu_budget.measure_step_ms(config_of, run, "cpu", warmup=0, steps=3, key=stacked_keys[0].removesuffix("/stacked3")) == \
+        pytest.approx(300.0)
+    assert built == [3, 1]
+    monkeypatch.undo()
+    stacks = []
+    monkeypatch.setattr(stacked.StackedRuns, "__init__", lambda self, nets, _init=stacked.StackedRuns.__init__: stacks.append(len(nets))
+                        or _init(self, nets))
+    assert gpu_budget.measure_step_ms(config_of, run, "cpu", warmup=0, steps=1, key=stacked_keys[0]) > 0 and stacks == [3]
+
+
 def _gpu_budget():
     import sys
     from pathlib import Path

@@ -99,11 +99,15 @@ def test_no_check_starts_with_too_little_time_left_and_each_stops_at_the_session
     assert results[0][:2] == ("first", "stopped at 2 s") and results[1][1].startswith("not started")
 
 
-def test_a_measured_step_times_file_comes_back_only_when_its_check_passed(tmp_path):
-    gpu_session.run_session([check("costs", "import sys; sys.exit(1)", group="costs")], tmp_path / "a", 60, 1, gpu_session.environment())
-    assert not (tmp_path / "a" / "h100.yaml").exists()
-    gpu_session.run_session([check("costs", "pass", group="costs")], tmp_path / "b", 60, 1, gpu_session.environment())
-    assert (tmp_path / "b" / "h100.yaml").read_text() == (ROOT / gpu_session.STEP_TIMES).read_text()
+def test_a_measured_step_times_file_comes_back_only_when_its_check_passed(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_session, "ROOT", tmp_path / "checkout")  # the checks run there
+    (tmp_path / "checkout" / "config" / "costs").mkdir(parents=True)
+    writes = f"from pathlib import Path; Path({gpu_session.STEP_TIMES!r}).write_text('step_ms: {{}}')"
+    gpu_session.run_session([check("costs", writes + "; import sys; sys.exit(1)", group="costs")], tmp_path / "a", 60, 1,
+                            gpu_session.environment())
+    assert not (tmp_path / "a" / "gpu-session.yaml").exists()
+    gpu_session.run_session([check("costs", writes, group="costs")], tmp_path / "b", 60, 1, gpu_session.environment())
+    assert (tmp_path / "b" / "gpu-session.yaml").read_text() == "step_ms: {}"
 
 
 def test_the_preflight_names_a_missing_module(monkeypatch):
