@@ -187,7 +187,28 @@ def merge_measured(previous: dict, times: dict, patterns: list[str]) -> dict:
                          f"times of commit {previous.get('commit')} on {previous.get('date')}: measure every step again, "
                          "without --keys")
     source = f"{previous['source'].rstrip()}; steps matching {' '.join(patterns)} re-{times['source']}"
-    return {**times, "source": source, "step_ms": {**previous["step_ms"], **times["step_ms"]}}
+    return {**previous, **times, "source": source, "step_ms": {**previous["step_ms"], **times["step_ms"]}}
+
+
+def measure_write_gb_s(directory: Path, megabytes: int = 512, rounds: int = 3) -> float:
+    """GB/s of torch.save writing a checkpoint-sized state to `directory` and syncing it to disk
+    (the median of `rounds`): the machine's figure for cost.overhead_hours's checkpoint writes."""
+    import os
+    import tempfile
+
+    import torch
+
+    state = {"weights": torch.zeros(megabytes * 2**20 // 4)}
+    directory.mkdir(parents=True, exist_ok=True)
+    times = []
+    for _ in range(rounds):
+        with tempfile.NamedTemporaryFile(dir=directory, suffix=".pt") as f:
+            started = time.perf_counter()
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+            times.append(time.perf_counter() - started)
+    return megabytes * 2**20 / 1e9 / statistics.median(times)
 
 
 def device_label(device_name: str) -> str:
@@ -215,7 +236,14 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--keys", nargs="+", metavar="GLOB",
                    help="measure only the step keys matching these patterns and keep the other step times of --out's file")
+    p.add_argument("--write-dir", default=str(ROOT / "results"), help="where runs write their checkpoints: its write bandwidth is timed")
+    p.add_argument("--write-mb", type=int, default=512, help="the size of the timed write (a big Transformer's last.pt is 2.6 GB)")
+    p.add_argument("--allreduce-gb-s", type=float, help="the NCCL all-reduce bus bandwidth of this machine's GPUs (nccl-tests' busbw), "
+                   "for the multi-GPU runs' gradients; with --allreduce-source saying where it comes from")
+    p.add_argument("--allreduce-source", default="")
     opts = p.parse_args(argv)
+    if opts.allreduce_gb_s and not opts.allreduce_source:
+        p.error("--allreduce-gb-s needs --allreduce-source: the report says where the bandwidth comes from")
     if opts.keys and (opts.estimate or not opts.out or not Path(opts.out).exists()):
         p.error("--keys updates an existing step-times file: name it with --out (and measure, without --estimate)")
 
@@ -240,7 +268,9 @@ def main(argv=None) -> None:
 
         times = {"device": session["device"], "basis": "measured", "commit": session["commit"], "date": today,
                  "source": f"measured {today} by benchmarks/gpu_budget.py at commit {session['commit']}, torch {torch.__version__}",
-                 "step_ms": step_ms}
+                 "checkpoint_write_gb_s": round(measure_write_gb_s(Path(opts.write_dir), opts.write_mb), 2), "step_ms": step_ms}
+        if opts.allreduce_gb_s:
+            times = {**times, "allreduce_bus_gb_s": opts.allreduce_gb_s, "allreduce_source": opts.allreduce_source}
         if opts.keys:
             times = merge_measured(yaml.safe_load(Path(opts.out).read_text()), times, opts.keys)
     if opts.out:

@@ -61,8 +61,8 @@ def test_a_table_counts_its_runs_and_the_total_counts_each_run_once():
     assert frame.loc["t3", "gpu_hours"] == frame.loc["t3", "gpu_hours_per_seed"] == pytest.approx(2 * add_h)  # one seed
     assert frame.loc["total", "gpu_hours"] == pytest.approx(4 * add_h) and frame.loc["total", "runs"] == 3
     assert frame.loc["total", "seeds"] == 2 and math.isnan(frame.loc["total", "gpu_hours_per_seed"])
-    assert list(frame.reset_index().columns) == ["table", "scale", "runs", "seeds", "gpu_hours", "gpu_hours_per_seed", "sharing",
-                                                 "device", "basis", "commit", "date", "source"]
+    assert list(frame.reset_index().columns) == ["table", "scale", "runs", "seeds", "gpu_hours", "gpu_hours_per_seed", "counts",
+                                                 "leaves_out", "sharing", "device", "basis", "commit", "date", "source"]
     assert set(frame["sharing"]) == {"each run alone on its GPUs"} and set(frame["commit"]) == {"abc1234"}
     assert set(frame["source"]) == {"a test"}
     assert set(frame["scale"]) == {"paper"} and set(frame["device"]) == {"GPU X"} and set(frame["basis"]) == {"estimate"}
@@ -282,6 +282,52 @@ def test_the_budget_times_a_stacked_job_as_one_program_and_gives_a_runs_part(mon
     assert gpu_budget.measure_step_ms(config_of, run, "cpu", warmup=0, steps=1, key=stacked_keys[0]) > 0 and stacks == [3]
 
 
+def test_checkpoint_writes_and_the_all_reduce_count_where_the_file_has_their_bandwidths(monkeypatch):
+    """A translation run on 4 GPUs, 2,500 updates, a checkpoint every 1,000 (3 last.pt of 3 weight
+    copies, 3 step files of 1), 100 MB of weights: 12 copies = 1.2 GB written at 2 GB/s = 0.6 s,
+    times 4 GPUs waiting; each update all-reduces 2 x 3/4 x 100 MB at 150 GB/s = 1 ms, 2.5 s in all,
+    times 4 GPUs. Without the figures, neither counts, and the words say what is left out."""
+    from resrepro.analysis import disk
+
+    mt = run("translation", "wmt14_en_de", "transformer_big", "big", "xskip_ln",
+             recipe={**MT, "max_updates": 2500, "checkpoint_every": 1000, "keep_checkpoints": 5})
+    monkeypatch.setattr(cost, "weight_bytes", lambda r, config: 100e6)
+    copies = {"translation/last": 3.0, "translation/step": 1.0}
+    figures = {"checkpoint_write_gb_s": 2.0, "allreduce_bus_gb_s": 150.0, "allreduce_source": "assumed"}
+    assert disk.written_files(mt) == {"step": 3, "last": 3}
+    hours = cost.overhead_hours(mt, {}, figures, copies, gpus=4)
+    assert hours == {"checkpoints": pytest.approx(0.6 * 4 / 3600), "allreduce": pytest.approx(2500 * 0.001 * 4 / 3600)}
+    assert cost.overhead_hours(mt, {}, figures, copies, gpus=1) == {"checkpoints": pytest.approx(0.6 / 3600)}  # no all-reduce alone
+    assert cost.overhead_hours(mt, {}, {}, copies, gpus=4) == {} and cost.overhead_hours(mt, {}, figures, None, gpus=4).keys() == {"allreduce"}
+    counts, left = cost.counted_text(figures, copies, multi_gpu=True)
+    assert counts == ("training steps; checkpoint writes at 2 GB/s; the gradients' all-reduce at 150 GB/s bus bandwidth "
+                      "(assumed; an upper bound: DDP overlaps it with backward)") and left == "evaluation, data preparation"
+    counts, left = cost.counted_text({}, copies, multi_gpu=True)
+    assert counts == "training steps"
+    assert left == ("evaluation, data preparation, checkpoint writes (the step-times file has no write bandwidth), "
+                    "the all-reduce of multi-GPU runs (the step-times file has no bus bandwidth)")
+    plan = Plan("paper", {}, runs={"mt": mt}, rows=[{"table": "t", "label": "x", "runs": ["mt"]}])
+    times = {"device": "GPU X", "basis": "measured", "commit": "abc1234", "date": "2026-11-27", "source": "a test",
+             "step_ms": {cost.step_key(mt): 36.0}, **figures}
+    frame = cost.table_costs(plan, {"scale": "paper", "gpus_per_job": 1, "translation": {"gpus": {"wmt14_en_de": 4}}}, times, copies)
+    steps_h = 2500 * 2 * 0.036 * 4 / 3600
+    assert frame.set_index("table").loc["total", "gpu_hours"] == pytest.approx(steps_h + sum(hours.values()))
+
+
+def test_the_write_bandwidth_is_the_bytes_over_the_median_write_and_an_assumed_all_reduce_names_its_source(tmp_path, monkeypatch,
+                                                                                                           capsys):
+    import itertools
+
+    gpu_budget = _gpu_budget()
+    clock = itertools.chain([0.0, 0.5, 1.0, 1.25, 2.0, 3.0])  # writes of 0.5, 0.25 and 1.0 s: the median 0.5
+    monkeypatch.setattr(gpu_budget.time, "perf_counter", lambda: next(clock))
+    assert gpu_budget.measure_write_gb_s(tmp_path, megabytes=8) == pytest.approx(8 * 2**20 / 1e9 / 0.5)
+    monkeypatch.undo()
+    with pytest.raises(SystemExit):  # argparse's error, before anything is measured: a bandwidth without its source
+        gpu_budget.main(["--config", "tests/configs/tiny.yaml", "--device", "cpu", "--allreduce-gb-s", "100"])
+    assert "--allreduce-gb-s needs --allreduce-source" in capsys.readouterr().err
+
+
 def _gpu_budget():
     import sys
     from pathlib import Path
@@ -307,8 +353,9 @@ def test_the_budget_remeasures_only_the_chosen_keys_and_keeps_the_rest(tmp_path)
     out.write_text(yaml.safe_dump({"device": gpu_budget.device_label("cpu"), "basis": "measured", **session, "source": "measured before",
                                    "step_ms": {k: 1e6 for k in keys}}, sort_keys=False))
     gpu_budget.main(["--config", "tests/configs/tiny.yaml", "--device", "cpu", "--warmup", "0", "--steps", "1",
-                     "--keys", "*/sas-gatesingle/*", "--out", str(out)])
+                     "--keys", "*/sas-gatesingle/*", "--out", str(out), "--write-dir", str(tmp_path / "disk"), "--write-mb", "8"])
     times = cost.load_step_times(out)
+    assert times["checkpoint_write_gb_s"] > 0 and not list((tmp_path / "disk").iterdir())  # timed, and its files gone
     changed = [k for k in keys if times["step_ms"][k] != 1e6]
     assert changed == ["classification/preact_resnet8/sas-gatesingle/batch256"] and 0 < times["step_ms"][changed[0]] < 1e6
     assert list(times["step_ms"]) == keys  # the file's order kept

@@ -44,6 +44,20 @@ def test_what_each_task_keeps(paper):
     assert "scst" not in disk.kept_files(unrefined)
 
 
+def test_what_each_task_writes_while_it_trains(paper):
+    """Not what it keeps: every last.pt it overwrites, each checkpoint's step file averaging reads,
+    and the self-critical stage's checkpoints."""
+    _, plan = paper
+    classifier = next(r for r in plan.runs.values() if r.task == "classification" and json.loads(r.recipe_json).get("snapshots") == 4)
+    assert disk.written_files(classifier) == {"last": 200, "snapshot": 6}
+    big = a_run(plan, task="translation", size="big", dataset="wmt14_en_de")  # 550,000 updates, a checkpoint every 1,000
+    assert disk.written_files(big) == {"step": 20, "last": 550}
+    captioner = a_run(plan, task="captioning")  # 226,000 updates, one checkpoint every 11,300; self-critical 67,950 every 2,265
+    assert disk.written_files(captioner) == {"step": 1 + 30, "last": 20, "scst": 30}
+    uneven = replace(big, recipe_json=json.dumps({**json.loads(big.recipe_json), "max_updates": 2500, "keep_checkpoints": 5}))
+    assert disk.written_files(uneven) == {"step": 3, "last": 3}  # at 1,000, 2,000 and the last, 2,500
+
+
 def test_a_runs_bytes_are_its_files_copies_of_its_weights(paper):
     from resrepro import models
 

@@ -375,12 +375,15 @@ def test_gpu_hours_per_table_are_shown_with_their_device_and_basis(report):
     ]).assign(device="NVIDIA H100", basis="estimate", commit="abc1234", date="2026-11-24", source="from anchors",
               disk_source="measured on the rehearsal")
     costs["sharing"] = costs["scale"].map({"paper": "each run alone on its GPUs", "gpu-day": "4 runs a GPU as processes"})
+    costs["counts"] = costs["scale"].map({"paper": "training steps; checkpoint writes at 2 GB/s", "gpu-day": "training steps"})
+    costs["leaves_out"] = "evaluation, data preparation"
     costs.to_csv(report.aggregate / "gpu_hours.csv", index=False)
     html = render_report(report.aggregate, report.aggregate / "costed.html")
     assert "GPU-hours and disk per table at paper and gpu-day scale, on NVIDIA H100" in html and "an estimate" in html
     said = " ".join(html.split())
-    assert "an estimate at commit abc1234 on 2026-11-24; training steps only" in said
-    assert "evaluation, checkpoint writes, data preparation and the all-reduce of multi-GPU runs are not in them" in said
+    assert "an estimate at commit abc1234 on 2026-11-24)" in said
+    assert ("At paper scale the hours count training steps; checkpoint writes at 2 GB/s, and leave out evaluation, data preparation. "
+            "At gpu-day scale the hours count training steps, and leave out evaluation, data preparation.") in said
     assert "Runs per GPU: paper, each run alone on its GPUs; gpu-day, 4 runs a GPU as processes." in said
     sas_t7, features, total, peak = (list(row.values()) for row in table_rows(html, "gpu-hours"))
     assert sas_t7 == ["sas-t7", "15", "43.4", "8.7", "11.6", "6", "1.6", "0.8", "4.6"]

@@ -80,7 +80,7 @@ def cmd_gpu_hours(a) -> None:
     frames = []
     for config, plan in map(load_scale, a.scales):
         disk = table_disk(plan, config, copies)  # the tables' and the total's rows, then the features' and the peak's
-        costed = table_costs(plan, config, step_times).merge(disk, on=["scale", "table"], how="left")
+        costed = table_costs(plan, config, step_times, copies["copies"]).merge(disk, on=["scale", "table"], how="left")
         frames += [costed, disk[~disk["table"].isin(costed["table"])]]
     files.write_text(a.out, pd.concat(frames).to_csv(index=False))
 

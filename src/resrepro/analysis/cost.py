@@ -15,8 +15,11 @@ commits or dates is refused, and gpu_budget.py re-measures keys into a file only
 A run's GPU-hours are its steps times the step time times the GPUs it holds: classification
 `epochs x ceil(train images / batch_size)` steps on one GPU; translation `max_updates x
 update_freq` batches on each of its GPUs; captioning the same, plus its self-critical updates.
-Training steps only: evaluation (beam search), checkpoint writes, data preparation and the
-all-reduce of a multi-GPU run are left out. A run alone on its GPU takes the GPU's whole time; the
+Beyond its steps, a run holds its GPUs while it writes checkpoints and, on several GPUs, while
+they all-reduce its gradients (`overhead_hours`): those count where the step-times file has the
+machine's figures for them (`checkpoint_write_gb_s`, measured; `allreduce_bus_gb_s`, with its
+`allreduce_source`), and the report says which count. Evaluation (beam search) and data
+preparation are left out. A run alone on its GPU takes the GPU's whole time; the
 runs of a job that share their GPU (`sharing`) take the step times measured so, per run, and,
 where the file has none, the time alone: an upper bound, which the report says. A table's cost is that of its runs (a run that two tables share counts in both); a scale's total
 counts each run of its tables once.
@@ -33,6 +36,7 @@ import yaml
 
 from ..catalog import ConfigError
 from ..experiments import Plan, Run, gpus_for, make_plan
+from .disk import weight_bytes, written_files
 
 # Training examples per dataset that classification costs epochs in (Krizhevsky 2009: CIFAR-10 and
 # CIFAR-100 have 50,000 training images each; digits: data/digits.py's split).
@@ -147,19 +151,60 @@ def run_gpu_hours(run: Run, step_ms: dict[str, float], gpus: int, share: str = "
     return sum(steps * step_ms[key] for key, steps in stages) * max(gpus, 1) / 3.6e6
 
 
+def overhead_hours(run: Run, config: dict, step_times: dict, copies: dict[str, float] | None, gpus: int) -> dict[str, float]:
+    """GPU-hours the run holds its GPUs beyond its steps, for what the step-times file has figures
+    of: "checkpoints", the bytes of the files it writes while training (disk.written_files, each a
+    measured number of weight copies, `copies`) at `checkpoint_write_gb_s` (rank 0 writes, the
+    other ranks wait); "allreduce", for a run on G > 1 GPUs, each update's ring all-reduce of its
+    float32 gradients, 2 (G - 1) / G of their bytes at `allreduce_bus_gb_s` (NCCL's bus
+    bandwidth): an upper bound, as DDP overlaps it with the backward pass."""
+    out = {}
+    size = None
+    if "checkpoint_write_gb_s" in step_times and copies is not None:
+        size = weight_bytes(run, config)
+        written = sum(count * copies[f"{run.task}/{kind}"] * size for kind, count in written_files(run).items())
+        out["checkpoints"] = written / (step_times["checkpoint_write_gb_s"] * 1e9) * max(gpus, 1) / 3600
+    if "allreduce_bus_gb_s" in step_times and gpus > 1:
+        size = size or weight_bytes(run, config)
+        updates = json.loads(run.recipe_json)["max_updates"]
+        per_update = 2 * (gpus - 1) / gpus * size / (step_times["allreduce_bus_gb_s"] * 1e9)
+        out["allreduce"] = updates * per_update * gpus / 3600
+    return out
+
+
+def counted_text(step_times: dict, copies: dict | None, multi_gpu: bool) -> tuple[str, str]:
+    """(what a scale's GPU-hours count, what they leave out), in words, for the report."""
+    counted, left = ["training steps"], ["evaluation", "data preparation"]
+    if "checkpoint_write_gb_s" in step_times and copies is not None:
+        counted.append(f"checkpoint writes at {step_times['checkpoint_write_gb_s']:g} GB/s")
+    else:
+        left.append("checkpoint writes (the step-times file has no write bandwidth)")
+    if multi_gpu:
+        if "allreduce_bus_gb_s" in step_times:
+            counted.append(f"the gradients' all-reduce at {step_times['allreduce_bus_gb_s']:g} GB/s bus bandwidth "
+                           f"({step_times.get('allreduce_source', 'source not given')}; an upper bound: DDP overlaps it with backward)")
+        else:
+            left.append("the all-reduce of multi-GPU runs (the step-times file has no bus bandwidth)")
+    return "; ".join(counted), ", ".join(left)
+
+
 def tabled_runs(plan: Plan) -> dict[str, Run]:
     """The runs that the plan's tables name, in plan order: what a scale's cost counts."""
     return {path: plan.runs[path] for path in dict.fromkeys(run for row in plan.rows for run in row["runs"])}
 
 
-def table_costs(plan: Plan, config: dict, step_times: dict) -> pd.DataFrame:
+def table_costs(plan: Plan, config: dict, step_times: dict, copies: dict[str, float] | None = None) -> pd.DataFrame:
     """Per table of `plan`: its runs, seeds (the most of any row), GPU-hours in all and per seed;
-    then a row `total` over every run of the scale once. Each row names the scale, how its runs
-    share their GPUs, and the step times' device, basis, commit and date. Runs that only figures
+    then a row `total` over every run of the scale once. A run's hours are its steps' and the
+    overheads the files give figures for (`overhead_hours`; `copies`, disk.yaml's, for the
+    checkpoints). Each row names the scale, what its hours count and leave out, how its runs share
+    their GPUs, and the step times' device, basis, commit and date. Runs that only figures
     name (paper 003's nets) are not costed: the step-time files hold the tables' architectures only."""
     runs, shares = tabled_runs(plan), sharing(config, plan)
     costed_as = {path: measured_share(run, shares.get(path, ""), step_times["step_ms"]) for path, run in runs.items()}
-    hours = {path: run_gpu_hours(run, step_times["step_ms"], gpus_for(config, run), costed_as[path]) for path, run in runs.items()}
+    hours = {path: run_gpu_hours(run, step_times["step_ms"], gpus_for(config, run), costed_as[path])
+                   + sum(overhead_hours(run, config, step_times, copies, gpus_for(config, run)).values())
+             for path, run in runs.items()}
     by_table: dict[str, dict] = {}
     for row in plan.rows:
         entry = by_table.setdefault(row["table"], {"runs": set(), "seeds": 0})
@@ -174,6 +219,7 @@ def table_costs(plan: Plan, config: dict, step_times: dict) -> pd.DataFrame:
                 "gpu_hours": sum(hours.values()), "gpu_hours_per_seed": float("nan")})
     frame = pd.DataFrame(out)
     frame.insert(0, "scale", config["scale"])
+    frame["counts"], frame["leaves_out"] = counted_text(step_times, copies, any(gpus_for(config, run) > 1 for run in runs.values()))
     frame["sharing"] = sharing_text({shares.get(path, "") for path in runs},
                                     {shares.get(path, "") for path in runs if costed_as[path] != shares.get(path, "")})
     for key in ("device", "basis", "commit", "date", "source"):

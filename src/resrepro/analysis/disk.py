@@ -68,6 +68,24 @@ def kept_files(run: Run) -> dict[str, int]:
     return kept
 
 
+def written_files(run: Run) -> dict[str, int]:
+    """How many files of each kind the run writes while it trains (analysis/cost.py's checkpoint
+    writes): classification last.pt after every epoch and each snapshot once; translation last.pt
+    at every checkpoint (every `checkpoint_every` updates and at the last) and step<N>.pt for the
+    checkpoints averaging reads; captioning the same, then, self-critically, scst.pt and a step
+    file at each of its checkpoints. averaged.pt is evaluation's, not training's."""
+    recipe = json.loads(run.recipe_json)
+    if run.task == "classification":
+        return {"last": recipe["epochs"], "snapshot": kept_files(run)["snapshot"]}
+    checkpoints = -(-recipe["max_updates"] // recipe["checkpoint_every"])
+    written = {"step": min(recipe["keep_checkpoints"], checkpoints), "last": checkpoints}
+    if run.task == "captioning" and (scst := recipe.get("scst")):
+        scst_checkpoints = -(-scst["updates"] // scst["checkpoint_every"])
+        written["step"] += scst_checkpoints
+        written["scst"] = scst_checkpoints
+    return written
+
+
 def weight_bytes(run: Run, config: dict) -> int:
     """The bytes of the run's weights: its model's parameters at the run's size, 4 bytes each (8 in float64)."""
     from .. import models
