@@ -20,10 +20,12 @@ from resrepro.data.digits import prepare_digits
 from resrepro.data.download import ChecksumError, IncompleteDownload, fetch, verify
 from resrepro.data.images import (
     augment_batch,
+    epoch_batches,
     iterate_batches,
     load_prepared,
     normalize,
     save_prepared,
+    shifted,
 )
 from resrepro.data.mirror_server import serving
 
@@ -334,3 +336,18 @@ def test_iterate_batches():
     g = torch.Generator().manual_seed(0)
     first, second = iterate_batches(10, 10, g), iterate_batches(10, 10, g)
     assert not torch.equal(first[0], second[0])  # reshuffled each epoch
+
+
+@pytest.mark.parametrize("pad, flip", [(0, False), (0, True), (2, False), (4, True)])
+def test_an_epochs_draws_at_once_are_those_batch_by_batch(pad, flip):
+    """epoch_batches draws the permutation, then each batch's crops and flips, as a loop calling
+    iterate_batches then augment_batch batch by batch did: the same batches, the same augmented
+    images, and the generator where that loop left it."""
+    x = torch.rand(10, 3, 8, 8)
+    ahead, batchwise = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    drawn = epoch_batches(10, 4, pad, flip, ahead, torch.device("cpu"))
+    for (idx, *draws), expected_idx in zip(drawn, iterate_batches(10, 4, batchwise)):
+        assert torch.equal(idx, expected_idx)
+        assert torch.equal(shifted(x[idx], pad, *draws), augment_batch(x[expected_idx], pad, flip, batchwise))
+        assert [d is None for d in draws] == [pad == 0, pad == 0, not flip]
+    assert len(drawn) == 3 and torch.equal(ahead.get_state(), batchwise.get_state())

@@ -4,6 +4,7 @@ the step's kernels (a host sync). Counted on the CPU by patching torch.Tensor's 
 from __future__ import annotations
 
 import collections
+import sys
 
 import pytest
 import torch
@@ -54,6 +55,38 @@ def test_runs_stacked_read_their_tensors_once_a_step(digits, tmp_path, reads):  
     specs = [spec(epochs=2, variant="sas", args={}, seed=seed) for seed in (0, 1)]
     stacked.train_stacked(specs, digits, [tmp_path / "0", tmp_path / "1"], device="cpu", progress=False)
     assert sum(reads.values()) == 2 * 11 + 2 * 2
+
+
+@pytest.fixture
+def copies(monkeypatch):
+    """Counts the training loops' Tensor.to calls that name a device (those in resrepro's train/ and
+    data/, not torch's moving a module): on a GPU, a copy from pageable host memory waits for the
+    device, so each index or augmentation tensor copied a step was a host sync."""
+    counted = []
+    to = torch.Tensor.to
+
+    def counting(self, *args, **kwargs):
+        caller = sys._getframe(1).f_code.co_filename.replace("\\", "/")
+        if ("resrepro/train/" in caller or "resrepro/data/" in caller) and any(
+                isinstance(a, (torch.device, str)) for a in (*args, kwargs.get("device"))):
+            counted.append(tuple(self.shape))
+        return to(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", counting)
+    return counted
+
+
+def test_a_run_copies_its_batches_indices_and_augmentation_once_an_epoch(digits, tmp_path, copies):  # noqa: F811
+    """The dataset's four tensors once, then one copy an epoch (1,297 examples: their indices and
+    crop offsets and flip coins, packed): before, three copies a step."""
+    classification.train(spec(epochs=2, variant="add", args={}, augment_flip=True), digits, tmp_path / "run", device="cpu", progress=False)
+    assert copies.count((1297, 4)) == 2 and len(copies) == 4 + 2, copies
+
+
+def test_runs_stacked_copy_their_draws_once_an_epoch_each(digits, tmp_path, copies):  # noqa: F811
+    specs = [spec(epochs=2, variant="add", args={}, seed=seed, augment_flip=True) for seed in (0, 1)]
+    stacked.train_stacked(specs, digits, [tmp_path / "0", tmp_path / "1"], device="cpu", progress=False)
+    assert copies.count((1297, 4)) == 2 * 2, copies
 
 
 @pytest.fixture

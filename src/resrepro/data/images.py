@@ -109,23 +109,35 @@ def augment_batch(x: Tensor, pad: int, flip: bool, generator: torch.Generator) -
     """Random crop after zero-padding `pad` pixels, then random horizontal flip, per example.
 
     x is float (N, C, H, W). All random numbers are drawn on the CPU from `generator` (in this
-    order: row offsets, column offsets, flip coins), so a run is the same on any device and
-    resumes exactly from a saved generator state. Vectorized: one pad, one gather.
+    order: row offsets, column offsets, flip coins: `augment_draws`), so a run is the same on any
+    device and resumes exactly from a saved generator state. Vectorized: one pad, one gather.
     """
-    if pad == 0 and not flip:
-        return x
+    draws = augment_draws(len(x), pad, flip, generator)
+    return shifted(x, pad, *(None if d is None else d.to(x.device) for d in draws))
+
+
+def augment_draws(n: int, pad: int, flip: bool, generator: torch.Generator) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """The random numbers `augment_batch` draws for n examples, in its order: row offsets and
+    column offsets (N, 1) in [0, 2 pad] (None without padding), flip coins (N, 1) (None without flips)."""
+    dy = torch.randint(0, 2 * pad + 1, (n, 1), generator=generator) if pad > 0 else None
+    dx = torch.randint(0, 2 * pad + 1, (n, 1), generator=generator) if pad > 0 else None
+    mirrored = torch.rand(n, 1, generator=generator) < 0.5 if flip else None
+    return dy, dx, mirrored
+
+
+def shifted(x: Tensor, pad: int, dy: Tensor | None, dx: Tensor | None, mirrored: Tensor | None) -> Tensor:
+    """x (N, C, H, W) zero-padded by `pad`, cropped at offsets (dy, dx) and mirrored where
+    `mirrored`: `augment_batch` with its draws given, on x's device."""
     n, c, h, w = x.shape
-    rows = torch.arange(h).expand(n, h)  # (N, H): source row of each output row
-    cols = torch.arange(w).expand(n, w)  # (N, W): source column of each output column
-    if pad > 0:
-        dy = torch.randint(0, 2 * pad + 1, (n, 1), generator=generator)
-        dx = torch.randint(0, 2 * pad + 1, (n, 1), generator=generator)
+    if dy is None and mirrored is None:
+        return x
+    rows = torch.arange(h, device=x.device).expand(n, h)  # (N, H): source row of each output row
+    cols = torch.arange(w, device=x.device).expand(n, w)  # (N, W): source column of each output column
+    if dy is not None:
         rows, cols = rows + dy, cols + dx
         x = F.pad(x, (pad, pad, pad, pad))  # zeros: the shifted-in border
-    if flip:
-        mirrored = torch.rand(n, 1, generator=generator) < 0.5
+    if mirrored is not None:
         cols = torch.where(mirrored, cols.flip(1), cols)
-    rows, cols = rows.to(x.device), cols.to(x.device)
     batch = torch.arange(n, device=x.device).view(n, 1, 1, 1)
     channel = torch.arange(c, device=x.device).view(1, c, 1, 1)
     return x[batch, channel, rows.view(n, 1, h, 1), cols.view(n, 1, 1, w)]
@@ -138,7 +150,31 @@ def iterate_batches(n: int, batch_size: int, generator: torch.Generator) -> list
     return list(torch.randperm(n, generator=generator).split(batch_size))
 
 
+def epoch_batches(n: int, batch_size: int, pad: int, flip: bool, generator: torch.Generator,
+                  device: torch.device) -> list[tuple[Tensor, Tensor | None, Tensor | None, Tensor | None]]:
+    """One epoch's index batches (`iterate_batches`) and each batch's augmentation draws
+    (`augment_draws`), drawn from `generator` in the order a loop drawing batch by batch would draw
+    them, and sent to `device` in one copy: a copy from pageable host memory waits for the device,
+    so three copies a step would be three host syncs. -> per batch (idx, dy, dx, mirrored)."""
+    batches = iterate_batches(n, batch_size, generator)
+    draws = [augment_draws(len(idx), pad, flip, generator) for idx in batches]
+    columns = [torch.cat(list(d)) for d in zip(*draws) if d[0] is not None]  # each (n, 1): dy, dx, coins as present
+    packed = torch.cat([torch.cat(batches).view(-1, 1), *[c.long() for c in columns]], dim=1)  # (n, 1 + draws)
+    if device.type == "cuda":
+        packed = packed.pin_memory()
+    packed = packed.to(device, non_blocking=True)
+    out, start = [], 0
+    for idx, (dy, dx, mirrored) in zip(batches, draws):
+        rows = packed[start : start + len(idx)]
+        start += len(idx)
+        col = iter(range(1, packed.shape[1]))
+        dy, dx = (rows[:, next(col)].view(-1, 1), rows[:, next(col)].view(-1, 1)) if dy is not None else (None, None)
+        mirrored = rows[:, next(col)].view(-1, 1).bool() if mirrored is not None else None
+        out.append((rows[:, 0], dy, dx, mirrored))
+    return out
+
+
 __all__ = [
-    "REQUIRED_KEYS", "augment_batch", "channel_stats", "iterate_batches", "load_prepared",
-    "normalize", "save_prepared",
+    "REQUIRED_KEYS", "augment_batch", "augment_draws", "channel_stats", "epoch_batches", "iterate_batches", "load_prepared",
+    "normalize", "save_prepared", "shifted",
 ]

@@ -27,7 +27,7 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from .. import files, models, provenance, residual
-from ..data.images import augment_batch, iterate_batches, load_prepared, normalize
+from ..data.images import epoch_batches, load_prepared, normalize, shifted
 from ..devices import pick_device, use_deterministic_algorithms
 from ..evaluate.classification import evaluate
 from ..recipes import snapshot_epochs
@@ -163,9 +163,9 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
         # sums the host's floats would give, bit for bit)
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)
         wrong = torch.zeros((), dtype=torch.int64, device=device)
-        for idx in iterate_batches(len(train_y), spec["batch_size"], gen):
-            idx = idx.to(device)
-            x = augment_batch(train_x[idx].float(), spec["augment_pad"], spec["augment_flip"], gen)
+        pad, flip = spec["augment_pad"], spec["augment_flip"]
+        for idx, *draws in epoch_batches(len(train_y), spec["batch_size"], pad, flip, gen, device):
+            x = shifted(train_x[idx].float(), pad, *draws)
             x, y = speed.layout(normalize(x, mean, std)), train_y[idx]
             lr = lr_at(spec, state.epoch, state.step)
             for group in opt.param_groups:

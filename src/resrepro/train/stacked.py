@@ -26,7 +26,7 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from .. import files
-from ..data.images import augment_batch, iterate_batches, load_prepared, normalize
+from ..data.images import epoch_batches, load_prepared, normalize, shifted
 from ..devices import pick_device, use_deterministic_algorithms
 from ..evaluate.classification import evaluate_stacked
 from ..models import first_step_path
@@ -96,10 +96,10 @@ def train_group(specs, data, out_dirs, runs: list[PreparedRun], device, speed, p
         loss_sums = torch.zeros(count, dtype=torch.float64, device=device)  # on the device: no host sync a step
         wrong = torch.zeros(count, dtype=torch.int64, device=device)
         seen = 0
-        for batches in zip(*(iterate_batches(len(train_y), batch_size, run.gen) for run in runs)):
-            batches = [idx.to(device) for idx in batches]
-            xs = [augment_batch(train_x[idx].float(), spec["augment_pad"], spec["augment_flip"], run.gen) for idx, run in zip(batches, runs)]
-            x, y = normalize(torch.stack(xs), mean, std).to(speed.dtype), torch.stack([train_y[idx] for idx in batches])
+        pad, flip = spec["augment_pad"], spec["augment_flip"]
+        for batches in zip(*(epoch_batches(len(train_y), batch_size, pad, flip, run.gen, device) for run in runs)):
+            xs = [shifted(train_x[idx].float(), pad, *draws) for idx, *draws in batches]
+            x, y = normalize(torch.stack(xs), mean, std).to(speed.dtype), torch.stack([train_y[idx] for idx, *_ in batches])
             lr = lr_at(spec, epoch, step)
             for group in opt.param_groups:
                 group["lr"] = lr
