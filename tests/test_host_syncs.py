@@ -126,3 +126,18 @@ def test_self_critical_decodes_greedy_and_sampled_captions_reading_one_flag_pair
     greedy_caps, samples = greedy_and_sample(model, feats, 1, 2, 0.0, 9, torch.Generator().manual_seed(0))
     assert {len(c) for c in greedy_caps + samples} == {9}
     assert sum(reads.values()) == 1 + 9 + 1, reads
+
+
+def test_an_evaluation_reads_its_sums_once_whatever_its_batches():
+    """The loss and error sums stay on the device: two reads an evaluation (before: two a batch)."""
+    from resrepro.evaluate.classification import evaluate
+
+    counted = collections.Counter()
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 10))
+    x, y = torch.randint(0, 256, (50, 3, 2, 2), dtype=torch.uint8), torch.randint(0, 10, (50,))
+    with pytest.MonkeyPatch.context() as patch:
+        for name in READERS:
+            patch.setattr(torch.Tensor, name, lambda self, *a, _name=name, _reader=getattr(torch.Tensor, name), **k:
+                          counted.update([_name]) or _reader(self, *a, **k))
+        evaluate(model, x, y, [0.5] * 3, [0.25] * 3, batch_size=8)
+    assert sum(counted.values()) == 2, counted

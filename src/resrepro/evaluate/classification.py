@@ -9,14 +9,26 @@ from ..data.images import normalize
 from ..speed import Speed
 
 FLOAT32 = Speed(amp=False, channels_last=False, compile=None, fused_optimizer=False)
+# Evaluation holds a layer's activations at a time (no gradients), training every layer's for its
+# backward pass, so a batch of 4 training batches fits where one trained; on a GPU an evaluation
+# batch of 128 images is its kernel launches, as a training step is.
+EVAL_BATCHES = 4
+
+
+def eval_batch_size(spec: dict) -> int:
+    """The images a classification run evaluates at once: EVAL_BATCHES of its training batches."""
+    return EVAL_BATCHES * spec["batch_size"]
 
 
 def evaluate(model, x_uint8: torch.Tensor, y: torch.Tensor, mean, std, batch_size: int, speed: Speed = FLOAT32) -> tuple[float, float]:
     """Returns (mean cross-entropy, error in %), with the training run's autocast and memory
-    layout (`speed`). Restores the model's train/eval mode."""
+    layout (`speed`). Restores the model's train/eval mode. The sums stay on the device, read once;
+    each image's loss is summed in float64, so the batch size moves the mean by float64's rounding
+    only."""
     was_training = model.training
     model.eval()
-    loss_sum, wrong = 0.0, 0
+    loss_sum = torch.zeros((), dtype=torch.float64, device=y.device)
+    wrong = torch.zeros((), dtype=torch.int64, device=y.device)
     # no_grad as a block, not a decorator: mutation testing (make mutation) skips decorated functions
     with torch.no_grad():
         for start in range(0, len(y), batch_size):
@@ -24,10 +36,10 @@ def evaluate(model, x_uint8: torch.Tensor, y: torch.Tensor, mean, std, batch_siz
             with speed.autocast(x.device):
                 logits = model(x).to(speed.dtype)
             target = y[start : start + batch_size]
-            loss_sum += F.cross_entropy(logits, target, reduction="sum").item()
-            wrong += (logits.argmax(1) != target).sum().item()
+            loss_sum += F.cross_entropy(logits, target, reduction="none").double().sum()
+            wrong += (logits.argmax(1) != target).sum()
     model.train(was_training)
-    return loss_sum / len(y), 100.0 * wrong / len(y)
+    return loss_sum.item() / len(y), 100.0 * wrong.item() / len(y)
 
 
 def evaluate_stacked(stack, x_uint8: torch.Tensor, y: torch.Tensor, mean, std, batch_size: int,
@@ -36,16 +48,15 @@ def evaluate_stacked(stack, x_uint8: torch.Tensor, y: torch.Tensor, mean, std, b
     all of them at once; (mean cross-entropy, error in %) of each run, as `evaluate` gives it alone."""
     was_training = stack.training
     stack.eval()
-    loss_sums, wrong = [0.0] * stack.count, [0] * stack.count
+    loss_sums = torch.zeros(stack.count, dtype=torch.float64, device=y.device)
+    wrong = torch.zeros(stack.count, dtype=torch.int64, device=y.device)
     with torch.no_grad():
         for start in range(0, len(y), batch_size):
             x = normalize(x_uint8[start : start + batch_size].float(), mean, std).to(speed.dtype)
             with speed.autocast(x.device):
                 logits = stack(x, shared=True).to(speed.dtype)  # (runs, N, classes)
             target = y[start : start + batch_size]
-            losses = torch.stack([F.cross_entropy(run_logits, target, reduction="sum") for run_logits in logits])
-            for k, (loss, errors) in enumerate(zip(losses.tolist(), (logits.argmax(-1) != target).sum(-1).tolist())):
-                loss_sums[k] += loss
-                wrong[k] += errors
+            loss_sums += torch.stack([F.cross_entropy(run_logits, target, reduction="none").double().sum() for run_logits in logits])
+            wrong += (logits.argmax(-1) != target).sum(-1)
     stack.train(was_training)
-    return [(loss_sum / len(y), 100.0 * errors / len(y)) for loss_sum, errors in zip(loss_sums, wrong)]
+    return [(loss_sum / len(y), 100.0 * errors / len(y)) for loss_sum, errors in zip(loss_sums.tolist(), wrong.tolist())]

@@ -29,7 +29,7 @@ from tqdm import tqdm
 from .. import files, models, provenance, residual
 from ..data.images import epoch_batches, load_prepared, normalize, shifted
 from ..devices import pick_device, use_deterministic_algorithms
-from ..evaluate.classification import evaluate
+from ..evaluate.classification import eval_batch_size, evaluate
 from ..recipes import snapshot_epochs
 from ..speed import speed_of
 from .checkpoint import LoopState, random_state, resume, save, save_snapshot
@@ -193,7 +193,7 @@ def train(spec: dict, data_path: str | Path, out_dir: str | Path, device: str = 
         if state.diverged is not None:
             break
         state.epoch += 1
-        test_loss, test_error = evaluate(model, test_x, test_y, mean, std, spec["batch_size"], speed)
+        test_loss, test_error = evaluate(model, test_x, test_y, mean, std, eval_batch_size(spec), speed)
         loss_sum, wrong = loss_sum.item(), int(wrong.item())
         state.log.append(epoch_row(state, lr, loss_sum, wrong, seen, test_loss, test_error, time.perf_counter() - started))
         bar.set_postfix(train_loss=f"{loss_sum / seen:.3f}", test_error=f"{test_error:.2f}")

@@ -28,7 +28,7 @@ from tqdm import tqdm
 from .. import files
 from ..data.images import epoch_batches, load_prepared, normalize, shifted
 from ..devices import pick_device, use_deterministic_algorithms
-from ..evaluate.classification import evaluate_stacked
+from ..evaluate.classification import eval_batch_size, evaluate_stacked
 from ..models import first_step_path
 from ..models.stacked import StackedRuns, optimizer_state, stack_optimizer_states
 from ..speed import speed_of
@@ -135,7 +135,7 @@ def train_group(specs, data, out_dirs, runs: list[PreparedRun], device, speed, p
         if not any(live):
             break
         epoch += 1
-        tested = evaluate_stacked(stack, test_x, test_y, mean, std, batch_size, speed)
+        tested = evaluate_stacked(stack, test_x, test_y, mean, std, eval_batch_size(spec), speed)
         for k, (loss_sum, errors, (test_loss, test_error)) in enumerate(zip(loss_sums.tolist(), wrong.tolist(), tested)):
             if live[k]:
                 states[k].epoch = epoch
