@@ -228,6 +228,16 @@ def test_recipes_that_would_silently_go_wrong_are_refused(mini, task, change, me
     assert "recipe default" in str(err.value)  # names the refinements that made the recipe
 
 
+@pytest.mark.parametrize("mode", ["cudagraphs", "reduce-overhead", "max-autotune"])
+def test_captioning_refuses_graph_replays_which_would_record_a_graph_per_caption_length(mini, mode):
+    cfg = copy.deepcopy(mini) | {"tables": ["sas-t5"], "figures": []}
+    cfg["captioning"]["compile"] = mode
+    with pytest.raises(ConfigError, match=f"captioning.compile '{mode}' replays a CUDA graph recorded for each batch shape"):
+        experiments.make_plan(cfg)
+    cfg["captioning"]["compile"] = "max-autotune-no-cudagraphs"
+    experiments.make_plan(cfg)
+
+
 def test_the_edges_of_the_recipe_checks_pass(mini):
     cfg = copy.deepcopy(mini)
     cfg["classification"].update(epochs=12, lr_milestones=[1, 11])  # the last epoch is index 11 of 12

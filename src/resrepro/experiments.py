@@ -711,6 +711,10 @@ def check_recipe(task: str, recipe: dict, where: str) -> None:
             raise ConfigError(f"{where}: {task}.compile {recipe['compile']!r} replays a CUDA graph recorded for each batch shape, and "
                               "batches as long as their longest sentence take a shape each: set length_bucket (e.g. 8) so that "
                               "batches take few shapes")
+        if task == "captioning" and recipe.get("compile") in recipes.GRAPH_REPLAYS:
+            raise ConfigError(f"{where}: {task}.compile {recipe['compile']!r} replays a CUDA graph recorded for each batch shape, and "
+                              "captioning batches are as long as their longest caption, a shape each (captioning has no "
+                              "length_bucket): use compile false or max-autotune-no-cudagraphs")
 
 
 def _check_max_train_len(task: str, recipe: dict, where: str) -> None:
