@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import fnmatch
 import statistics
 import subprocess
@@ -45,10 +46,12 @@ from resrepro.analysis import cost
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def distinct_steps(configs_and_plans) -> dict[str, tuple[dict, experiments.Run]]:
+def distinct_steps(configs_and_plans, stacked: tuple[int, ...] = ()) -> dict[str, tuple[dict, experiments.Run]]:
     """One (config, run) per step key of the tables' runs (cost.tabled_runs), in plan order; for
-    a config whose jobs stack their runs (cost.sharing), the stacked keys too. Runs side by side as
-    processes are timed by benchmarks/gpu_share.py, not here: they are costed as alone until then."""
+    a config whose jobs stack their runs (cost.sharing), the stacked keys too, and with `stacked`
+    each classification key stacked K for each K given (what stacking would cost, measured beside
+    the keys alone). Runs side by side as processes are timed by benchmarks/gpu_share.py, not here:
+    they are costed as alone until then."""
     steps = {}
     for config, plan in configs_and_plans:
         shares = cost.sharing(config, plan)
@@ -57,6 +60,8 @@ def distinct_steps(configs_and_plans) -> dict[str, tuple[dict, experiments.Run]]
                 steps.setdefault(key, (config, run))
                 if shares.get(path, "").startswith("/stacked"):
                     steps.setdefault(key + shares[path], (config, run))
+                for k in stacked if run.task == "classification" else ():
+                    steps.setdefault(f"{key}/stacked{k}", (config, run))
     return steps
 
 
@@ -193,7 +198,6 @@ def merge_measured(previous: dict, times: dict, patterns: list[str]) -> dict:
 def measure_write_gb_s(directory: Path, megabytes: int = 512, rounds: int = 3) -> float:
     """GB/s of torch.save writing a checkpoint-sized state to `directory` and syncing it to disk
     (the median of `rounds`): the machine's figure for cost.overhead_hours's checkpoint writes."""
-    import os
     import tempfile
 
     import torch
@@ -222,6 +226,10 @@ def device_label(device_name: str) -> str:
 
 
 def git_commit() -> str:
+    """The commit the measured code is at: RESREPRO_COMMIT where set (a copy of the code without its
+    .git, as on a lent GPU machine), else git's HEAD."""
+    if commit := os.environ.get("RESREPRO_COMMIT"):
+        return commit
     proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     return proc.stdout.strip() or "unknown"
 
@@ -236,6 +244,8 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--keys", nargs="+", metavar="GLOB",
                    help="measure only the step keys matching these patterns and keep the other step times of --out's file")
+    p.add_argument("--stacked", type=int, nargs="+", default=[], metavar="K",
+                   help="also each classification step of K runs stacked as one program (keys .../stackedK)")
     p.add_argument("--write-dir", default=str(ROOT / "results"), help="where runs write their checkpoints: its write bandwidth is timed")
     p.add_argument("--write-mb", type=int, default=512, help="the size of the timed write (a big Transformer's last.pt is 2.6 GB)")
     p.add_argument("--allreduce-gb-s", type=float, help="the NCCL all-reduce bus bandwidth of this machine's GPUs (nccl-tests' busbw), "
@@ -248,7 +258,7 @@ def main(argv=None) -> None:
         p.error("--keys updates an existing step-times file: name it with --out (and measure, without --estimate)")
 
     configs_and_plans = [cost.load_scale(path) for path in opts.config]
-    steps = distinct_steps(configs_and_plans)
+    steps = distinct_steps(configs_and_plans, tuple(opts.stacked))
     today = datetime.date.today().isoformat()
     if opts.estimate:
         anchors = yaml.safe_load(Path(opts.estimate).read_text())

@@ -266,6 +266,10 @@ def test_the_budget_times_a_stacked_job_as_one_program_and_gives_a_runs_part(mon
     stacked_keys = [k for k in steps if k.endswith("/stacked3")]
     assert stacked_keys and all(k.startswith("classification/") and k.removesuffix("/stacked3") in steps for k in stacked_keys)
     assert not any("/stacked" in k for k in gpu_budget.distinct_steps([(tiny, make_plan(tiny))]))
+    asked = gpu_budget.distinct_steps([(tiny, make_plan(tiny))], stacked=(4, 5))  # what stacking would cost, beside alone
+    alone = [k for k in asked if "/stacked" not in k]
+    assert sorted(k for k in asked if "/stacked" in k) == sorted(f"{k}/stacked{n}" for k in alone if k.startswith("classification/")
+                                                                 for n in (4, 5))
     config_of, run = steps[stacked_keys[0]]
     built = []
     monkeypatch.setattr(gpu_budget, "training_step", lambda spec, device, classes, stacked: built.append(stacked) or (lambda: None))
@@ -326,6 +330,14 @@ def test_the_write_bandwidth_is_the_bytes_over_the_median_write_and_an_assumed_a
     with pytest.raises(SystemExit):  # argparse's error, before anything is measured: a bandwidth without its source
         gpu_budget.main(["--config", "tests/configs/tiny.yaml", "--device", "cpu", "--allreduce-gb-s", "100"])
     assert "--allreduce-gb-s needs --allreduce-source" in capsys.readouterr().err
+
+
+def test_the_session_commit_comes_from_resrepro_commit_where_the_code_has_no_git(monkeypatch):
+    gpu_budget = _gpu_budget()
+    monkeypatch.setenv("RESREPRO_COMMIT", "abc1234")
+    assert gpu_budget.git_commit() == "abc1234"
+    monkeypatch.delenv("RESREPRO_COMMIT")
+    assert gpu_budget.git_commit() not in ("", "abc1234")
 
 
 def _gpu_budget():
