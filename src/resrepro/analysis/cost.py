@@ -19,10 +19,11 @@ Beyond its steps, a run holds its GPUs while it writes checkpoints and, on sever
 they all-reduce its gradients (`overhead_hours`): those count where the step-times file has the
 machine's figures for them (`checkpoint_write_gb_s`, measured; `allreduce_bus_gb_s`, with its
 `allreduce_source`), and the report says which count. Evaluation (beam search) and data
-preparation are left out. A run alone on its GPU takes the GPU's whole time; the
-runs of a job that share their GPU (`sharing`) take the step times measured so, per run, and,
-where the file has none, the time alone: an upper bound, which the report says. A table's cost is that of its runs (a run that two tables share counts in both); a scale's total
-counts each run of its tables once.
+preparation are left out. A run alone on its GPU takes the GPU's whole time; the runs of a job
+that share their GPU (`sharing`) take the step times measured so, per run, and, where the file
+has none, the time alone: an upper bound, which the report says. A table's cost is that of its
+runs (a run that two tables share counts in both); a scale's total counts each run of its tables
+once.
 """
 
 from __future__ import annotations
@@ -145,7 +146,7 @@ def run_gpu_hours(run: Run, step_ms: dict[str, float], gpus: int, share: str = "
     for key, _ in stages:
         if key not in step_ms:
             how = (f"; its job shares a GPU ({share.lstrip('/')}): measure the shared step's time per run "
-                   "(benchmarks/stacked_step_time.py for stacked runs)" if share else "")
+                   "(gpu_budget.py measures a stacking config's keys, or --stacked K; processes: benchmarks/gpu_share.py)" if share else "")
             raise ConfigError(f"cost: no step time for {key}; measure it with `benchmarks/gpu_budget.py --device cuda` "
                               f"(or add it to the estimate){how}")
     return sum(steps * step_ms[key] for key, steps in stages) * max(gpus, 1) / 3.6e6
