@@ -158,19 +158,17 @@ def epoch_batches(n: int, batch_size: int, pad: int, flip: bool, generator: torc
     so three copies a step would be three host syncs. -> per batch (idx, dy, dx, mirrored)."""
     batches = iterate_batches(n, batch_size, generator)
     draws = [augment_draws(len(idx), pad, flip, generator) for idx in batches]
-    columns = [torch.cat(list(d)) for d in zip(*draws) if d[0] is not None]  # each (n, 1): dy, dx, coins as present
-    packed = torch.cat([torch.cat(batches).view(-1, 1), *[c.long() for c in columns]], dim=1)  # (n, 1 + draws)
+    columns = [torch.cat(batches).view(-1, 1)] + [torch.cat(d).long() for d in zip(*draws) if d[0] is not None]
+    packed = torch.cat(columns, dim=1)  # (n, 1 + the draws present): indices, then dy, dx, coins
     if device.type == "cuda":
         packed = packed.pin_memory()
-    packed = packed.to(device, non_blocking=True)
-    out, start = [], 0
-    for idx, (dy, dx, mirrored) in zip(batches, draws):
-        rows = packed[start : start + len(idx)]
-        start += len(idx)
-        col = iter(range(1, packed.shape[1]))
-        dy, dx = (rows[:, next(col)].view(-1, 1), rows[:, next(col)].view(-1, 1)) if dy is not None else (None, None)
-        mirrored = rows[:, next(col)].view(-1, 1).bool() if mirrored is not None else None
-        out.append((rows[:, 0], dy, dx, mirrored))
+    out = []
+    for part in packed.to(device, non_blocking=True).split([len(idx) for idx in batches]):
+        fields = iter(part.unbind(1))
+        idx = next(fields)
+        dy, dx = (next(fields)[:, None], next(fields)[:, None]) if pad > 0 else (None, None)
+        mirrored = next(fields)[:, None].bool() if flip else None
+        out.append((idx, dy, dx, mirrored))
     return out
 
 
