@@ -23,7 +23,9 @@ a model built as training builds it, with the recipe's speed switches and determ
 the training loop resolves them on the device, `--warmup` untimed steps, then the median of
 `--steps` timed steps (forward, loss, backward, optimizer step; synchronised). Classification
 steps take random CIFAR-shaped batches of `batch_size`; translation steps random batches of
-`max_tokens` tokens in sentences of 25 source and 25 target tokens, vocabulary 32,768.
+`max_tokens` tokens in sentences of 25 source and 25 target tokens, vocabulary 32,768. Each
+classification run's evaluation batch (the test set's, after every epoch) is timed the same way,
+under its own key (cost.eval_key): the evaluation the loop runs, forward only, uncompiled.
 """
 
 from __future__ import annotations
@@ -46,17 +48,19 @@ from resrepro.analysis import cost
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def distinct_steps(configs_and_plans, stacked: tuple[int, ...] = ()) -> dict[str, tuple[dict, experiments.Run]]:
+def distinct_steps(configs_and_plans, stacked: tuple[int, ...] = (), evaluation: bool = False) -> dict[str, tuple[dict, experiments.Run]]:
     """One (config, run) per step key of the tables' runs (cost.tabled_runs), in plan order; for
     a config whose jobs stack their runs (cost.sharing), the stacked keys too, and with `stacked`
     each classification key stacked K for each K given (what stacking would cost, measured beside
-    the keys alone). Runs side by side as processes are timed by benchmarks/gpu_share.py, not here:
-    they are costed as alone until then."""
+    the keys alone). With `evaluation`, each classification run's evaluation key (cost.eval_key)
+    after its steps', stacked likewise. Runs side by side as processes are timed by
+    benchmarks/gpu_share.py, not here: they are costed as alone until then."""
     steps = {}
     for config, plan in configs_and_plans:
         shares = cost.sharing(config, plan)
         for path, run in cost.tabled_runs(plan).items():
-            for key, _ in cost.stages_of(run):
+            evaluated = [(cost.eval_key(run), 0)] if evaluation and run.task == "classification" else []
+            for key, _ in cost.stages_of(run) + evaluated:
                 steps.setdefault(key, (config, run))
                 if shares.get(path, "").startswith("/stacked"):
                     steps.setdefault(key + shares[path], (config, run))
@@ -144,22 +148,51 @@ def training_step(spec: dict, device, classes: int = 10, stacked: int = 1):
     return step
 
 
+def evaluation_batch(spec: dict, device, classes: int = 10, stacked: int = 1):
+    """One evaluation batch of a classification run as its training loop evaluates the test set
+    after each epoch: `eval_batch_size` random CIFAR-shaped uint8 images through the model built
+    as training builds it (uncompiled, as the loop evaluates), by evaluate/classification.py's
+    `evaluate` (with `stacked` K, `evaluate_stacked` over K runs), which ends with a host read."""
+    import torch
+
+    from resrepro import models
+    from resrepro.evaluate.classification import eval_batch_size, evaluate, evaluate_stacked
+    from resrepro.speed import speed_of
+
+    torch.manual_seed(0)
+    speed = speed_of(spec, device, image_model=True)
+    nets = [speed.place(models.build(models.model_spec(spec, classes=classes, in_channels=3)), device) for _ in range(stacked)]
+    size = eval_batch_size(spec)
+    x = torch.randint(0, 256, (size, 3, 32, 32), dtype=torch.uint8, device=device)
+    y = torch.randint(0, classes, (size,), device=device)
+    mean, std = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
+    if stacked > 1:
+        from resrepro.models.stacked import StackedRuns
+
+        stack = StackedRuns(nets)
+        return lambda: evaluate_stacked(stack, x, y, mean, std, size, speed)
+    return lambda: evaluate(nets[0], x, y, mean, std, size, speed)
+
+
 def measure_step_ms(config: dict, run: experiments.Run, device_name: str, warmup: int, steps: int, key: str | None = None) -> float:
-    """The median ms of the run's training step, or of its self-critical update where `key` is
-    the run's scst_key (benchmarks/scst_step_time.py's update); for a stacked key, of its K runs'
-    step over K: one run's part of the GPU, what cost.run_gpu_hours reads."""
+    """The median ms of the run's training step, of its self-critical update where `key` is the
+    run's scst_key (benchmarks/scst_step_time.py's update), or of its evaluation batch where `key`
+    is its eval_key; for a stacked key, of its K runs' step over K: one run's part of the GPU, what
+    cost.run_gpu_hours (cost.eval_hours) reads."""
     from resrepro.devices import pick_device, use_deterministic_algorithms
 
     spec = experiments.train_spec(config, run)
     if spec.get("deterministic"):
         use_deterministic_algorithms()
+    classes = 100 if run.dataset == "cifar100" else 10
     if key is not None and key == cost.scst_key(run):
         from scst_step_time import self_critical_step
 
         step = self_critical_step(spec, pick_device(device_name), spec["scst"]["batch_images"], spec["scst"]["max_len"])
+    elif key is not None and cost.is_eval_key(key):
+        step = evaluation_batch(spec, pick_device(device_name), classes, stacked=stacked_runs(key))
     else:
-        step = training_step(spec, pick_device(device_name), classes=100 if run.dataset == "cifar100" else 10,
-                             stacked=stacked_runs(key or ""))
+        step = training_step(spec, pick_device(device_name), classes=classes, stacked=stacked_runs(key or ""))
     for _ in range(warmup):
         step()
     times = []
@@ -258,7 +291,7 @@ def main(argv=None) -> None:
         p.error("--keys updates an existing step-times file: name it with --out (and measure, without --estimate)")
 
     configs_and_plans = [cost.load_scale(path) for path in opts.config]
-    steps = distinct_steps(configs_and_plans, tuple(opts.stacked))
+    steps = distinct_steps(configs_and_plans, tuple(opts.stacked), evaluation=not opts.estimate)
     today = datetime.date.today().isoformat()
     if opts.estimate:
         anchors = yaml.safe_load(Path(opts.estimate).read_text())

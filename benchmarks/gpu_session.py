@@ -8,8 +8,9 @@ what they decide, each with its own time limit:
   Transformer replayed as CUDA graphs, then compiled and replayed as graphs (`reduce-overhead`);
 - `paper-steps`: the paper's CIFAR step (ResNet-110, deterministic), eager, as CUDA graphs, then
   compiled by inductor and replayed as graphs (`reduce-overhead`);
-- `costs`: the step times of every SAS run of the paper and gpu-day scales (its gates are the
-  float32 products that TF32 changes), measured again into the device's step-times file;
+- `costs`: the step times of every run of the paper and gpu-day scales and each classification
+  run's evaluation batch, one session's, into a new step-times file; `costs-stacked` adds the
+  classification steps of 5 runs stacked to that file;
 - `stacked`: K ResNet-110 runs stacked as one program against one alone, eager, as CUDA graphs and
   compiled (issue 45, item 1; measured on an H200 on 2026-11-27: docs/gpu-h200-2026-11-27-stacked.md);
 - `tests`: the GPU test suite (`pytest -m gpu`);
@@ -111,12 +112,13 @@ CHECKS = (
                                                     "--variants", "add", "sas", "--modes", "eager", "graphs", "--deterministic", "--budget", "120")),
     Check("stacked-one-batch", "stacked", 90, ("benchmarks/stacked_step_time.py", "--device", "cuda", "--depth", "110", "--runs", "1",
                                                "--batch", "2048", "--variants", "add", "sas", "--modes", "eager", "graphs", "--budget", "60")),
-    # every step time of the paper and gpu-day configs, in this one session (the report's GPU-hours)
-    Check("costs", "costs", 420, ("benchmarks/gpu_budget.py", "--device", "cuda", "--warmup", "3", "--steps", "10", "--out", STEP_TIMES)),
+    # every step time of the paper and gpu-day configs and each classification run's evaluation batch, in this one
+    # session (the report's GPU-hours)
+    Check("costs", "costs", 480, ("benchmarks/gpu_budget.py", "--device", "cuda", "--warmup", "3", "--steps", "10", "--out", STEP_TIMES)),
     # then, into the same session's file, each classification step with a paper cell's 5 seeds stacked, in the
-    # recipes' deterministic mode (iter-t1's 4 seeds stay costed alone: an upper bound)
+    # recipes' deterministic mode (iter-t1's 4 seeds stay costed alone, and stacked evaluation as alone: upper bounds)
     Check("costs-stacked", "costs", 360, ("benchmarks/gpu_budget.py", "--device", "cuda", "--warmup", "2", "--steps", "5", "--stacked", "5",
-                                          "--keys", "*/stacked*", "--out", STEP_TIMES)),
+                                          "--keys", "*/batch*/stacked*", "--out", STEP_TIMES)),
     Check("tests", "tests", 420, ("-m", "pytest", "-m", "gpu", "-rA", "tests/test_gpu.py")),
     # the rehearsal's DAG on CUDA (issue 42, item 4): every rule once, then as much of the whole DAG as is left
     Check("rehearsal-cover", "rehearsal", 330, ("benchmarks/gpu_rehearsal.py", "--cover")),

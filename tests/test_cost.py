@@ -297,7 +297,7 @@ def test_checkpoint_writes_and_the_all_reduce_count_where_the_file_has_their_ban
              recipe={**MT, "max_updates": 2500, "checkpoint_every": 1000, "keep_checkpoints": 5})
     monkeypatch.setattr(cost, "weight_bytes", lambda r, config: 100e6)
     copies = {"translation/last": 3.0, "translation/step": 1.0}
-    figures = {"checkpoint_write_gb_s": 2.0, "allreduce_bus_gb_s": 150.0, "allreduce_source": "assumed"}
+    figures = {"checkpoint_write_gb_s": 2.0, "allreduce_bus_gb_s": 150.0, "allreduce_source": "assumed", "step_ms": {}}
     assert disk.written_files(mt) == {"step": 3, "last": 3}
     hours = cost.overhead_hours(mt, {}, figures, copies, gpus=4)
     assert hours == {"checkpoints": pytest.approx(0.6 * 4 / 3600), "allreduce": pytest.approx(2500 * 0.001 * 4 / 3600)}
@@ -305,17 +305,85 @@ def test_checkpoint_writes_and_the_all_reduce_count_where_the_file_has_their_ban
     assert cost.overhead_hours(mt, {}, {}, copies, gpus=4) == {} and cost.overhead_hours(mt, {}, figures, None, gpus=4).keys() == {"allreduce"}
     counts, left = cost.counted_text(figures, copies, multi_gpu=True)
     assert counts == ("training steps; checkpoint writes at 2 GB/s; the gradients' all-reduce at 150 GB/s bus bandwidth "
-                      "(assumed; an upper bound: DDP overlaps it with backward)") and left == "evaluation, data preparation"
-    counts, left = cost.counted_text({}, copies, multi_gpu=True)
+                      "(assumed; an upper bound: DDP overlaps it with backward)")
+    assert left == "evaluation (the step-times file has no evaluation times), data preparation"
+    counts, left = cost.counted_text({"step_ms": {}}, copies, multi_gpu=True)
     assert counts == "training steps"
-    assert left == ("evaluation, data preparation, checkpoint writes (the step-times file has no write bandwidth), "
-                    "the all-reduce of multi-GPU runs (the step-times file has no bus bandwidth)")
+    assert left == ("evaluation (the step-times file has no evaluation times), data preparation, checkpoint writes (the step-times "
+                    "file has no write bandwidth), the all-reduce of multi-GPU runs (the step-times file has no bus bandwidth)")
     plan = Plan("paper", {}, runs={"mt": mt}, rows=[{"table": "t", "label": "x", "runs": ["mt"]}])
     times = {"device": "GPU X", "basis": "measured", "commit": "abc1234", "date": "2026-11-27", "source": "a test",
-             "step_ms": {cost.step_key(mt): 36.0}, **figures}
+             **figures, "step_ms": {cost.step_key(mt): 36.0}}
     frame = cost.table_costs(plan, {"scale": "paper", "gpus_per_job": 1, "translation": {"gpus": {"wmt14_en_de": 4}}}, times, copies)
     steps_h = 2500 * 2 * 0.036 * 4 / 3600
     assert frame.set_index("table").loc["total", "gpu_hours"] == pytest.approx(steps_h + sum(hours.values()))
+
+
+def test_classification_evaluates_its_test_set_after_every_epoch_where_the_file_times_evaluation():
+    """10 epochs of CIFAR-10 at batch 128 evaluate 10,000 test images after each epoch in batches of
+    4 x 128 = 512: 10 x ceil(10,000 / 512) = 10 x 20 = 200 batches. At 20 ms a batch that is 4 s
+    beside the steps' 3,910 x 36 ms; stacked, at the stacked evaluation's time per run where the
+    file has it, else alone. A file without evaluation times leaves it out and says so; a file with
+    some but not this run's refuses."""
+    a0, a1 = run(seed=0), run(seed=1)
+    assert cost.eval_key(a0) == "classification/preact_resnet20/add/eval512" and cost.eval_batches_of(a0) == 200
+    assert cost.eval_key(run(recipe={**CIFAR, "dtype": "float64"})) == "classification/preact_resnet20/add/eval512/float64"
+    assert cost.eval_key(run("translation", "wmt14_en_de", "transformer_big", "big", "sas")) is None
+    assert cost.eval_batches_of(run(dataset="digits", recipe={"epochs": 4, "batch_size": 64})) == 4 * 2  # 500 test images, 256 a batch
+    with pytest.raises(ConfigError, match="test images of 'svhn'"):
+        cost.eval_batches_of(run(dataset="svhn"))
+    assert cost.is_eval_key("classification/x/add/eval512/stacked2") and not cost.is_eval_key("classification/x/eval/batch128")
+    key, evaluation = cost.step_key(a0), cost.eval_key(a0)
+    plan = Plan("paper", {}, runs={"a0": a0, "a1": a1}, rows=[{"table": "t", "label": "add", "runs": ["a0", "a1"]}], jobs={"j": ["a0", "a1"]})
+    steps_h, eval_h = 3910 * 0.036 / 3600, 200 * 0.020 / 3600
+
+    def costed(step_ms, **config):
+        times = {"device": "GPU X", "basis": "measured", "commit": "abc1234", "date": "2026-11-27", "source": "a test", "step_ms": step_ms}
+        frame = cost.table_costs(plan, {"scale": "paper", "gpus_per_job": 1, "translation": {}, **config}, times).set_index("table")
+        return frame.loc["total", "gpu_hours"], frame.loc["total", "counts"], frame.loc["total", "leaves_out"]
+
+    hours, counts, left = costed({key: 36.0, evaluation: 20.0})
+    assert hours == pytest.approx(2 * (steps_h + eval_h))
+    assert counts == "training steps; classification's test evaluation after every epoch"
+    assert left == ("translation's and captioning's evaluation (dev loss, beam search), data preparation, checkpoint writes "
+                    "(the step-times file has no write bandwidth)")
+    assert costed({key: 36.0, evaluation: 20.0, key + "/stacked2": 10.0, evaluation + "/stacked2": 6.0}, seeds_stacked=True)[0] == \
+        pytest.approx(2 * (3910 * 0.010 + 200 * 0.006) / 3600)
+    assert costed({key: 36.0, evaluation: 20.0, key + "/stacked2": 10.0}, seeds_stacked=True)[0] == \
+        pytest.approx(2 * (3910 * 0.010 + 200 * 0.020) / 3600)  # stacked evaluation not measured: as alone
+    assert costed({key: 36.0})[0] == pytest.approx(2 * steps_h)
+    assert costed({key: 36.0})[2].startswith("evaluation (the step-times file has no evaluation times), data preparation")
+    with pytest.raises(ConfigError, match="no evaluation time for classification/preact_resnet20/add/eval512"):
+        costed({key: 36.0, "classification/other/add/eval512": 20.0})
+
+
+def test_the_budget_times_a_classification_runs_evaluation_batch_with_the_loops_evaluate(monkeypatch):
+    """With evaluation, each classification run's eval key follows its steps (stacked too); its
+    time is one call of evaluate/classification.evaluate on eval_batch_size images (evaluate_stacked
+    over K runs, over K); no other task gets one."""
+    import yaml
+
+    from resrepro.evaluate import classification
+    from resrepro.experiments import make_plan
+
+    gpu_budget = _gpu_budget()
+    tiny = yaml.safe_load(open("tests/configs/tiny.yaml"))
+    plan = make_plan(tiny)
+    steps = gpu_budget.distinct_steps([(tiny, plan)], stacked=(2,), evaluation=True)
+    assert not any(map(cost.is_eval_key, gpu_budget.distinct_steps([(tiny, plan)])))
+    expected = {cost.eval_key(r) + s for r in cost.tabled_runs(plan).values() if r.task == "classification" for s in ("", "/stacked2")}
+    assert {k for k in steps if cost.is_eval_key(k)} == expected
+    key = next(k for k in steps if cost.is_eval_key(k) and "/stacked" not in k)
+    config_of, measured_run = steps[key]
+    calls = []
+    for name in ("evaluate", "evaluate_stacked"):
+        real = getattr(classification, name)
+        monkeypatch.setattr(classification, name, lambda model, x, y, *a, _real=real, _name=name: calls.append((_name, len(y), a[2]))
+                            or _real(model, x, y, *a))
+    assert gpu_budget.measure_step_ms(config_of, measured_run, "cpu", warmup=0, steps=1, key=key) > 0
+    assert gpu_budget.measure_step_ms(config_of, measured_run, "cpu", warmup=0, steps=1, key=key + "/stacked2") > 0
+    size = classification.eval_batch_size(json.loads(measured_run.recipe_json))
+    assert calls == [("evaluate", size, size), ("evaluate_stacked", size, size)]
 
 
 def test_the_write_bandwidth_is_the_bytes_over_the_median_write_and_an_assumed_all_reduce_names_its_source(tmp_path, monkeypatch,
@@ -359,7 +427,7 @@ def test_the_budget_remeasures_only_the_chosen_keys_and_keeps_the_rest(tmp_path)
 
     gpu_budget = _gpu_budget()
     config = yaml.safe_load(open("tests/configs/tiny.yaml"))
-    keys = list(gpu_budget.distinct_steps([(config, make_plan(config))]))
+    keys = list(gpu_budget.distinct_steps([(config, make_plan(config))], evaluation=True))
     out = tmp_path / "times.yaml"
     session = {"commit": gpu_budget.git_commit(), "date": datetime.date.today().isoformat()}
     out.write_text(yaml.safe_dump({"device": gpu_budget.device_label("cpu"), "basis": "measured", **session, "source": "measured before",
@@ -369,7 +437,8 @@ def test_the_budget_remeasures_only_the_chosen_keys_and_keeps_the_rest(tmp_path)
     times = cost.load_step_times(out)
     assert times["checkpoint_write_gb_s"] > 0 and not list((tmp_path / "disk").iterdir())  # timed, and its files gone
     changed = [k for k in keys if times["step_ms"][k] != 1e6]
-    assert changed == ["classification/preact_resnet8/sas-gatesingle/batch256"] and 0 < times["step_ms"][changed[0]] < 1e6
+    assert changed == ["classification/preact_resnet8/sas-gatesingle/batch256", "classification/preact_resnet8/sas-gatesingle/eval1024"]
+    assert all(0 < times["step_ms"][k] < 1e6 for k in changed)
     assert list(times["step_ms"]) == keys  # the file's order kept
     assert times["source"].startswith("measured before; steps matching */sas-gatesingle/* re-measured ")
     assert (times["commit"], times["date"]) == (session["commit"], session["date"])

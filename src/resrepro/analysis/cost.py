@@ -18,8 +18,12 @@ update_freq` batches on each of its GPUs; captioning the same, plus its self-cri
 Beyond its steps, a run holds its GPUs while it writes checkpoints and, on several GPUs, while
 they all-reduce its gradients (`overhead_hours`): those count where the step-times file has the
 machine's figures for them (`checkpoint_write_gb_s`, measured; `allreduce_bus_gb_s`, with its
-`allreduce_source`), and the report says which count. Evaluation (beam search) and data
-preparation are left out. A run alone on its GPU takes the GPU's whole time; the runs of a job
+`allreduce_source`), and the report says which count. Classification evaluates the test set after
+every epoch, in batches of `eval_batch_size` images: `epochs x ceil(test images / batch)`
+evaluation batches at the key `eval_key`'s milliseconds, counted where the file has evaluation
+times (gpu_budget.py measures them beside the steps). The translation and captioning runs'
+evaluation (the dev loss at each checkpoint, beam search after training) and data preparation are
+left out. A run alone on its GPU takes the GPU's whole time; the runs of a job
 that share their GPU (`sharing`) take the step times measured so, per run, and, where the file
 has none, the time alone: an upper bound, which the report says. A table's cost is that of its
 runs (a run that two tables share counts in both); a scale's total counts each run of its tables
@@ -36,12 +40,15 @@ import pandas as pd
 import yaml
 
 from ..catalog import ConfigError
+from ..evaluate.classification import eval_batch_size
 from ..experiments import Plan, Run, gpus_for, make_plan
 from .disk import weight_bytes, written_files
 
 # Training examples per dataset that classification costs epochs in (Krizhevsky 2009: CIFAR-10 and
 # CIFAR-100 have 50,000 training images each; digits: data/digits.py's split).
 TRAIN_EXAMPLES = {"cifar10": 50_000, "cifar100": 50_000, "digits": 1_297}
+# ... and test images, which classification evaluates after every epoch (Krizhevsky 2009: 10,000 each)
+TEST_EXAMPLES = {"cifar10": 10_000, "cifar100": 10_000, "digits": 500}
 BASES = ("measured", "estimate")
 STEP_TIMES_KEYS = ("device", "basis", "commit", "date", "source", "step_ms")
 
@@ -62,6 +69,49 @@ def steps_of(run: Run) -> int:
             raise ConfigError(f"cost: the number of training images of {run.dataset!r} is unknown; known: {', '.join(TRAIN_EXAMPLES)}")
         return recipe["epochs"] * math.ceil(TRAIN_EXAMPLES[run.dataset] / recipe["batch_size"])
     return recipe["max_updates"] * recipe["update_freq"]
+
+
+def eval_key(run: Run) -> str | None:
+    """The key of a classification run's evaluation batch (`eval_batch_size` test images, forward
+    only); None for the other tasks, whose evaluation is not costed."""
+    if run.task != "classification":
+        return None
+    recipe = json.loads(run.recipe_json)
+    precision = "/float64" if recipe.get("dtype") == "float64" else ""
+    return f"{run.task}/{run.arch}/{run.variant_id}/eval{eval_batch_size(recipe)}{precision}"
+
+
+def eval_batches_of(run: Run) -> int:
+    """Evaluation batches of a classification run: the test set after each epoch."""
+    recipe = json.loads(run.recipe_json)
+    if run.dataset not in TEST_EXAMPLES:
+        raise ConfigError(f"cost: the number of test images of {run.dataset!r} is unknown; known: {', '.join(TEST_EXAMPLES)}")
+    return recipe["epochs"] * math.ceil(TEST_EXAMPLES[run.dataset] / eval_batch_size(recipe))
+
+
+def is_eval_key(key: str) -> bool:
+    """Whether a key of a step-times file is an evaluation's (`eval_key`, with its suffixes)."""
+    parts = key.split("/")
+    return len(parts) > 3 and parts[3].startswith("eval")
+
+
+def times_evaluation(step_ms: dict[str, float]) -> bool:
+    """Whether a step-times file has evaluation times."""
+    return any(map(is_eval_key, step_ms))
+
+
+def eval_hours(run: Run, step_ms: dict[str, float], gpus: int, share: str = "") -> float:
+    """A classification run's evaluation batches times the evaluation time (`share` as for its
+    steps, where the file has the evaluation measured so), times its GPUs; 0 for the other tasks."""
+    key = eval_key(run)
+    if key is None:
+        return 0.0
+    if key + share in step_ms:
+        key += share
+    if key not in step_ms:
+        raise ConfigError(f"cost: no evaluation time for {key}; the file times evaluation for other runs: measure every key "
+                          "in one session (`benchmarks/gpu_budget.py --device cuda`)")
+    return eval_batches_of(run) * step_ms[key] * max(gpus, 1) / 3.6e6
 
 
 def scst_key(run: Run) -> str | None:
@@ -175,7 +225,13 @@ def overhead_hours(run: Run, config: dict, step_times: dict, copies: dict[str, f
 
 def counted_text(step_times: dict, copies: dict | None, multi_gpu: bool) -> tuple[str, str]:
     """(what a scale's GPU-hours count, what they leave out), in words, for the report."""
-    counted, left = ["training steps"], ["evaluation", "data preparation"]
+    counted, left = ["training steps"], []
+    if times_evaluation(step_times["step_ms"]):
+        counted.append("classification's test evaluation after every epoch")
+        left.append("translation's and captioning's evaluation (dev loss, beam search)")
+    else:
+        left.append("evaluation (the step-times file has no evaluation times)")
+    left.append("data preparation")
     if "checkpoint_write_gb_s" in step_times and copies is not None:
         counted.append(f"checkpoint writes at {step_times['checkpoint_write_gb_s']:g} GB/s")
     else:
@@ -196,14 +252,16 @@ def tabled_runs(plan: Plan) -> dict[str, Run]:
 
 def table_costs(plan: Plan, config: dict, step_times: dict, copies: dict[str, float] | None = None) -> pd.DataFrame:
     """Per table of `plan`: its runs, seeds (the most of any row), GPU-hours in all and per seed;
-    then a row `total` over every run of the scale once. A run's hours are its steps' and the
-    overheads the files give figures for (`overhead_hours`; `copies`, disk.yaml's, for the
+    then a row `total` over every run of the scale once. A run's hours are its steps', its
+    evaluation's where the file times evaluation (`eval_hours`), and the overheads the files give figures for (`overhead_hours`; `copies`, disk.yaml's, for the
     checkpoints). Each row names the scale, what its hours count and leave out, how its runs share
     their GPUs, and the step times' device, basis, commit and date. Runs that only figures
     name (paper 003's nets) are not costed: the step-time files hold the tables' architectures only."""
     runs, shares = tabled_runs(plan), sharing(config, plan)
     costed_as = {path: measured_share(run, shares.get(path, ""), step_times["step_ms"]) for path, run in runs.items()}
+    evaluated = times_evaluation(step_times["step_ms"])
     hours = {path: run_gpu_hours(run, step_times["step_ms"], gpus_for(config, run), costed_as[path])
+                   + (eval_hours(run, step_times["step_ms"], gpus_for(config, run), shares.get(path, "")) if evaluated else 0.0)
                    + sum(overhead_hours(run, config, step_times, copies, gpus_for(config, run)).values())
              for path, run in runs.items()}
     by_table: dict[str, dict] = {}
