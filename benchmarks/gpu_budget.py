@@ -248,6 +248,14 @@ def measure_write_gb_s(directory: Path, megabytes: int = 512, rounds: int = 3) -
     return megabytes * 2**20 / 1e9 / statistics.median(times)
 
 
+def write_step_times(path: str | Path, times: dict) -> None:
+    """The step-times file, replaced whole (written beside it, then renamed: a run stopped mid-write
+    leaves the last complete file)."""
+    tmp = Path(f"{path}.tmp")
+    tmp.write_text(yaml.safe_dump(times, sort_keys=False, width=100))
+    tmp.replace(path)
+
+
 def device_label(device_name: str) -> str:
     import platform
 
@@ -299,25 +307,28 @@ def main(argv=None) -> None:
         times = {"device": anchors["device"], "basis": "estimate", "commit": anchors["commit"], "date": str(anchors["date"]),
                  "source": f"estimated {today} by benchmarks/gpu_budget.py from {opts.estimate}: {anchors['source'].strip()}", "step_ms": step_ms}
     else:
-        step_ms = {}
-        measured = chosen_steps(steps, opts.keys)
-        session = {"device": device_label(opts.device), "commit": git_commit(), "date": today}
-        if opts.keys:  # refuse another session's file before spending the GPU's time
-            merge_measured(yaml.safe_load(Path(opts.out).read_text()), {**session, "source": "", "step_ms": {}}, opts.keys)
-        for i, (key, (config, run)) in enumerate(measured.items(), 1):
-            step_ms[key] = round(measure_step_ms(config, run, opts.device, opts.warmup, opts.steps, key), 2)
-            print(f"[{i}/{len(measured)}] {key}: {step_ms[key]:.1f} ms", file=sys.stderr)
         import torch
 
-        times = {"device": session["device"], "basis": "measured", "commit": session["commit"], "date": today,
-                 "source": f"measured {today} by benchmarks/gpu_budget.py at commit {session['commit']}, torch {torch.__version__}",
-                 "checkpoint_write_gb_s": round(measure_write_gb_s(Path(opts.write_dir), opts.write_mb), 2), "step_ms": step_ms}
+        measured = chosen_steps(steps, opts.keys)
+        session = {"device": device_label(opts.device), "commit": git_commit(), "date": today}
+        previous = yaml.safe_load(Path(opts.out).read_text()) if opts.keys else None
+        if previous:  # refuse another session's file before spending the GPU's time
+            merge_measured(previous, {**session, "source": "", "step_ms": {}}, opts.keys)
+        source = f"measured {today} by benchmarks/gpu_budget.py at commit {session['commit']}, torch {torch.__version__}"
+        times = {"device": session["device"], "basis": "measured", "commit": session["commit"], "date": today, "source": source,
+                 "checkpoint_write_gb_s": round(measure_write_gb_s(Path(opts.write_dir), opts.write_mb), 2), "step_ms": {}}
         if opts.allreduce_gb_s:
             times = {**times, "allreduce_bus_gb_s": opts.allreduce_gb_s, "allreduce_source": opts.allreduce_source}
-        if opts.keys:
-            times = merge_measured(yaml.safe_load(Path(opts.out).read_text()), times, opts.keys)
+        for i, (key, (config, run)) in enumerate(measured.items(), 1):
+            times["step_ms"][key] = round(measure_step_ms(config, run, opts.device, opts.warmup, opts.steps, key), 2)
+            print(f"[{i}/{len(measured)}] {key}: {times['step_ms'][key]:.1f} ms", file=sys.stderr)
+            if opts.out and i < len(measured):  # a run stopped at a time limit keeps what it measured, said partial
+                partial = {**times, "source": f"{source} (partial: {i} of {len(measured)} keys measured)"}
+                write_step_times(opts.out, merge_measured(previous, partial, opts.keys) if previous else partial)
+        if previous:
+            times = merge_measured(previous, times, opts.keys)
     if opts.out:
-        Path(opts.out).write_text(yaml.safe_dump(times, sort_keys=False, width=100))
+        write_step_times(opts.out, times)
         print(f"wrote {opts.out} ({len(times['step_ms'])} step times)", file=sys.stderr)
     for config, plan in configs_and_plans:
         frame = cost.table_costs(plan, config, times)

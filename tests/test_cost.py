@@ -444,6 +444,31 @@ def test_the_budget_remeasures_only_the_chosen_keys_and_keeps_the_rest(tmp_path)
     assert (times["commit"], times["date"]) == (session["commit"], session["date"])
 
 
+def test_a_budget_stopped_midway_leaves_the_keys_it_measured_said_partial(tmp_path, monkeypatch):
+    """A GPU session stops a check at its time limit: the file written after each key holds those
+    measured until then, and its source says how many of how many."""
+    import yaml
+
+    gpu_budget = _gpu_budget()
+    measured = []
+
+    def measure(config, run, device, warmup, steps, key):
+        if len(measured) == 2:
+            raise KeyboardInterrupt  # stands for the session's kill
+        measured.append(key)
+        return 5.0
+
+    monkeypatch.setattr(gpu_budget, "measure_step_ms", measure)
+    monkeypatch.setattr(gpu_budget, "measure_write_gb_s", lambda directory, megabytes: 1.5)
+    out = tmp_path / "times.yaml"
+    with pytest.raises(KeyboardInterrupt):
+        gpu_budget.main(["--config", "tests/configs/tiny.yaml", "--device", "cpu", "--out", str(out)])
+    times = yaml.safe_load(out.read_text())
+    total = len(gpu_budget.distinct_steps([cost.load_scale("tests/configs/tiny.yaml")], evaluation=True))
+    assert times["step_ms"] == {measured[0]: 5.0, measured[1]: 5.0} and times["checkpoint_write_gb_s"] == 1.5
+    assert times["source"].endswith(f"(partial: 2 of {total} keys measured)") and not list(tmp_path.glob("*.tmp"))
+
+
 def test_the_budget_refuses_to_mix_devices_or_to_match_nothing(tmp_path):
     import yaml
 

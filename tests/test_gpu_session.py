@@ -99,7 +99,9 @@ def test_no_check_starts_with_too_little_time_left_and_each_stops_at_the_session
     assert results[0][:2] == ("first", "stopped at 2 s") and results[1][1].startswith("not started")
 
 
-def test_a_measured_step_times_file_comes_back_only_when_its_check_passed(tmp_path, monkeypatch):
+def test_a_measured_step_times_file_comes_back_when_its_check_passed_or_was_stopped_at_its_limit(tmp_path, monkeypatch):
+    """A failed check's file may be anything and stays; one stopped at its limit holds the keys
+    measured until then (gpu_budget.py writes after each, its source saying partial)."""
     monkeypatch.setattr(gpu_session, "ROOT", tmp_path / "checkout")  # the checks run there
     (tmp_path / "checkout" / "config" / "costs").mkdir(parents=True)
     writes = f"from pathlib import Path; Path({gpu_session.STEP_TIMES!r}).write_text('step_ms: {{}}')"
@@ -108,6 +110,9 @@ def test_a_measured_step_times_file_comes_back_only_when_its_check_passed(tmp_pa
     assert not (tmp_path / "a" / "gpu-session.yaml").exists()
     gpu_session.run_session([check("costs", writes, group="costs")], tmp_path / "b", 60, 1, gpu_session.environment())
     assert (tmp_path / "b" / "gpu-session.yaml").read_text() == "step_ms: {}"
+    stopped = check("costs", writes + "; import time; time.sleep(60)", limit=3, group="costs")
+    assert gpu_session.run_session([stopped], tmp_path / "c", 60, 1, gpu_session.environment())[0][1] == "stopped at 3 s"
+    assert (tmp_path / "c" / "gpu-session.yaml").read_text() == "step_ms: {}"
 
 
 def test_the_preflight_names_a_missing_module(monkeypatch):
