@@ -13,7 +13,8 @@ what they decide, each with its own time limit:
   classification steps of 5 runs stacked to that file;
 - `stacked`: K ResNet-110 runs stacked as one program against one alone, eager, as CUDA graphs and
   compiled (issue 45, item 1; measured on an H200 on 2026-11-27: docs/gpu-h200-2026-11-27-stacked.md);
-- `tests`: the GPU test suite (`pytest -m gpu`);
+- `graphs-auto`: the GPU tests of `compile: auto` alone (every kind of image model the papers
+  train, as CUDA graphs against eager), then `tests`: the GPU test suite (`pytest -m gpu`);
 - `rehearsal`: the rehearsal scale's DAG on CUDA (benchmarks/gpu_rehearsal.py): the targets that
   run every rule once, then as much of the whole DAG as the time left allows.
 
@@ -119,6 +120,8 @@ CHECKS = (
     # recipes' deterministic mode (iter-t1's 4 seeds stay costed alone, and stacked evaluation as alone: upper bounds)
     Check("costs-stacked", "costs", 360, ("benchmarks/gpu_budget.py", "--device", "cuda", "--warmup", "2", "--steps", "5", "--stacked", "5",
                                           "--keys", "*/batch*/stacked*", "--out", STEP_TIMES)),
+    # the paper recipes' `compile: auto`: every kind of image model the papers train, as CUDA graphs against eager
+    Check("graphs-auto", "tests", 300, ("-m", "pytest", "-m", "gpu", "-rA", "tests/test_gpu.py", "-k", "compile_auto")),
     Check("tests", "tests", 420, ("-m", "pytest", "-m", "gpu", "-rA", "tests/test_gpu.py")),
     # the rehearsal's DAG on CUDA (issue 42, item 4): every rule once, then as much of the whole DAG as is left
     Check("rehearsal-cover", "rehearsal", 330, ("benchmarks/gpu_rehearsal.py", "--cover")),

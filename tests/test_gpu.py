@@ -149,6 +149,40 @@ def test_a_classifier_trains_as_cuda_graphs_as_it_does_eagerly(digits, tmp_path,
         assert abs(graphs["final"]["test_error"] - eager["final"]["test_error"]) <= 100 * rel, mode
 
 
+# the kinds of image model the papers' CIFAR tables train (tests/test_speed.py holds this to the mini plan's)
+PAPER_IMAGE_MODELS = ("preact_resnet", "resnet_cifar", "simple_net", "simple_net_diagonal", "single_rep_resnet", "avgpool_resnet",
+                      "wide_resnet", "shared_resnet_naive", "shared_resnet_stats", "shared_resnet_stats_gamma", "shared_resnet_ubn")
+
+
+def mini_run_spec(model: str) -> dict:
+    """The train spec of the first float32 classification run of `model` in the mini plan: the
+    papers' architecture at mini size, with its paper's recipe."""
+    import json
+    from pathlib import Path
+
+    import yaml
+
+    from resrepro import experiments
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "mini.yaml").read_text())
+    run = next(r for r in experiments.make_plan(config).runs.values()
+               if r.task == "classification" and r.model == model and json.loads(r.recipe_json).get("dtype") != "float64")
+    return experiments.train_spec(config, run)
+
+
+@pytest.mark.parametrize("model", PAPER_IMAGE_MODELS)
+def test_compile_auto_trains_every_papers_classifier_as_cuda_graphs_as_eagerly(digits, tmp_path, model):
+    """`compile: auto`, the paper and gpu-day recipes' default, replays each step as CUDA graphs
+    for every kind of image model the papers train: 2 epochs in deterministic mode, each loss as
+    the eager run's to 2% (the same kernels replayed)."""
+    base = {**mini_run_spec(model), "epochs": 2, "lr_milestones": [], "deterministic": True}
+    runs = {mode: classification.train({**base, "compile": mode}, digits, tmp_path / str(mode), device="auto", progress=False)
+            for mode in (False, "auto")}
+    assert runs["auto"]["speed"]["compile"] == "cudagraphs" and runs["auto"]["diverged"] is False
+    for name in ("train_loss", "test_loss"):
+        assert runs["auto"]["final"][name] == pytest.approx(runs[False]["final"][name], rel=0.02), name
+
+
 @pytest.mark.parametrize("mode", [False, "cudagraphs"])
 def test_seeds_stacked_train_on_the_gpu_as_alone(digits, tmp_path, mode):
     """train/stacked.py on CUDA, bf16 and fused SGD, eager and replayed as graphs: each seed's

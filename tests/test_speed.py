@@ -25,6 +25,28 @@ def test_auto_means_on_a_gpu_and_off_on_the_cpu():
     assert speed_of({"channels_last": True}, GPU).channels_last is False
 
 
+def test_compile_auto_replays_cuda_graphs_for_a_float32_image_model_on_a_gpu_only():
+    """What the paper recipes ask for: graphs where the GPU tests showed them training as eager
+    does (classifiers in float32), eager everywhere else (the CPU; sequence models, whose batches
+    take many shapes; float64 runs)."""
+    assert speed_of({"compile": "auto"}, GPU, image_model=True).compile == "cudagraphs"
+    assert speed_of({"compile": "auto"}, GPU, image_model=True).replays_graphs
+    assert speed_of({"compile": "auto"}, CPU, image_model=True).compile is None
+    assert speed_of({"compile": "auto"}, GPU).compile is None  # a Transformer or a captioner
+    assert speed_of({"compile": "auto", "dtype": "float64"}, GPU, image_model=True).compile is None
+
+
+def test_the_gpu_tests_of_compile_auto_cover_every_kind_of_image_model_the_papers_train():
+    """tests/test_gpu.py trains each of them as graphs against eager: a new architecture joins it."""
+    import yaml
+
+    from resrepro.experiments import make_plan
+    from test_gpu import PAPER_IMAGE_MODELS
+
+    config = yaml.safe_load(open("config/mini.yaml"))
+    assert set(PAPER_IMAGE_MODELS) == {r.model for r in make_plan(config).runs.values() if r.task == "classification"}
+
+
 def test_explicit_switches_override_the_device():
     on = speed_of({"amp": "bf16", "channels_last": True, "fused_optimizer": True, "compile": True}, CPU, image_model=True)
     assert on == Speed(amp=True, channels_last=True, compile="inductor", fused_optimizer=True)
