@@ -59,7 +59,7 @@ def distinct_steps(configs_and_plans, stacked: tuple[int, ...] = (), evaluation:
     for config, plan in configs_and_plans:
         shares = cost.sharing(config, plan)
         for path, run in cost.tabled_runs(plan).items():
-            evaluated = [(cost.eval_key(run), 0)] if evaluation and run.task == "classification" else []
+            evaluated = [(cost.eval_key(run), 0)] if evaluation and cost.eval_key(run) else []
             for key, _ in cost.stages_of(run) + evaluated:
                 steps.setdefault(key, (config, run))
                 if shares.get(path, "").startswith("/stacked"):
@@ -73,6 +73,14 @@ def stacked_runs(key: str) -> int:
     """K of a key ending in /stacked{K} (cost.sharing); 1 for a run alone."""
     last = key.rsplit("/", 1)[-1]
     return int(last.removeprefix("stacked")) if last.startswith("stacked") else 1
+
+
+def classifier(spec: dict, device, speed, classes: int):
+    """A classification run's model built as training builds it (the registry, CIFAR's 3 channels),
+    on `device` in the run's dtype and layout."""
+    from resrepro import models
+
+    return speed.place(models.build(models.model_spec(spec, classes=classes, in_channels=3)), device)
 
 
 def training_step(spec: dict, device, classes: int = 10, stacked: int = 1):
@@ -96,8 +104,7 @@ def training_step(spec: dict, device, classes: int = 10, stacked: int = 1):
         from resrepro.models.stacked import StackedRuns
 
         speed = speed_of(spec, device, image_model=True)
-        model = StackedRuns([speed.place(models.build(models.model_spec(spec, classes=classes, in_channels=3)), device)
-                             for _ in range(stacked)])
+        model = StackedRuns([classifier(spec, device, speed, classes) for _ in range(stacked)])
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, **speed.optimizer_options())
         x = torch.randn(stacked, spec["batch_size"], 3, 32, 32, device=device).to(speed.dtype)
         y = torch.randint(0, classes, (stacked, spec["batch_size"]), device=device)
@@ -106,7 +113,7 @@ def training_step(spec: dict, device, classes: int = 10, stacked: int = 1):
             return F.cross_entropy(net(x).float().flatten(0, 1), y.flatten(), reduction="none").view(stacked, -1).mean(1).sum()
     elif spec["task"] == "classification":
         speed = speed_of(spec, device, image_model=True)
-        model = speed.place(models.build(models.model_spec(spec, classes=classes, in_channels=3)), device)
+        model = classifier(spec, device, speed, classes)
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, **speed.optimizer_options())
         x = speed.layout(torch.randn(spec["batch_size"], 3, 32, 32, device=device))
         y = torch.randint(0, classes, (spec["batch_size"],), device=device)
@@ -155,13 +162,12 @@ def evaluation_batch(spec: dict, device, classes: int = 10, stacked: int = 1):
     `evaluate` (with `stacked` K, `evaluate_stacked` over K runs), which ends with a host read."""
     import torch
 
-    from resrepro import models
     from resrepro.evaluate.classification import eval_batch_size, evaluate, evaluate_stacked
     from resrepro.speed import speed_of
 
     torch.manual_seed(0)
     speed = speed_of(spec, device, image_model=True)
-    nets = [speed.place(models.build(models.model_spec(spec, classes=classes, in_channels=3)), device) for _ in range(stacked)]
+    nets = [classifier(spec, device, speed, classes) for _ in range(stacked)]
     size = eval_batch_size(spec)
     x = torch.randint(0, 256, (size, 3, 32, 32), dtype=torch.uint8, device=device)
     y = torch.randint(0, classes, (size,), device=device)

@@ -53,12 +53,16 @@ BASES = ("measured", "estimate")
 STEP_TIMES_KEYS = ("device", "basis", "commit", "date", "source", "step_ms")
 
 
+def precision_suffix(recipe: dict) -> str:
+    """A float64 run's keys end in /float64 (paper 002's equivalent training), others in nothing."""
+    return "/float64" if recipe.get("dtype") == "float64" else ""
+
+
 def step_key(run: Run) -> str:
     recipe = json.loads(run.recipe_json)
     batch = {"classification": f"batch{recipe.get('batch_size')}", "captioning": f"captions{recipe.get('batch_size')}"}.get(
         run.task, f"tokens{recipe.get('max_tokens')}")
-    precision = "/float64" if recipe.get("dtype") == "float64" else ""  # paper 002's equivalent training
-    return f"{run.task}/{run.arch}/{run.variant_id}/{batch}{precision}"
+    return f"{run.task}/{run.arch}/{run.variant_id}/{batch}{precision_suffix(recipe)}"
 
 
 def steps_of(run: Run) -> int:
@@ -77,8 +81,7 @@ def eval_key(run: Run) -> str | None:
     if run.task != "classification":
         return None
     recipe = json.loads(run.recipe_json)
-    precision = "/float64" if recipe.get("dtype") == "float64" else ""
-    return f"{run.task}/{run.arch}/{run.variant_id}/eval{eval_batch_size(recipe)}{precision}"
+    return f"{run.task}/{run.arch}/{run.variant_id}/eval{eval_batch_size(recipe)}{precision_suffix(recipe)}"
 
 
 def eval_batches_of(run: Run) -> int:
