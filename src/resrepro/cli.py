@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from .heap import keep_freed_memory
+
 
 def cmd_download(a) -> None:
     from .data import cifar, download
@@ -581,6 +583,7 @@ def main(argv: list[str] | None = None) -> None:
 
         load()
     a.command_line = list(sys.argv[1:] if argv is None else argv)  # as given: --parallel reruns it per seed
+    keep_freed_memory()
     a.run(a)
 
 
