@@ -21,10 +21,10 @@ TRIM_THRESHOLD = 1 << 30  # freed memory at the heap's top handed back only beyo
 
 def keep_freed_memory() -> bool:
     """Set the thresholds for this process (and the children it forks); False where the C library
-    has no mallopt (macOS) or refuses them (musl's is a stub that succeeds and does nothing)."""
+    has no mallopt (macOS) or refuses a value (musl's refuses every one)."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # TypeError: Windows, which has no process-wide C library handle
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
