@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from resrepro import cli, heap
+from resrepro import cli
+
 
 def test_glibc_takes_both_thresholds():
     """mallopt refuses (returns 0) a value out of its range, e.g. an mmap threshold over 32 MiB."""
@@ -26,7 +27,3 @@ def test_every_command_keeps_freed_memory(monkeypatch):
     cli.main(["prepare", "digits", "--out", "unused.pt"])
     assert kept == [True]
 
-
-def test_thresholds_are_glibcs_largest_mapping_and_a_trim_past_a_gibibyte():
-    assert heap.MMAP_THRESHOLD_MAX == 4 * 1024 * 1024 * 8  # glibc: 4 MiB x sizeof(long)
-    assert heap.TRIM_THRESHOLD == 1 << 30

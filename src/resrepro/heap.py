@@ -5,8 +5,9 @@ freed) with a fresh mapping and returns the top of its heap to the kernel beyond
 either way the next allocation of that memory touches new pages, each a page fault. A training
 step allocates and frees its activations every step, in sizes that change with the batch (a
 Transformer's lengths): on this project's CPU machine a mini Transformer run took 280,000 page
-faults against 111,000 kept, and its loop 6-16% longer (benchmarks/heap_reuse.py). Kept, freed memory is reused from the heap;
-a process's peak memory stays what it held at once. Only the allocator changes, not a number.
+faults against 111,000 kept, and its loop 6-16% longer (benchmarks/heap_reuse.py). Kept, freed
+memory is reused from the heap; a process's peak memory stays what it held at once. Only the
+allocator changes, not a number.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def keep_freed_memory() -> bool:
     has no mallopt (macOS) or refuses a value (musl's refuses every one)."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError, TypeError):  # TypeError: Windows, which has no process-wide C library handle
+    except (OSError, AttributeError, TypeError):  # TypeError: Windows has no process-wide C library
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
