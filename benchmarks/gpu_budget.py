@@ -103,7 +103,7 @@ def training_step(spec: dict, device, classes: int = 10, stacked: int = 1):
     if spec["task"] == "classification" and stacked > 1:
         from resrepro.models.stacked import StackedRuns
 
-        speed = speed_of(spec, device, image_model=True)
+        speed = speed_of(spec, device, image_model=True).stacked()
         model = StackedRuns([classifier(spec, device, speed, classes) for _ in range(stacked)])
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, **speed.optimizer_options())
         x = torch.randn(stacked, spec["batch_size"], 3, 32, 32, device=device).to(speed.dtype)
@@ -167,6 +167,8 @@ def evaluation_batch(spec: dict, device, classes: int = 10, stacked: int = 1):
 
     torch.manual_seed(0)
     speed = speed_of(spec, device, image_model=True)
+    if stacked > 1:
+        speed = speed.stacked()
     nets = [classifier(spec, device, speed, classes) for _ in range(stacked)]
     size = eval_batch_size(spec)
     x = torch.randint(0, 256, (size, 3, 32, 32), dtype=torch.uint8, device=device)

@@ -122,6 +122,8 @@ CHECKS = (
                                           "--keys", "*/batch*/stacked*", "--out", STEP_TIMES)),
     # the paper recipes' `compile: auto`: every kind of image model the papers train, as CUDA graphs against eager
     Check("graphs-auto", "tests", 300, ("-m", "pytest", "-m", "gpu", "-rA", "tests/test_gpu.py", "-k", "compile_auto")),
+    # seeds stacked as one program on CUDA, eager and as graphs, against each trained alone (seeds_stacked)
+    Check("stacked-tests", "tests", 180, ("-m", "pytest", "-m", "gpu", "-rA", "tests/test_gpu.py", "-k", "stacked")),
     Check("tests", "tests", 420, ("-m", "pytest", "-m", "gpu", "-rA", "tests/test_gpu.py")),
     # the rehearsal's DAG on CUDA (issue 42, item 4): every rule once, then as much of the whole DAG as is left
     Check("rehearsal-cover", "rehearsal", 330, ("benchmarks/gpu_rehearsal.py", "--cover")),

@@ -157,6 +157,7 @@ PAPER_IMAGE_MODELS = ("preact_resnet", "resnet_cifar", "simple_net", "simple_net
 def mini_run_spec(model: str) -> dict:
     """The train spec of the first float32 classification run of `model` in the mini plan: the
     papers' architecture at mini size, with its paper's recipe."""
+    import contextlib
     import json
     from pathlib import Path
 
@@ -164,10 +165,12 @@ def mini_run_spec(model: str) -> dict:
 
     from resrepro import experiments
 
-    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "mini.yaml").read_text())
-    run = next(r for r in experiments.make_plan(config).runs.values()
-               if r.task == "classification" and r.model == model and json.loads(r.recipe_json).get("dtype") != "float64")
-    return experiments.train_spec(config, run)
+    root = Path(__file__).resolve().parents[1]
+    with contextlib.chdir(root):  # the config's paths are the repository's; the GPU tests run in tmp_path
+        config = yaml.safe_load(Path("config/mini.yaml").read_text())
+        run = next(r for r in experiments.make_plan(config).runs.values()
+                   if r.task == "classification" and r.model == model and json.loads(r.recipe_json).get("dtype") != "float64")
+        return experiments.train_spec(config, run)
 
 
 @pytest.mark.parametrize("model", PAPER_IMAGE_MODELS)

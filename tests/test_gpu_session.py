@@ -57,7 +57,7 @@ def test_the_steps_check_ieee_against_tf32_then_compiled_and_resnet_eager_then_c
     assert "--compile" in argv["transformer-compiled"] and "--compile" in argv["resnet-compiled"]
     assert "--compile" not in argv["resnet"] and "--compile" not in argv["transformer-tf32"]
     assert argv["resnet-cudagraphs"][-2:] == ("--compile", "cudagraphs")
-    assert [c.group for c in gpu_session.CHECKS] == ["steps"] * 8 + ["paper-steps"] * 3 + ["stacked"] * 4 + ["costs"] * 2 + ["tests"] * 2 + ["rehearsal"] * 2
+    assert [c.group for c in gpu_session.CHECKS] == ["steps"] * 8 + ["paper-steps"] * 3 + ["stacked"] * 4 + ["costs"] * 2 + ["tests"] * 3 + ["rehearsal"] * 2
     assert [c.name for c in gpu_session.CHECKS][:3] == ["transformer-ieee", "transformer-tf32", "resnet-compiled"]
 
 
@@ -196,6 +196,6 @@ def test_a_wheels_folder_without_wheels_or_with_a_broken_one_stops_the_session(t
 def test_checks_named_run_in_the_order_given_instead_of_the_groups():
     assert [c.name for c in gpu_session.chosen_checks(["steps"], ["resnet-compiled", "transformer-ieee"])] == [
         "resnet-compiled", "transformer-ieee"]
-    assert [c.name for c in gpu_session.chosen_checks(["costs", "tests"])] == ["costs", "costs-stacked", "graphs-auto", "tests"]  # groups: their checks in order
+    assert [c.name for c in gpu_session.chosen_checks(["costs", "tests"])] == ["costs", "costs-stacked", "graphs-auto", "stacked-tests", "tests"]  # groups: their checks in order
     with pytest.raises(SystemExit):
         gpu_session.main(["--checks", "no-such-check"])

@@ -47,6 +47,15 @@ def test_the_gpu_tests_of_compile_auto_cover_every_kind_of_image_model_the_paper
     assert set(PAPER_IMAGE_MODELS) == {r.model for r in make_plan(config).runs.values() if r.task == "classification"}
 
 
+def test_the_gpu_tests_find_each_models_mini_run_from_their_own_folder(tmp_path, monkeypatch):
+    """tests/test_gpu.py runs each test in its tmp_path: the mini plan is read from the repository."""
+    from test_gpu import PAPER_IMAGE_MODELS, mini_run_spec
+
+    monkeypatch.chdir(tmp_path)
+    for model in PAPER_IMAGE_MODELS:
+        assert mini_run_spec(model)["model"] == model
+
+
 def test_explicit_switches_override_the_device():
     on = speed_of({"amp": "bf16", "channels_last": True, "fused_optimizer": True, "compile": True}, CPU, image_model=True)
     assert on == Speed(amp=True, channels_last=True, compile="inductor", fused_optimizer=True)

@@ -122,3 +122,12 @@ def test_a_diverging_seed_stops_as_alone_and_the_others_go_on(digits, tmp_path, 
     kept = models.load_checkpoint(dirs[1] / "checkpoints" / "last.pt")
     assert kept["diverged"] == alone_metrics[1]["diverged_at"] and kept["step"] == 1
     assert torch.isinf(kept["model"]["fc.weight"]).all()  # the weights before the step, as alone
+
+
+def test_stacked_runs_train_in_nchw_whatever_the_recipe_asks(digits, tmp_path):
+    """Under vmap a tensor cannot report channels-last contiguity, which cuDNN's batch norm asks
+    when torch.compile traces a stack on a GPU: a stack keeps its runs in NCHW (speed.stacked)."""
+    specs = [spec(seed=seed, epochs=1, dtype="float32", channels_last=True) for seed in (0, 1)]
+    stacked = train_stacked(specs, digits, [tmp_path / str(s["seed"]) for s in specs], device="cpu", progress=False)
+    assert [m["speed"]["channels_last"] for m in stacked] == [False, False]
+    assert train(specs[0], digits, tmp_path / "alone", device="cpu", progress=False)["speed"]["channels_last"] is True

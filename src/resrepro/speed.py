@@ -34,7 +34,7 @@ differ) that a recipe may leave out:
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -85,6 +85,13 @@ class Speed:
     def place(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
         """The model on `device` in the run's dtype, channels-last when asked (in place: the same module)."""
         return model.to(device, self.dtype, memory_format=torch.channels_last if self.channels_last else torch.contiguous_format)
+
+    def stacked(self) -> Speed:
+        """The switches for runs stacked as one program (models/stacked.py): NCHW. Under vmap a
+        tensor cannot say whether it is channels-last contiguous (torch: not yet implemented), which
+        cuDNN's batch norm asks while torch.compile traces the stack on a GPU (an H200,
+        2026-11-27); the stacked step times were measured in NCHW (docs/gpu-h200-2026-11-27-stacked.md)."""
+        return replace(self, channels_last=False)
 
     def compiled(self, module):
         """What the loop calls forward on: `module` itself, or torch.compile's wrapper of it. The

@@ -47,7 +47,7 @@ def train_stacked(specs: list[dict], data_path: str | Path, out_dirs: list, devi
     if spec0.get("deterministic"):
         use_deterministic_algorithms()
     device = pick_device(device)
-    speed = speed_of(spec0, device, image_model=True)
+    speed = speed_of(spec0, device, image_model=True).stacked()
     data = load_prepared(data_path)
     out_dirs = [Path(d) for d in out_dirs]
     runs = [prepare_run(spec, data, out_dir, device, speed) for spec, out_dir in zip(specs, out_dirs)]
