@@ -161,6 +161,15 @@ def test_a_refinement_matches_an_architecture(mini):
     assert experiments.train_spec(cfg, wide[0])["lr_decay"] == [0.2, 0.5]
 
 
+def test_graph_replays_of_the_weight_shared_nets_are_refused_before_any_job(mini):
+    cfg = copy.deepcopy(mini)
+    cfg["classification"]["compile"] = "cudagraphs"
+    with pytest.raises(ConfigError, match=r"compile 'cudagraphs' replays CUDA graphs, and shared_resnet_\w+ trained otherwise"):
+        experiments.make_plan(cfg)
+    cfg["classification"]["compile"] = "auto"
+    assert experiments.make_plan(cfg).runs
+
+
 def test_one_decay_factor_per_milestone(mini):
     cfg = copy.deepcopy(mini)
     cfg["classification"]["lr_milestones"] = [2, 3]

@@ -119,6 +119,9 @@ class Architecture:
     run_name: str  # the run's arch folder from the scale's size, e.g. "preact_resnet{}" -> preact_resnet110
     run_keys: tuple[str, ...]  # what a model spec copies from the run's training spec (optional if absent)
     places_residuals: bool = False  # tells each residual its Place and applies its hooks: builds PLACED_VARIANTS
+    # `compile: auto` replays its step as CUDA graphs on a GPU; not the weight-shared nets, which
+    # trained otherwise as graphs than eagerly in the GPU tests (an H200, 2026-11-27)
+    replays_graphs: bool = True
 
 
 ARCHITECTURES: dict[str, Architecture] = {
@@ -133,7 +136,8 @@ ARCHITECTURES: dict[str, Architecture] = {
         Architecture("wide_resnet", "classification", "size", "wide_resnet_{}", ("size", "variant", "args")),
         # paper 003 Sec. 4.5: PreAct-ResNets sharing their top blocks, one per BN strategy
         # (models/shared_resnet.py); sizes: the paper's depth "110", "146", "182", or "mini110", ...; `init` as preact_resnet's
-        *(Architecture(f"shared_resnet_{s}", "classification", "size", f"shared_resnet_{s}_{{}}", ("size", "variant", "args", "init"))
+        *(Architecture(f"shared_resnet_{s}", "classification", "size", f"shared_resnet_{s}_{{}}", ("size", "variant", "args", "init"),
+                       replays_graphs=False)
           for s in ("naive", "stats", "stats_gamma", "ubn")),
         # paper 002's simplified nets, plain or residual (models/simple_net.py); depth 3n+2; `init` from the recipe
         Architecture("simple_net", "classification", "depth", "simple_net{}", ("depth", "variant", "args", "init")),

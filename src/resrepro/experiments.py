@@ -448,6 +448,7 @@ def make_plan(config: dict) -> Plan:
             plan.measures.append({"figure": figure_id, "cell": i, "label": cell["label"], "measurement": figure["measurement"],
                                   "settings": figure["settings"], "quantities": figure.get("quantities"), "runs": runs})
     _check_one_setting_per_measured_run(plan)
+    _check_graph_replays(plan)
     if config.get("claims"):  # checked here, so that a claim citing a renamed row fails before any job
         from .analysis.claims import load_claims
 
@@ -623,6 +624,16 @@ def _check_one_setting_per_measured_run(plan: Plan) -> None:
         first = seen.setdefault((run, name), (who, settings))
         if first[1] != settings:
             raise ConfigError(f"{who}: {name} of {run} with settings {settings}, but {first[0]} measures it with {first[1]}: make them equal")
+
+
+def _check_graph_replays(plan: Plan) -> None:
+    """A recipe that replays CUDA graphs (compile: cudagraphs, ...) names no architecture that
+    trains otherwise as graphs (catalog: replays_graphs); `auto` leaves those eager."""
+    for run_id, run in plan.runs.items():
+        backend = json.loads(run.recipe_json).get("compile")
+        if backend in recipes.GRAPH_REPLAYS and not catalog.architecture(run.model).replays_graphs:
+            raise ConfigError(f"{run_id}: {run.task}.compile {backend!r} replays CUDA graphs, and {run.model} trained otherwise "
+                              "as graphs than eagerly on a GPU (its blocks share weights): use compile auto or false")
 
 
 def measure_settings(plan: Plan, run: str, measurement: str) -> dict:

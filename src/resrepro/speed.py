@@ -9,7 +9,8 @@ differ) that a recipe may leave out:
 - ``channels_last``: ``auto`` (on a GPU), ``true`` or ``false``: NHWC convolutions, which
   cuDNN's fastest kernels and oneDNN on the CPU both prefer (image models only).
 - ``compile``: ``false``, ``auto`` (``cudagraphs`` for an image model in float32 on a GPU, off
-  otherwise: the GPU tests train a classifier so as it trains eagerly, to rounding, and a paper
+  otherwise, and for the architectures the catalog marks as not replaying graphs, the weight-shared
+  nets: the GPU tests train every other classifier so as it trains eagerly, to rounding, and a paper
   ResNet-110 step takes 1.8x (add) to 3.6x (SAS) less; docs/gpu-h200-2026-11-27.md), ``true``
   (torch.compile with its default inductor backend), a backend's name (``aot_eager`` traces without generating code: a quick check of the graph;
   ``cudagraphs`` replays the step's own kernels as CUDA graphs) or one of inductor's modes
@@ -38,6 +39,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from .catalog import architecture
 from .recipes import GRAPH_REPLAYS
 
 # `compile` values that name one of inductor's modes rather than a backend
@@ -153,7 +155,8 @@ def speed_of(spec: dict, device: torch.device, image_model: bool = False) -> Spe
     if backend is True:
         backend = "inductor"
     elif backend == "auto":
-        backend = "cudagraphs" if device.type == "cuda" and image_model and dtype == "float32" else None
+        replays = "model" not in spec or architecture(spec["model"]).replays_graphs
+        backend = "cudagraphs" if device.type == "cuda" and image_model and dtype == "float32" and replays else None
     tf32 = _on(options["tf32"], device) and device.type == "cuda"
     if device.type == "cuda":
         # the new API only: torch refuses a mix of it and the legacy allow_tf32 flag
