@@ -122,6 +122,8 @@ CHECKS = (
                                           "--keys", "*/batch*/stacked*", "--out", STEP_TIMES)),
     # the paper recipes' `compile: auto`: every kind of image model the papers train, as CUDA graphs against eager
     Check("graphs-auto", "tests", 300, ("-m", "pytest", "-m", "gpu", "-rA", "tests/test_gpu.py", "-k", "compile_auto")),
+    # which layouts, deterministic modes and compile modes a stack trains in on this GPU (a tiny net: seconds)
+    Check("stacked-modes", "tests", 90, ("benchmarks/stacked_modes.py", "--device", "cuda")),
     # seeds stacked as one program on CUDA, eager and as graphs, against each trained alone (seeds_stacked)
     Check("stacked-tests", "tests", 180, ("-m", "pytest", "-m", "gpu", "-rA", "tests/test_gpu.py", "-k", "stacked")),
     Check("tests", "tests", 420, ("-m", "pytest", "-m", "gpu", "-rA", "tests/test_gpu.py")),

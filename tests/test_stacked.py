@@ -7,6 +7,7 @@ import copy
 
 import pytest
 import torch
+from torch import nn
 from torch.nn import functional as F
 
 from resrepro import catalog, models, residual
@@ -135,3 +136,16 @@ def test_optimizer_state_round_trip_continues_each_run():
 def test_modules_of_different_shapes_refuse_to_stack():
     with pytest.raises(ValueError, match="one architecture and size"):
         StackedRuns([build("preact_resnet", "add", 0), build("preact_resnet", "sas", 0)])
+
+
+def test_batch_norm_takes_a_bf16_input_in_its_statistics_dtype():
+    """vmap's batch-norm backward fails on a GPU for a bf16 input beside float32 statistics (the
+    case of bf16 autocast): a stack's batch norms take their input in their statistics' dtype."""
+    stack = StackedRuns([nn.Sequential(nn.BatchNorm2d(3)) for _ in range(2)])
+    out = stack(torch.randn(2, 4, 3, 5, 5).bfloat16())
+    assert out.dtype == torch.float32
+    out.sum().backward()
+    bf16 = StackedRuns([nn.Sequential(nn.BatchNorm2d(3)).bfloat16() for _ in range(2)])
+    assert bf16(torch.randn(2, 4, 3, 5, 5).bfloat16()).dtype == torch.bfloat16
+    float64 = StackedRuns([nn.Sequential(nn.BatchNorm2d(3)).double() for _ in range(2)])
+    assert float64(torch.randn(2, 4, 3, 5, 5, dtype=torch.float64)).dtype == torch.float64

@@ -91,8 +91,8 @@ class Speed:
     def stacked(self) -> Speed:
         """The switches for runs stacked as one program (models/stacked.py): NCHW. Under vmap a
         tensor cannot say whether it is channels-last contiguous (torch: not yet implemented), which
-        cuDNN's batch norm asks while torch.compile traces the stack on a GPU (an H200,
-        2026-11-27); the stacked step times were measured in NCHW (docs/gpu-h200-2026-11-27-stacked.md)."""
+        cuDNN's batch norm and a stack's float32 cast before it (StackedRuns) ask on a GPU (an H200,
+        2026-11-27: benchmarks/stacked_modes.py, docs/gpu-h200-2026-11-27-costs.md)."""
         return replace(self, channels_last=False)
 
     def compiled(self, module):

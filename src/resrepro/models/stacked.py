@@ -40,6 +40,9 @@ class StackedRuns:
         # to the meta device: that conversion unties weights shared between modules (shared_resnet's BN)
         self.template = copy.deepcopy(modules[0])
         self.template.train(modules[0].training)
+        for module in self.template.modules():
+            if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                module.register_forward_pre_hook(_normalize_in_float32)
         # state_dict key -> its stacked entry: a tied weight (shared_resnet's shared block) is
         # stacked once, under its first name, and appears under each of its names in a state_dict
         first = modules[0]
@@ -92,6 +95,18 @@ class StackedRuns:
         module = copy.deepcopy(like)
         module.load_state_dict(self.state_dict(k))
         return module
+
+
+def _normalize_in_float32(module: nn.Module, args: tuple) -> tuple:
+    """A batch norm's bf16 (fp16) input in its statistics' dtype (float32 under autocast). vmap's
+    batch-norm backward rule loses the mixed-precision case: on a GPU it stops with "Expected
+    running_mean to have type BFloat16" (an H200, 2026-11-27: benchmarks/stacked_modes.py;
+    pytorch/pytorch pull request 192161). The next convolution rounds to bf16 again under autocast."""
+    x, *rest = args
+    stats = module.running_mean if module.running_mean is not None else module.weight
+    if stats is None or x.dtype not in (torch.bfloat16, torch.float16) or stats.dtype == x.dtype:
+        return args
+    return (x.to(stats.dtype), *rest)
 
 
 def optimizer_state(stacked_state: dict, k: int, params: list[torch.Tensor]) -> dict:
