@@ -187,8 +187,14 @@ def measure_step_ms(config: dict, run: experiments.Run, device_name: str, warmup
     run's scst_key (benchmarks/scst_step_time.py's update), or of its evaluation batch where `key`
     is its eval_key; for a stacked key, of its K runs' step over K: one run's part of the GPU, what
     cost.run_gpu_hours (cost.eval_hours) reads."""
+    import torch
+
     from resrepro.devices import pick_device, use_deterministic_algorithms
 
+    # each key compiles afresh, as its run's own process does: dynamo recompiles one forward (a
+    # model class's) at most 8 times and then runs it eagerly, which timed most of an H200
+    # session's classification steps eagerly (docs/gpu-h200-2026-11-27-costs.md)
+    torch._dynamo.reset()
     spec = experiments.train_spec(config, run)
     if spec.get("deterministic"):
         use_deterministic_algorithms()

@@ -279,6 +279,10 @@ def test_the_budget_times_a_stacked_job_as_one_program_and_gives_a_runs_part(mon
     assert gpu_budget.measure_step_ms(config_of, run, "cpu", warmup=0, steps=3, key=stacked_keys[0].removesuffix("/stacked3")) == \
         pytest.approx(300.0)
     assert built == [3, 1]
+    resets = []
+    monkeypatch.setattr("torch._dynamo.reset", lambda: resets.append(1))
+    gpu_budget.measure_step_ms(config_of, run, "cpu", warmup=0, steps=1, key=stacked_keys[0])
+    assert resets == [1]  # each key compiles as its own run's process: no recompile limit across keys
     monkeypatch.undo()
     stacks = []
     monkeypatch.setattr(stacked.StackedRuns, "__init__", lambda self, nets, _init=stacked.StackedRuns.__init__: stacks.append(len(nets))

@@ -38,14 +38,15 @@ TINY_PRESET = dict(d_model=32, heads=4, ffn=64, encoder_layers=2, decoder_layers
 
 @pytest.fixture(autouse=True)
 def own_gpu_and_default_modes(monkeypatch, tmp_path):
-    """No launcher variables, locks in tmp_path, no GPU held yet; torch's deterministic switches
-    back as they were afterwards; the tiny Transformer preset."""
+    """No launcher variables, locks in tmp_path, no GPU held yet, no compiled code kept; torch's
+    deterministic switches back as they were afterwards; the tiny Transformer preset."""
     for name in LAUNCHER_ENV:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(devices, "_POOL", None)
     monkeypatch.setattr(devices, "_INDEX", None)
     monkeypatch.setitem(transformer.PRESETS, "base_2block", TINY_PRESET)
+    torch._dynamo.reset()  # dynamo runs a forward eagerly after 8 compiles in one process: each test compiles afresh
     saved = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
              torch.backends.cudnn.benchmark, torch.backends.cuda.cudnn_sdp_enabled())
     yield
