@@ -29,9 +29,11 @@ says, when its check was stopped at a limit); the last lines say how each check 
 minutes fit. On an H100 on 2026-11-26: costs 73 s, tests 171 s, the steps 81 + 15 + 74 + 26 + 14 +
 12 s, the paper steps about 60 s (docs/gpu-h100-2026-11-26.md). On an H200 on 2026-11-27 all 34
 GPU tests passed, the CUDA-graph training among them (docs/gpu-h200-2026-11-27.md). What a loan
-still has to decide: SAS stacked and compiled (its compile outlasted 235 s on 2026-11-27), the GPU
-tests of stacked training (`tests -k stacked`), and what inductor's graphs save on the paper's step
-alone (`--only paper-steps`).
+still has to decide (docs/gpu-h200-2026-11-27-costs.md): the GPU tests of stacked training since
+its fixes (`stacked-modes`, `stacked-tests`), one session's step times with dynamo reset for each
+key (`costs`, then `costs-stacked` with that file at hand), SAS stacked and compiled (its compile
+outlasted 235 s on 2026-11-27), and what inductor's graphs save on the paper's step alone
+(`--only paper-steps`).
 
 The package runs from src/ (no install needed). Packages that the machine lacks travel as wheels:
 `make gpu-wheels` (here, with the internet) downloads them into .whl/ at this venv's versions, for
