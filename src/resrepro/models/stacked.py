@@ -42,7 +42,7 @@ class StackedRuns:
         self.template.train(modules[0].training)
         for module in self.template.modules():
             if isinstance(module, nn.modules.batchnorm._BatchNorm):
-                module.register_forward_pre_hook(_normalize_in_float32)
+                module.register_forward_pre_hook(_input_in_statistics_dtype)
         # state_dict key -> its stacked entry: a tied weight (shared_resnet's shared block) is
         # stacked once, under its first name, and appears under each of its names in a state_dict
         first = modules[0]
@@ -97,7 +97,7 @@ class StackedRuns:
         return module
 
 
-def _normalize_in_float32(module: nn.Module, args: tuple) -> tuple:
+def _input_in_statistics_dtype(module: nn.Module, args: tuple) -> tuple:
     """A batch norm's bf16 (fp16) input in its statistics' dtype (float32 under autocast). vmap's
     batch-norm backward rule loses the mixed-precision case: on a GPU it stops with "Expected
     running_mean to have type BFloat16" (an H200, 2026-11-27: benchmarks/stacked_modes.py;
