@@ -242,3 +242,37 @@ def test_own_gradients_detaches_each_gradient_from_the_buffer_it_was_written_in(
     speed.own_gradients(net)
     assert net.bias.grad is None
 
+
+
+def test_a_graph_mode_records_a_graph_for_every_shape_the_loop_feeds(monkeypatch):
+    """Dynamo compiles a function at most 8 times by default, then runs every new shape eagerly with
+    only a warning: a Transformer's 32 length buckets (max_train_len 256, bucket 8) would have trained
+    most batches without graphs. On the CPU the cudagraphs backend records nothing, but dynamo still
+    compiles a frame a shape, which is what is counted."""
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)  # torch's default, restored after
+    monkeypatch.setattr(torch._dynamo.config, "accumulated_recompile_limit", 8)
+    torch._dynamo.reset()
+    counters.clear()
+    linear = torch.nn.Linear(4, 2)
+    forward = Speed(amp=False, channels_last=False, compile="cudagraphs", fused_optimizer=False).compiled(linear, shapes=12)
+    for rows in range(1, 13):
+        forward(torch.randn(rows, 4)).sum().backward()
+    assert counters["stats"]["unique_graphs"] == 12
+    torch._dynamo.reset()
+
+
+def test_the_translation_loop_compiles_for_each_of_its_length_buckets(monkeypatch, tmp_path):
+    assert translation.length_buckets({"max_train_len": 256, "length_bucket": 8}) == 32
+    assert translation.length_buckets({"max_train_len": 10, "length_bucket": 4}) == 3  # 4, 8, 12
+    assert translation.length_buckets({"max_train_len": 256}) == 1
+    pairs = corpus(60, 0)
+    data = translation.TokenPairs(pairs, text_spec(max_tokens=64, length_bucket=4, max_train_len=12), max_len=12)
+    shapes = {data.collate(idx)[0].shape for idx in data.batches(torch.Generator().manual_seed(0))}
+    assert len(shapes) <= translation.length_buckets({"max_train_len": 12, "length_bucket": 4})
+    asked = []
+    monkeypatch.setattr(Speed, "compiled", lambda self, module, shapes=1: asked.append(shapes) or module)
+    translation.train(text_spec(max_updates=2, length_bucket=4, max_train_len=12), pairs, corpus(10, 1), 26, tmp_path, device="cpu",
+                      progress=False)
+    assert asked == [3]

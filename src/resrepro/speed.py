@@ -95,11 +95,15 @@ class Speed:
         2026-11-27: benchmarks/stacked_modes.py, docs/gpu-h200-2026-11-27-costs.md)."""
         return replace(self, channels_last=False)
 
-    def compiled(self, module):
+    def compiled(self, module, shapes: int = 1):
         """What the loop calls forward on: `module` itself, or torch.compile's wrapper of it. The
-        checkpoint keeps `module`'s own state_dict (the wrapper's keys carry a prefix)."""
+        checkpoint keeps `module`'s own state_dict (the wrapper's keys carry a prefix). `shapes`: the
+        input shapes the loop feeds it (a Transformer's length buckets); under a graph mode each is a
+        graph of its own (`allow_recompiles`)."""
         if not self.compile:
             return module
+        if self.replays_graphs:
+            allow_recompiles(shapes)
         return torch.compile(module, **self.compile_options())
 
     def compile_options(self) -> dict:
@@ -108,6 +112,15 @@ class Speed:
         # of its own, as a graph over dynamic sizes would replay the first shape's recording
         shapes = {"dynamic": False} if self.replays_graphs else {}
         return {"mode" if self.compile in INDUCTOR_MODES else "backend": self.compile, **shapes}
+
+
+def allow_recompiles(shapes: int) -> None:
+    """Let torch.compile record a graph for each of `shapes` input shapes. Dynamo compiles a function
+    at most `recompile_limit` times (8) and then runs it eagerly for every new shape, with a warning
+    only: a Transformer with 32 length buckets would train most of its batches without graphs."""
+    config = torch._dynamo.config
+    config.recompile_limit = max(config.recompile_limit, shapes)
+    config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, shapes)
 
 
 def own_gradients(model: torch.nn.Module) -> None:

@@ -131,6 +131,14 @@ def max_train_len(spec: dict) -> int:
     return spec.get("max_train_len", MAX_POSITIONS)
 
 
+def length_buckets(spec: dict) -> int:
+    """How many batch shapes the loop can feed its model: one per length bucket up to the longest
+    side (`pad_to_bucket` sets the rows from the length); 1 without buckets (no graph mode then:
+    the plan refuses one)."""
+    bucket = spec.get("length_bucket", 0)
+    return -(-max_train_len(spec) // bucket) if bucket else 1
+
+
 class TokenPairs:
     """A split of sentence pairs as the training loop reads it: `lengths` (source, target tokens
     with EOS) of each example, `batches(generator)` an epoch's batches of example indices, and
@@ -240,7 +248,7 @@ def train_sequences(spec: dict, train_data, dev_data, model_inputs: dict, out_di
             residual.initialize(model, first_batch)
     # positions is a constant buffer: nothing to broadcast before each forward
     ddp_model = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False) if world > 1 else model
-    forward = speed.compiled(ddp_model)
+    forward = speed.compiled(ddp_model, shapes=length_buckets(spec))
 
     if rank == 0:
         print(f"{out_dir}: dropped {train_data.dropped} training examples with a side over {max_train_len(spec)} tokens "
