@@ -14,6 +14,7 @@ CPU seconds that Snakemake's benchmark cannot see).
 
     .venv/bin/python benchmarks/pipeline_time.py                      # the newest run in this folder
     .venv/bin/python benchmarks/pipeline_time.py --workdir /tmp/clone --log PATH
+    .venv/bin/python benchmarks/pipeline_time.py --by-table mini     # and what each table's training costs
 
 Prints figures; asserts nothing (a timed test would fail on a loaded machine).
 """
@@ -143,6 +144,28 @@ def loop_seconds(job: dict, workdir: Path) -> float | None:
     return sum(json.loads((job_dir.parent / f"seed{s}" / "metrics.json").read_text()).get("wall_time_s", 0.0) for s in seeds)
 
 
+def by_table(plan_rows: list[dict], loop_of_run: dict[str, float]) -> dict[str, float]:
+    """Training-loop seconds per table: each run's split evenly among the tables whose rows name it
+    (a run two tables share counts half to each); a run no table names (a figure's own) under
+    "(figures only)". What a table costs, beside what its verdicts resolve, is what a cut would save."""
+    tables_of: dict[str, set[str]] = {}
+    for row in plan_rows:
+        for run in row["runs"]:
+            tables_of.setdefault(run, set()).add(row["table"])
+    cost: dict[str, float] = {}
+    for run, seconds in loop_of_run.items():
+        owners = tables_of.get(run, {"(figures only)"})
+        for owner in owners:
+            cost[owner] = cost.get(owner, 0.0) + seconds / len(owners)
+    return dict(sorted(cost.items(), key=lambda kv: -kv[1]))
+
+
+def run_loop_seconds(results: Path) -> dict[str, float]:
+    """Each finished run's training-loop seconds (metrics.json wall_time_s), by its folder under `results`."""
+    return {str(m.parent.relative_to(results)): json.loads(m.read_text()).get("wall_time_s") or 0.0
+            for m in results.glob("*/*/*/*/*/seed*/metrics.json")}
+
+
 def startup_seconds(repeats: int) -> float:
     """Median wall time of a fresh Python starting as a training job does (STARTUP)."""
     times = []
@@ -167,11 +190,26 @@ def table(jobs: list[dict], workdir: Path) -> list[dict]:
     return sorted(rows, key=lambda r: -r["sum"])
 
 
+def print_by_table(results: Path) -> None:
+    import pandas as pd
+
+    aggregate = results / "aggregate"
+    cost = by_table(json.loads((aggregate / "plan.json").read_text()), run_loop_seconds(results))
+    verdicts = pd.read_csv(aggregate / "rows.csv").groupby("table")["verdict"].value_counts().unstack(fill_value=0)
+    print(f"\n{'table':16s} {'loop s':>7s}  verdicts (rows.csv)")
+    for table_id, seconds in cost.items():
+        counts = verdicts.loc[table_id] if table_id in verdicts.index else pd.Series(dtype=int)
+        said = ", ".join(f"{n} {v}" for v, n in counts.items() if n and v != "baseline")
+        print(f"{table_id:16s} {seconds:7.0f}  {said}")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workdir", default=".", help="the pipeline's folder (default: here)")
     p.add_argument("--log", default=None, help="a Snakemake log (default: the newest in WORKDIR/.snakemake/log)")
     p.add_argument("--startup-repeats", type=int, default=3, help="start-ups timed for the start-up figure (0: skip)")
+    p.add_argument("--by-table", metavar="SCALE", help="also split the training loops' seconds among the tables of "
+                   "results/SCALE (its aggregate's plan.json), beside each table's verdicts (rows.csv)")
     a = p.parse_args(argv)
     workdir = Path(a.workdir)
     log = Path(a.log) if a.log else max((workdir / ".snakemake" / "log").glob("*.snakemake.log"), key=lambda f: f.stat().st_mtime)
@@ -197,6 +235,8 @@ def main(argv=None) -> int:
     for r in memory(jobs):
         asked = f"{r['asked_mb']:9d}" if r["asked_mb"] is not None else f"{'':>9s}"
         print(f"{r['rule']:24s} {r['peak_mb']:8.0f} {asked}  {r['job']}")
+    if a.by_table:
+        print_by_table(workdir / "results" / a.by_table)
     if a.startup_repeats > 0:
         startup, starting = startup_seconds(a.startup_repeats), len(jobs) - forked
         print(f"process start-up: {startup:.1f} s per job (median of {a.startup_repeats} fresh starts: torch, resrepro.cli, "

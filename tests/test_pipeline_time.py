@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from pipeline_time import jobs_of, memory, table, with_benchmarks  # noqa: E402
+from pipeline_time import by_table, jobs_of, memory, run_loop_seconds, table, with_benchmarks  # noqa: E402
 
 LOG = """\
 Building DAG of jobs...
@@ -89,3 +89,14 @@ def test_each_rules_peak_memory_beside_what_it_asked_for(tmp_path):
         {"rule": "train_classifier", "peak_mb": 512.1, "asked_mb": 2000, "job": "results/mini/a/seeds0-1/trained.json"}]
     (job / "train.log").write_text(f"{CHILD_USAGE} 31.20 s of CPU, 2420 MB at most\n")
     assert memory(with_benchmarks(jobs_of(LOG), tmp_path))[0]["peak_mb"] == 2420.0
+
+
+def test_a_runs_loop_seconds_split_evenly_among_the_tables_that_name_it(tmp_path):
+    plan_rows = [{"table": "t1", "runs": ["a/seed0", "shared/seed0"]}, {"table": "t1", "runs": ["a/seed0"]},
+                 {"table": "t2", "runs": ["shared/seed0"]}]
+    loops = {"a/seed0": 10.0, "shared/seed0": 6.0, "figure/seed0": 4.0}
+    assert by_table(plan_rows, loops) == {"t1": 13.0, "t2": 3.0, "(figures only)": 4.0}
+    run = tmp_path / "classification" / "digits" / "net" / "default" / "add" / "seed1"
+    run.mkdir(parents=True)
+    (run / "metrics.json").write_text(json.dumps({"wall_time_s": 2.5}))
+    assert run_loop_seconds(tmp_path) == {"classification/digits/net/default/add/seed1": 2.5}
