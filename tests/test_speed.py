@@ -244,22 +244,24 @@ def test_own_gradients_detaches_each_gradient_from_the_buffer_it_was_written_in(
 
 
 
-def test_a_graph_mode_records_a_graph_for_every_shape_the_loop_feeds(monkeypatch):
+def test_a_graph_mode_records_a_graph_for_every_shape_the_loop_feeds():
     """Dynamo compiles a function at most 8 times by default, then runs every new shape eagerly with
     only a warning: a Transformer's 32 length buckets (max_train_len 256, bucket 8) would have trained
     most batches without graphs. On the CPU the cudagraphs backend records nothing, but dynamo still
     compiles a frame a shape, which is what is counted."""
     from torch._dynamo.utils import counters
 
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)  # torch's default, restored after
-    monkeypatch.setattr(torch._dynamo.config, "accumulated_recompile_limit", 8)
     torch._dynamo.reset()
     counters.clear()
-    linear = torch.nn.Linear(4, 2)
-    forward = Speed(amp=False, channels_last=False, compile="cudagraphs", fused_optimizer=False).compiled(linear, shapes=12)
-    for rows in range(1, 13):
-        forward(torch.randn(rows, 4)).sum().backward()
+    # torch's own config.patch, which restores the limits after (pytest's monkeypatch hides a
+    # config entry on undo: dynamo then fails to read it in every later test of the worker)
+    with torch._dynamo.config.patch(recompile_limit=8, accumulated_recompile_limit=8):
+        linear = torch.nn.Linear(4, 2)
+        forward = Speed(amp=False, channels_last=False, compile="cudagraphs", fused_optimizer=False).compiled(linear, shapes=12)
+        for rows in range(1, 13):
+            forward(torch.randn(rows, 4)).sum().backward()
     assert counters["stats"]["unique_graphs"] == 12
+    assert torch._dynamo.config.recompile_limit == 8 and torch._dynamo.config.accumulated_recompile_limit > 8  # restored
     torch._dynamo.reset()
 
 
