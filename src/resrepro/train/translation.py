@@ -136,7 +136,7 @@ def length_buckets(spec: dict) -> int:
     side (`pad_to_bucket` sets the rows from the length); 1 without buckets (no graph mode then:
     the plan refuses one)."""
     bucket = spec.get("length_bucket", 0)
-    return -(-max_train_len(spec) // bucket) if bucket else 1
+    return bucketed(max_train_len(spec), bucket) // bucket if bucket else 1
 
 
 class TokenPairs:
