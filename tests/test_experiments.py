@@ -34,8 +34,9 @@ def test_mini_plan_shares_cells_between_equivalent_rows(mini):
     # paper 001: "1xSkip is equivalent to Baseline and 1rSkip+LN is equivalent to 1xSkip+LN"
     assert rows[("rskip-t1", "Baseline (He et al. 2016b)")] == rows[("rskip-t1", "1xSkip")]
     assert rows[("rskip-t1", "1rSkip+LN")] == rows[("rskip-t1", "1xSkip+LN")]
-    # the CIFAR-10 add baseline is one cell for every table that uses it: a table of 2 seeds reads its first 2
-    assert rows[("sas-t7", "x + F (Baseline)")] == rows[("rskip-t1", "1xSkip")][:2]
+    # the CIFAR-10 add baseline is one cell for every table that uses it: a table of fewer seeds reads its first ones
+    fewer = rows[("sas-t7", "x + F (Baseline)")]
+    assert len(fewer) < len(rows[("rskip-t1", "1xSkip")]) and fewer == rows[("rskip-t1", "1xSkip")][:len(fewer)]
     seeds = {"classification": mini["seeds"], "translation": mini["translation"]["seeds"], "captioning": mini["captioning"]["seeds"]}
     tasks = {table_id: table["task"] for table_id, table in plan.tables.items()}
     own = mini["table_seeds"]  # a table that sets its own count (noise-t2: float64 on the CPU)
