@@ -91,14 +91,15 @@ def test_one_papers_equal_cells_train_once_and_another_papers_protocol_gets_its_
     paper 001's runs: their training specs differ, and so do their folders."""
     before = experiments.make_plan(mini)
     t2, t7, sas = _row_runs(before, "rskip-t2"), _row_runs(before, "rskip-t7"), _row_runs(before, "sas-t3")
-    assert t2["2rSkip+LN"] == t7["EN-VI Base + proposal"] and t2["Baseline"] == sas["EN-VI Base"]  # shared at mini: one recipe
+    assert t2["2rSkip+LN"] == t7["EN-VI Base + proposal"]
+    assert t2["Baseline"][:len(sas["EN-VI Base"])] == sas["EN-VI Base"]  # shared at mini: one recipe (sas-t3 reads its first seeds)
 
     cfg = copy.deepcopy(mini)
     cfg["translation"]["refine"] = [refinement("rskip-long", {"paper": "rskip", "dataset": "iwslt15_en_vi"}, {"max_updates": 900})]
     plan = experiments.make_plan(cfg)
     t2, t5, t7, sas = (_row_runs(plan, t) for t in ("rskip-t2", "rskip-t5", "rskip-t7", "sas-t3"))
     assert t2["2rSkip+LN"] == t5["2rSkip+LN, 6 blocks"] == t7["EN-VI Base + proposal"]  # still one cell in paper 001
-    assert t2["Baseline"] != sas["EN-VI Base"]
+    assert not set(t2["Baseline"]) & set(sas["EN-VI Base"])
     rskip_run, sas_run = plan.runs[t2["Baseline"][0]], plan.runs[sas["EN-VI Base"][0]]
     assert rskip_run.path == "translation/synthetic/transformer_mini_base/rskip-long/xskip_ln/seed0"
     assert sas_run.path == "translation/synthetic/transformer_mini_base/default/xskip_ln/seed0"
@@ -130,7 +131,7 @@ def test_a_figure_cell_that_a_table_names_is_that_tables_run_snapshots_included(
     plan = experiments.make_plan(mini)
     t1, rskip = _row_runs(plan, "iter-t1"), _row_runs(plan, "rskip-t1")
     assert not set(t1["ResNet-110, CIFAR-10"]) & set(rskip["1xSkip"])
-    assert all("/iter-init/" in run for run in t1["ResNet-110, CIFAR-10"]) and len(t1["ResNet-110, CIFAR-10"]) == 2
+    assert all("/iter-init/" in run for run in t1["ResNet-110, CIFAR-10"]) and len(t1["ResNet-110, CIFAR-10"]) == mini["table_seeds"]["iter-t1"]
     (figure_cell,) = [m for m in plan.measures if m["figure"] == "iter-f5" and m["label"] == "original ResNet-110"]
     assert figure_cell["runs"][0] in t1["ResNet-110, CIFAR-10"]
     assert experiments.train_spec(mini, plan.runs[figure_cell["runs"][0]])["snapshots"] == 3
