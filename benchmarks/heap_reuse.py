@@ -37,7 +37,7 @@ print(json.dumps({"faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt})
 
 def one_run(mode: str, updates: int, data: str, folder: Path) -> dict:
     cell = folder / mode
-    argv = ["train-translation", "--spec", json.dumps({**SPEC, "max_updates": updates}), "--seeds", "0", "--data", data,
+    argv = ["train", "translation", "--spec", json.dumps({**SPEC, "max_updates": updates}), "--seeds", "0", "--data", data,
             "--cell-dir", str(cell), "--done", str(cell / "trained.json"), "--threads", "1", "--parallel", "1", "--minutes", "60"]
     proc = subprocess.run([sys.executable, "-c", RUN, mode, *argv], capture_output=True, text=True, check=True)
     metrics = json.loads((cell / "seed0" / "metrics.json").read_text())

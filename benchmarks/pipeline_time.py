@@ -194,7 +194,7 @@ def print_by_table(results: Path) -> None:
     import pandas as pd
 
     aggregate = results / "aggregate"
-    cost = by_table(json.loads((aggregate / "plan.json").read_text()), run_loop_seconds(results))
+    cost = by_table(json.loads((results / "plan.json").read_text())["rows"], run_loop_seconds(results))
     verdicts = pd.read_csv(aggregate / "rows.csv").groupby("table")["verdict"].value_counts().unstack(fill_value=0)
     print(f"\n{'table':16s} {'loop s':>7s}  verdicts (rows.csv)")
     for table_id, seconds in cost.items():
@@ -209,7 +209,7 @@ def main(argv=None) -> int:
     p.add_argument("--log", default=None, help="a Snakemake log (default: the newest in WORKDIR/.snakemake/log)")
     p.add_argument("--startup-repeats", type=int, default=3, help="start-ups timed for the start-up figure (0: skip)")
     p.add_argument("--by-table", metavar="SCALE", help="also split the training loops' seconds among the tables of "
-                   "results/SCALE (its aggregate's plan.json), beside each table's verdicts (rows.csv)")
+                   "results/SCALE (its plan.json), beside each table's verdicts (rows.csv)")
     a = p.parse_args(argv)
     workdir = Path(a.workdir)
     log = Path(a.log) if a.log else max((workdir / ".snakemake" / "log").glob("*.snakemake.log"), key=lambda f: f.stat().st_mtime)

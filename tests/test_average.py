@@ -250,16 +250,16 @@ def test_module_state_dict_loads_strict():
 
 @pytest.mark.parametrize("last", [1, 3, 5])
 def test_average_command_averages_exactly_the_n_newest(tmp_path, last):
-    """`resrepro average --last N` (what evaluate-translation does per seed): the N newest by step, read back from
+    """Averaging the last N (what `resrepro evaluate` does per seed): the N newest by step, read back from
     `averaged_from`, and their mean; older and unnumbered files are left out."""
-    from resrepro import cli
+    from resrepro import jobs
 
     steps = [50, 100, 150, 200, 250, 1000]
     for step in steps:
         _write_ckpt(tmp_path / f"step{step}.pt", [float(step), 1.0], step, step)
     _write_ckpt(tmp_path / "last.pt", [-1.0, -1.0], 999999, 0)  # the resume point, not a step checkpoint
     out = tmp_path / "averaged.pt"
-    cli.main(["average", "--checkpoints", str(tmp_path), "--last", str(last), "--out", str(out)])
+    jobs.average_newest(tmp_path, last, out)
     saved = torch.load(out, weights_only=True)
     newest = steps[-last:]
     assert saved["averaged_from"] == [f"step{s}.pt" for s in newest]
@@ -280,15 +280,15 @@ def test_a_step_written_by_another_run_is_refused_naming_it(tmp_path):
 
 
 def test_evaluation_averages_only_the_steps_of_the_run_that_wrote_last_pt(tmp_path):
-    from resrepro import cli
+    from resrepro import jobs
 
     for step, run in [(100, "old"), (200, "new"), (300, "new")]:
         torch.save({"model": {"w": torch.tensor([float(step)])}, "step": step, "run_id": run}, tmp_path / f"step{step}.pt")
     torch.save({"model": {"w": torch.tensor([0.0])}, "step": 300, "run_id": "new"}, tmp_path / "last.pt")
-    cli.average_newest(tmp_path, 2, tmp_path / "averaged.pt")
+    jobs.average_newest(tmp_path, 2, tmp_path / "averaged.pt")
     assert torch.load(tmp_path / "averaged.pt", weights_only=True)["model"]["w"].tolist() == [250.0]
     with pytest.raises(ValueError, match="step100.pt was written by another training run"):
-        cli.average_newest(tmp_path, 3, tmp_path / "averaged.pt")
+        jobs.average_newest(tmp_path, 3, tmp_path / "averaged.pt")
 
 
 def test_averaging_holds_one_checkpoint_in_memory_at_a_time(tmp_path, monkeypatch):

@@ -23,7 +23,7 @@ def test_glibc_takes_both_thresholds():
 def test_every_command_keeps_freed_memory(monkeypatch):
     kept = []
     monkeypatch.setattr(cli, "keep_freed_memory", lambda: kept.append(True))
-    monkeypatch.setattr(cli, "cmd_prepare", lambda a: None)
+    monkeypatch.setitem(cli.COMMANDS, "prepare", cli.COMMANDS["prepare"]._replace(run=lambda a: None))
     cli.main(["prepare", "digits", "--out", "unused.pt"])
     assert kept == [True]
 

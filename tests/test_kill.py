@@ -27,7 +27,7 @@ SPEC = {
 def train_cmd(data, out):
     """`resrepro train` of SPEC's one seed, whose run folder is `out` (<cell>/seed3)."""
     assert out.name == f"seed{SPEC['seed']}"
-    return [str(CLI), "train", "--spec", json.dumps(SPEC), "--seeds", str(SPEC["seed"]), "--cell-dir", str(out.parent),
+    return [str(CLI), "train", "classification", "--spec", json.dumps(SPEC), "--seeds", str(SPEC["seed"]), "--cell-dir", str(out.parent),
             "--done", str(out.parent / "trained.json"), "--data", str(data), "--threads", "1", "--device", "cpu", "--no-progress"]
 
 
@@ -136,7 +136,7 @@ def test_sigterm_as_at_a_time_limit_is_recorded_and_the_rerun_resumes(tmp_path, 
     proc.terminate()
     assert proc.wait(timeout=60) != 0
     failed = json.loads((out / "failed.json").read_text())
-    assert "terminated by SIGTERM" in failed["error"] and failed["command"] == "train"
+    assert "terminated by SIGTERM" in failed["error"] and failed["command"] == "train classification"
     assert not (out / "metrics.json").exists()
     rerun = subprocess.run(train_cmd(data, out), check=True, capture_output=True, text=True)
     assert "resuming from" in rerun.stderr and not (out / "failed.json").exists()

@@ -22,9 +22,9 @@ BIN = os.path.dirname(sys.executable)
 def test_one_gpu_runs_the_command_itself_and_several_run_torchrun_ranks():
     assert launch.command(0, ["train", "--x"]) == [sys.executable, "-m", "resrepro.cli", "train", "--x"]
     assert launch.command(1, ["train"]) == [sys.executable, "-m", "resrepro.cli", "train"]
-    cmd = launch.command(4, ["train-translation", "--spec", "{}"])
+    cmd = launch.command(4, ["train", "translation", "--spec", "{}"])
     assert cmd[0].endswith("torchrun") and "--standalone" in cmd and "--nproc_per_node=4" in cmd
-    assert cmd[-5:] == ["-m", "resrepro.cli", "train-translation", "--spec", "{}"]
+    assert cmd[-6:] == ["-m", "resrepro.cli", "train", "translation", "--spec", "{}"]
 
 
 def test_a_multi_gpu_job_takes_its_gpus_together_or_waits(tmp_path, monkeypatch):
@@ -74,8 +74,8 @@ LAUNCHER = textwrap.dedent(
     child = "import os, sys, time; print(repr(os.environ.get('CUDA_VISIBLE_DEVICES')), os.environ.get('RESREPRO_GPUS_HELD_BY_LAUNCH'), flush=True)\\n"
     child += f"while not os.path.exists({go_on!r}): time.sleep(0.05)"
     launch.command = lambda gpus, argv: [sys.executable, "-c", child]
-    launch.run_here = lambda env, argv: subprocess.run(launch.command(0, argv), env=env).returncode  # the CPU: in process
-    sys.exit(launch.launch(int(sys.argv[1]), ["train"]))
+    launch.run_here = lambda env, argv, run_command: subprocess.run(launch.command(0, argv), env=env).returncode  # the CPU: in process
+    sys.exit(launch.launch(int(sys.argv[1]), ["train"], None))
     """
 )
 
@@ -114,10 +114,10 @@ def synthetic(tmp_path_factory):
 
 
 def run_launch(gpus: int, run_spec: dict, data, cell_dir) -> subprocess.CompletedProcess:
-    """`resrepro launch` of train-translation for the spec's seed, in <cell_dir>/seed<N>/."""
+    """`resrepro launch` of `train translation` for the spec's seed, in <cell_dir>/seed<N>/."""
     env = {k: v for k, v in os.environ.items() if k not in launch.DDP_ENV}
     env["OMP_NUM_THREADS"] = "1"
-    cmd = [f"{BIN}/resrepro", "launch", "--gpus", str(gpus), "--", "train-translation", "--spec", json.dumps(run_spec),
+    cmd = [f"{BIN}/resrepro", "launch", "--gpus", str(gpus), "--", "train", "translation", "--spec", json.dumps(run_spec),
            "--seeds", str(run_spec["seed"]), "--cell-dir", str(cell_dir), "--done", str(cell_dir / "trained.json"),
            "--data", str(data), "--device", "cpu", "--threads", "1", "--no-progress"]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
@@ -136,7 +136,7 @@ def test_two_ranks_train_in_one_job_and_a_wrong_rank_count_fails_with_a_record(s
     wrong = run_launch(1, run_spec, synthetic, tmp_path / "one")
     assert wrong.returncode != 0
     failed = json.loads((tmp_path / "one" / run / "failed.json").read_text())
-    assert "asks for 2 ranks" in failed["error"] and failed["command"] == "train-translation"
+    assert "asks for 2 ranks" in failed["error"] and failed["command"] == "train translation"
     assert not (tmp_path / "one" / run / "metrics.json").exists() and not (tmp_path / "one" / "trained.json").exists()
 
 
@@ -151,9 +151,8 @@ IN_PROCESS = textwrap.dedent(
         if argv == ["fail"]:
             raise SystemExit("evaluate: no checkpoint to read")
 
-    cli.main = main
     print(os.getpid(), flush=True)
-    sys.exit(launch.launch(0, sys.argv[1:]))
+    sys.exit(launch.launch(0, sys.argv[1:], main))
     """
 )
 

@@ -18,11 +18,9 @@ import pytest
 
 from resrepro import launch, preload
 
-# A server whose command line is replaced by a few test commands (run_child looks up cli.main
-# when a job arrives, so the patch reaches every child).
+# A server whose command line is a few test commands (in place of cli.main), run by every child.
 SERVER = textwrap.dedent("""
     import os, sys, time
-    import resrepro.cli
     from resrepro.preload import serve
 
     def main(argv):
@@ -47,11 +45,10 @@ SERVER = textwrap.dedent("""
             loss.backward()
             print(torch.get_num_threads(), bool(torch.isfinite(conv.weight.grad).all()))
 
-    resrepro.cli.main = main
     parent = int(sys.argv[2]) if len(sys.argv) > 2 else None
     # Polls rarely unless watching a parent: a job's end must wake the loop itself (SIGCHLD), or
     # every job here would wait minutes for its exit status.
-    serve(sys.argv[1], parent_pid=parent, poll_s=0.05 if parent else 300)
+    serve(sys.argv[1], main, parent_pid=parent, poll_s=0.05 if parent else 300)
 """)
 
 
@@ -144,18 +141,18 @@ def test_the_server_ends_with_the_process_that_started_it(tmp_path):
 def test_launch_uses_a_named_server_and_runs_itself_when_none_answers(monkeypatch, tmp_path):
     calls = []
     monkeypatch.setattr(preload, "run_remote", lambda path, argv, env: calls.append(("remote", path, env)) or 7)
-    monkeypatch.setattr(launch, "run_here", lambda env, argv: calls.append(("here", env)) or 0)
+    monkeypatch.setattr(launch, "run_here", lambda env, argv, run_command: calls.append(("here", env)) or 0)
     monkeypatch.setenv(preload.SOCKET_ENV, str(tmp_path / "s"))
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    assert launch.launch(0, ["train"]) == 7
+    assert launch.launch(0, ["train"], None) == 7
     assert calls[-1][:2] == ("remote", str(tmp_path / "s")) and calls[-1][2]["CUDA_VISIBLE_DEVICES"] == ""
     monkeypatch.setenv("SLURM_JOB_ID", "12")  # a Slurm job computes in its own allocation
-    assert launch.launch(0, ["train"]) == 0 and calls[-1][0] == "here"
+    assert launch.launch(0, ["train"], None) == 0 and calls[-1][0] == "here"
     monkeypatch.delenv("SLURM_JOB_ID")
     monkeypatch.setattr(preload, "run_remote", lambda path, argv, env: None)  # no server answers
-    assert launch.launch(0, ["train"]) == 0 and calls[-1][0] == "here"
+    assert launch.launch(0, ["train"], None) == 0 and calls[-1][0] == "here"
     monkeypatch.delenv(preload.SOCKET_ENV)
-    assert launch.launch(0, ["train"]) == 0 and calls[-1][0] == "here"
+    assert launch.launch(0, ["train"], None) == 0 and calls[-1][0] == "here"
 
 
 def test_no_server_at_the_path_means_none(tmp_path):

@@ -4,6 +4,7 @@ data of its own, never the real data's folders."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -127,6 +128,32 @@ def test_it_runs_every_rule_of_the_paper_scale_and_keeps_its_data_apart(workdir)
     data = [path for line in outputs for path in line.split(", ") if not path.startswith(("results/rehearsal/", "report/rehearsal/"))]
     assert all(path.startswith("resources/rehearsal/downloads/") for path in data), data
     assert "--lock resources/rehearsal/downloads/checksums.lock.json" in text
+
+
+# Linux refuses one argument longer than 32 pages (MAX_ARG_STRLEN), and Snakemake hands a job's
+# whole shell command to `bash -c` as one: a longer command fails only when its job starts.
+MAX_ARG_STRLEN = 32 * os.sysconf("SC_PAGE_SIZE")
+
+
+def longest_commands(dry_run_text: str) -> dict[str, int]:
+    """Each rule's longest shell command in a dry run's text (-p), in bytes."""
+    longest: dict[str, int] = {}
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", dry_run_text):
+        if (rule := re.match(r"(?:local)?rule (\w+):", block)) and (command := re.search(r"^Shell command: (.*)$", block, re.M)):
+            longest[rule.group(1)] = max(longest.get(rule.group(1), 0), len(command.group(1).encode()))
+    return longest
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("config", ["config/paper.yaml", "config/rehearsal.yaml"])
+def test_every_jobs_command_fits_in_one_argument(workdir, config):
+    """The aggregate's command once carried the paper plan's table rows and figure cells as JSON,
+    148 KB: the paper scale would have failed at its aggregate, after every run had trained. The
+    plan is a file now (results/<scale>/plan.json)."""
+    longest = longest_commands(dry_run(workdir, config, "--forceall"))
+    assert {"aggregate", "report", "train_classifier", "train_translator", "evaluate_captioning", "measure"} <= set(longest)
+    assert max(longest.values()) < MAX_ARG_STRLEN, {rule: n for rule, n in longest.items() if n >= MAX_ARG_STRLEN}
+    assert longest["aggregate"] < 1000 and longest["report"] < 2000  # no plan in them
 
 
 @pytest.mark.integration

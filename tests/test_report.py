@@ -17,7 +17,7 @@ from report_html import row_by_label, table_rows
 from scipy import stats as scipy_stats
 
 from resrepro import cli, files
-from resrepro.experiments import load_figures
+from resrepro.experiments import load_figures, load_tables, plan_document
 from resrepro.report.render import data_uri, fmt, fmt_p
 from resrepro.report import figures
 from resrepro.report import render as render_module
@@ -33,6 +33,20 @@ def report(tmp_path):
     tests that call a function, finds every test that reads the report. No training logs: drawing
     the learning curves would triple the cost, and one test checks them (`build_report`)."""
     return build_report(tmp_path, train_logs=False)
+
+
+SAS_RSKIP = ("config/tables/sas.yaml", "config/tables/rskip.yaml")
+
+
+def write_plan(path: Path, rows: list[dict], tables=SAS_RSKIP, figures=(), claims=None, measures=()) -> Path:
+    """A resolved plan (experiments.plan_document) of these table rows over these tables' and figures' files."""
+    files.write_json(path, plan_document("tiny", load_tables(list(tables)), load_figures(list(figures)) if figures else {}, claims, rows,
+                                         list(measures)))
+    return path
+
+
+def read_plan(path: Path) -> dict:
+    return json.loads(path.read_text())
 
 
 def build_report(root, train_logs: bool) -> SimpleNamespace:
@@ -59,15 +73,15 @@ def build_report(root, train_logs: bool) -> SimpleNamespace:
         elif value != "missing":
             write_metrics(results, path, value, train_log=train_logs and value is not None)
     agg = root / "aggregate"
-    cli.main(["aggregate", "--plan", json.dumps(plan.rows), "--results-dir", str(results), "--tables", "config/tables/sas.yaml",
-              "config/tables/rskip.yaml", "--epoch", "final", "--out-dir", str(agg)])
-    html = render_report(agg, root / "index.html")
-    return SimpleNamespace(html=html, rows=pd.read_csv(agg / "rows.csv").set_index(["table", "label"]), aggregate=agg)
+    plan_path = write_plan(root / "plan.json", plan.rows)
+    cli.main(["aggregate", "--plan", str(plan_path), "--results-dir", str(results), "--epoch", "final", "--out-dir", str(agg)])
+    html = render_report(agg, root / "index.html", plan_path)
+    return SimpleNamespace(html=html, rows=pd.read_csv(agg / "rows.csv").set_index(["table", "label"]), aggregate=agg, plan=plan_path)
 
 
-def render_report(aggregate_dir, out, tables=("config/tables/sas.yaml", "config/tables/rskip.yaml")) -> str:
-    cli.main(["report", "--aggregate-dir", str(aggregate_dir), "--tables", *tables,
-              "--template", "report/templates/index.html.j2", "--scale", "tiny", "--out", str(out)])
+def render_report(aggregate_dir, out, plan_path) -> str:
+    cli.main(["report", "--plan", str(plan_path), "--aggregate-dir", str(aggregate_dir), "--template", "report/templates/index.html.j2",
+              "--out", str(out)])
     return out.read_text()
 
 
@@ -121,7 +135,7 @@ def test_header_and_cells_that_come_from_the_context(report):
     rows.loc[row, ["n", "n_diverged", "n_unfinished"]] = [0, 0, 3]
     rows.loc[row, "formula"] = "a < b & c"
     files.write_text(report.aggregate / "rows.csv", rows.to_csv(index=False))
-    html = render_report(report.aggregate, report.aggregate / "edited.html")
+    html = render_report(report.aggregate, report.aggregate / "edited.html", report.plan)
     cells = row_by_label(html, "sas-t7", "SAS with LN")
     assert cells["reproduced"] == "no result"
     assert "<code>a &lt; b &amp; c</code>" in html
@@ -132,7 +146,7 @@ def test_run_as_names_a_refined_recipe(report):
     rows = pd.read_csv(report.aggregate / "rows.csv")
     rows.loc[rows["label"] == "SAS with LN", "recipe"] = "sas-long+sas-big"
     files.write_text(report.aggregate / "rows.csv", rows.to_csv(index=False))
-    html = render_report(report.aggregate, report.aggregate / "refined.html")
+    html = render_report(report.aggregate, report.aggregate / "refined.html", report.plan)
     assert row_by_label(html, "sas-t7", "SAS with LN")["run as"] == "digits / preact_resnet8 / sas-long+sas-big / sas"
     assert row_by_label(html, "sas-t7", "x + F (Baseline)")["run as"] == "digits / preact_resnet8 / add"
 
@@ -183,9 +197,9 @@ def test_translation_cells(report):
 def test_paper_parameter_counts_stand_beside_ours(tmp_path):
     """rskip-t7: the paper's count (EN-DE rows only) beside ours at the pipeline's vocabulary."""
     plan = plan_for(["rskip-t7"], seeds=1)
-    cli.main(["aggregate", "--plan", json.dumps(plan.rows), "--results-dir", str(tmp_path / "results"), "--tables",
-              "config/tables/rskip.yaml", "--epoch", "final", "--out-dir", str(tmp_path / "agg")])
-    html = render_report(tmp_path / "agg", tmp_path / "index.html")
+    plan_path = write_plan(tmp_path / "plan.json", plan.rows, ("config/tables/rskip.yaml",))
+    cli.main(["aggregate", "--plan", str(plan_path), "--results-dir", str(tmp_path / "results"), "--epoch", "final", "--out-dir", str(tmp_path / "agg")])
+    html = render_report(tmp_path / "agg", tmp_path / "index.html", plan_path)
     de_big = row_by_label(html, "rskip-t7", "EN-DE Big + proposal")
     assert de_big["parameters, paper"] == "213.06M" and de_big["parameters at paper size (vocabulary)"] == "209.90M (32,768)"
     assert row_by_label(html, "rskip-t7", "EN-DE Base")["parameters, paper"] == "65.00M"
@@ -201,9 +215,9 @@ def test_train_errors_and_parameter_counts_of_a_classification_table(tmp_path):
     plan = plan_for(["iter-t1", "sas-t7"], seeds=1)
     for path in plan.runs:
         write_metrics(tmp_path / "results", path, 10.0, train_error=1.25)
-    cli.main(["aggregate", "--plan", json.dumps(plan.rows), "--results-dir", str(tmp_path / "results"), "--tables",
-              "config/tables/iter.yaml", "config/tables/sas.yaml", "--epoch", "final", "--out-dir", str(tmp_path / "agg")])
-    html = render_report(tmp_path / "agg", tmp_path / "index.html", ("config/tables/iter.yaml", "config/tables/sas.yaml"))
+    plan_path = write_plan(tmp_path / "plan.json", plan.rows, ("config/tables/iter.yaml", "config/tables/sas.yaml"))
+    cli.main(["aggregate", "--plan", str(plan_path), "--results-dir", str(tmp_path / "results"), "--epoch", "final", "--out-dir", str(tmp_path / "agg")])
+    html = render_report(tmp_path / "agg", tmp_path / "index.html", plan_path)
     ubn = row_by_label(html, "iter-t1", "ResNet-110-UBN, CIFAR-100")
     assert (ubn["train error, paper"], ubn["train error"]) == ("7.75", "1.25")
     assert (ubn["parameters, paper"], ubn["parameters at paper size"]) == ("576k", "575k")  # 575,156
@@ -240,7 +254,7 @@ def test_the_header_counts_runs_by_status_and_names_the_epoch(report, tmp_path):
     rows["epoch_basis"] = "best"  # as `--epoch best` writes it
     best = shutil.copytree(report.aggregate, tmp_path / "best")
     files.write_text(best / "rows.csv", rows.to_csv(index=False))
-    assert "Reproduced numbers are <b>best-epoch</b> test metrics" in render_report(best, tmp_path / "best.html")
+    assert "Reproduced numbers are <b>best-epoch</b> test metrics" in render_report(best, tmp_path / "best.html", report.plan)
 
 
 def test_each_table_with_training_logs_has_its_learning_curves(report, tmp_path):
@@ -263,13 +277,12 @@ def test_figures_drawn_in_worker_processes_are_the_figures_drawn_here(tmp_path):
     from resrepro.report import render as render_module
 
     report = build_report(tmp_path / "with-logs", train_logs=True)
-    tables = ["config/tables/sas.yaml", "config/tables/rskip.yaml"]
     pool = render_module.drawing_pool(2)
     assert isinstance(pool, ProcessPoolExecutor) and not isinstance(render_module.drawing_pool(1), ProcessPoolExecutor)
     pool.shutdown()
 
     def images(workers):
-        ctx = render_module.build_context(report.aggregate, tables, "tiny", {}, workers=workers)
+        ctx = render_module.build_context(report.aggregate, read_plan(report.plan), {}, workers=workers)
         return ctx["paper_against_reproduced"], {s["id"]: s["figure"] for p in ctx["papers"] for s in p["sections"]}
 
     here, there = images(1), images(2)
@@ -296,11 +309,11 @@ def test_a_figure_section_shows_the_claim_what_each_cell_shows_and_its_drawing(t
         write_metrics(tmp_path / "results", path, 5.0)
 
     def report() -> str:
-        cli.main(["aggregate", "--plan", json.dumps(plan.rows), "--measures", json.dumps(plan.measures), "--results-dir",
-                  str(tmp_path / "results"), "--tables", "config/tables/sas.yaml", "--epoch", "final", "--out-dir", str(tmp_path / "agg")])
-        cli.main(["report", "--aggregate-dir", str(tmp_path / "agg"), "--tables", "config/tables/sas.yaml", "--figures",
-                  "config/figures/sas.yaml", "--template", "report/templates/index.html.j2", "--scale", "tiny", "--out", str(tmp_path / "i.html")])
-        return (tmp_path / "i.html").read_text()
+        plan_path = write_plan(tmp_path / "plan.json", plan.rows, ("config/tables/sas.yaml",), ("config/figures/sas.yaml",),
+                               measures=plan.measures)
+        cli.main(["aggregate", "--plan", str(plan_path), "--results-dir", str(tmp_path / "results"), "--epoch", "final",
+                  "--out-dir", str(tmp_path / "agg")])
+        return render_report(tmp_path / "agg", tmp_path / "i.html", plan_path)
 
     unmeasured = report()
     (cell,) = table_rows(unmeasured, "sas-f3")
@@ -329,15 +342,15 @@ def test_context_values_exactly(report):
     count 0 s), the generation time in UTC, the note only when given, the epoch basis."""
     from resrepro.report.render import build_context, render
 
-    tables = ["config/tables/sas.yaml", "config/tables/rskip.yaml"]
-    ctx = build_context(report.aggregate, tables, "tiny", {})
+    plan = read_plan(report.plan)
+    ctx = build_context(report.aggregate, plan, {})
     runs = pd.read_csv(report.aggregate / "runs.csv")
     assert ctx["provenance"]["compute_hours"] == runs["wall_time_s"].sum() / 3600 and runs["wall_time_s"].isna().sum() == 2
     assert ctx["provenance"]["generated_at"].endswith("+00:00") and ctx["note"] == "" and ctx["epoch_basis"] == "final"
     out = report.aggregate / "noted.html"
-    render(report.aggregate, tables, "report/templates/index.html.j2", out, "tiny", {})
+    render(report.aggregate, plan, "report/templates/index.html.j2", out, {})
     assert "About this scale" not in out.read_text()
-    render(report.aggregate, tables, "report/templates/index.html.j2", out, "tiny", {}, "digits, not CIFAR")
+    render(report.aggregate, plan, "report/templates/index.html.j2", out, {}, "digits, not CIFAR")
     assert "<b>About this scale:</b> digits, not CIFAR" in out.read_text()
 
 
@@ -378,7 +391,7 @@ def test_gpu_hours_per_table_are_shown_with_their_device_and_basis(report):
     costs["counts"] = costs["scale"].map({"paper": "training steps; checkpoint writes at 2 GB/s", "gpu-day": "training steps"})
     costs["leaves_out"] = "evaluation, data preparation"
     costs.to_csv(report.aggregate / "gpu_hours.csv", index=False)
-    html = render_report(report.aggregate, report.aggregate / "costed.html")
+    html = render_report(report.aggregate, report.aggregate / "costed.html", report.plan)
     assert "GPU-hours and disk per table at paper and gpu-day scale, on NVIDIA H100" in html and "an estimate" in html
     said = " ".join(html.split())
     assert "an estimate at commit abc1234 on 2026-11-24)" in said
@@ -519,10 +532,9 @@ def test_the_summary_gives_each_claim_its_verdict_and_evidence_and_draws_every_r
     that ran (rskip-t3: one row inconclusive, so the claim is), says what did not run, and a paper
     none of whose evidence ran says "not run"; the plot of every row decodes."""
     out = tmp_path / "summary.html"
-    cli.main(["report", "--aggregate-dir", str(report.aggregate), "--tables", *map(str, sorted(Path("config/tables").glob("*.yaml"))),
-              "--figures", *map(str, sorted(Path("config/figures").glob("*.yaml"))), "--claims", "config/claims.yaml",
-              "--template", "report/templates/index.html.j2", "--scale", "tiny", "--out", str(out)])
-    html = out.read_text()
+    every = write_plan(tmp_path / "plan.json", read_plan(report.plan)["rows"], sorted(Path("config/tables").glob("*.yaml")),
+                       sorted(Path("config/figures").glob("*.yaml")), "config/claims.yaml")
+    html = render_report(report.aggregate, out, every)
     sas, rskip, noise = (table_rows(html, "summary", i) for i in range(3))
     by_claim = {r["the paper claims"][:40]: r for r in sas + rskip}
     bn = by_claim["Applying batch normalization has a negat"]
@@ -588,7 +600,7 @@ def test_seeds_needed_and_the_mark_in_the_table(report, tmp_path):
     rows.loc[at, ["paper_runs", "paper_resolved"]] = [1, False]
     marked = shutil.copytree(report.aggregate, tmp_path / "marked")
     files.write_text(marked / "rows.csv", rows.to_csv(index=False))
-    html = render_report(marked, tmp_path / "marked.html")
+    html = render_report(marked, tmp_path / "marked.html", report.plan)
     cells = {c["row"]: c for c in table_rows(html, "rskip-t3")}
     expected = rows[rows["table"] == "rskip-t3"].set_index("label")["seeds_needed"]
     for label in ("LN(0.5x + F)", "LN(x + 2F)", "LN(x + 3F)"):
@@ -674,11 +686,10 @@ def test_each_row_links_to_its_runs_on_demand_and_the_figures_are_files(report, 
     out, pngs = tmp_path / "report" / "tiny" / "index.html", tmp_path / "report" / "tiny" / "figures"
     results = tmp_path / "results" / "tiny"
     out.parent.mkdir(parents=True)
-    cli.main(["report", "--aggregate-dir", str(report.aggregate), "--tables", "config/tables/sas.yaml", "config/tables/rskip.yaml",
-              "--template", "report/templates/index.html.j2", "--scale", "tiny", "--out", str(out), "--results-dir", str(results),
-              "--figures-dir", str(pngs)])
+    cli.main(["report", "--plan", str(report.plan), "--aggregate-dir", str(report.aggregate), "--template", "report/templates/index.html.j2",
+              "--out", str(out), "--results-dir", str(results), "--figures-dir", str(pngs)])
     html = out.read_text()
-    plan = {(r["table"], r["label"]): r["runs"] for r in json.loads((report.aggregate / "plan.json").read_text())}
+    plan = {(r["table"], r["label"]): r["runs"] for r in read_plan(report.plan)["rows"]}
     cells = {c["row"]: c for c in table_rows(html, "sas-t7")}
     assert cells["SAS with LN"]["runs"] == "3 runsseed0, seed1, seed2"  # the summary, then the links it folds
     for run in plan[("sas-t7", "SAS with LN")]:
@@ -686,7 +697,7 @@ def test_each_row_links_to_its_runs_on_demand_and_the_figures_are_files(report, 
     assert {p.name for p in pngs.iterdir()} == {"summary.png"}  # the fixture has no training logs: no curves to draw
     found = re.search(r'<img src="data:image/png;base64,([^"]+)" alt="paper value against reproduced value', html)
     assert (pngs / "summary.png").read_bytes() == base64.b64decode(found.group(1))
-    assert "run_links" not in html and table_rows(render_report(report.aggregate, tmp_path / "plain.html"), "sas-t7")[0]["runs"] == ""
+    assert "run_links" not in html and table_rows(render_report(report.aggregate, tmp_path / "plain.html", report.plan), "sas-t7")[0]["runs"] == ""
 
 
 def test_embedded_images_are_named_by_their_table_or_figure_id():
@@ -733,8 +744,8 @@ def test_the_section_beyond_the_papers_shows_only_when_selected(tmp_path):
         agg_dir.mkdir()
         for name in ("rows", "runs", "curves", "caption_samples"):
             out[name].to_csv(agg_dir / f"{name}.csv", index=False)
-        (agg_dir / "plan.json").write_text(json.dumps(plan.rows))
-        context = render_module.build_context(agg_dir, "config/tables", "tiny", {}, results_dir=results, report_dir=tmp_path)
+        resolved = plan_document("tiny", load_tables("config/tables"), {}, None, plan.rows, [])
+        context = render_module.build_context(agg_dir, resolved, {}, results_dir=results, report_dir=tmp_path)
         assert ("beyond" in [p["id"] for p in context["papers"]]) == expected
 
 

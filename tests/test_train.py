@@ -163,7 +163,7 @@ def train_job(digits, cell, seeds, *options, **over):
     from resrepro import cli
 
     job = {k: v for k, v in spec(epochs=1, lr_milestones=[], **over).items() if k != "seed"}
-    cli.main(["train", "--spec", json.dumps(job), "--seeds", *map(str, seeds), "--data", str(digits), "--cell-dir", str(cell),
+    cli.main(["train", "classification", "--spec", json.dumps(job), "--seeds", *map(str, seeds), "--data", str(digits), "--cell-dir", str(cell),
               "--done", str(cell / "seeds.json"), "--device", "cpu", "--no-progress", *options])
 
 
@@ -185,7 +185,7 @@ def test_a_failing_seed_is_recorded_the_next_still_trains_and_the_job_fails(digi
     with pytest.raises(SystemExit, match=r"seed\(s\) 0 of .* failed"):
         train_job(digits, cell, [0, 1])
     failed = json.loads((cell / "seed0" / "failed.json").read_text())
-    assert "is unreadable" in failed["error"] and failed["command"] == "train"
+    assert "is unreadable" in failed["error"] and failed["command"] == "train classification"
     assert (cell / "seed1" / "metrics.json").exists() and not (cell / "seed0" / "metrics.json").exists()
     assert not (cell / "seeds.json").exists()  # the job's output: only when every seed succeeded
 

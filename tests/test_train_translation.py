@@ -240,7 +240,7 @@ def test_a_fresh_admin_run_is_profiled_once_and_resumes_without_a_new_profile(tm
 def test_a_rerun_with_another_spec_starts_afresh_and_averages_only_its_own_steps(tmp_path):
     """A changed recipe (here max_updates 24 -> 20) reruns in the same folder: the earlier run's
     step24.pt and step22.pt must not be averaged with the new run's steps."""
-    from resrepro.cli import average_newest
+    from resrepro.jobs import average_newest
 
     train_pairs, dev_pairs = corpus(100, 0), corpus(10, 1)
     every = dict(update_freq=1, checkpoint_every=2, keep_checkpoints=10)
@@ -282,20 +282,20 @@ def test_the_dev_loss_reads_only_the_first_dev_sentences(tmp_path):
     assert len(translation.dev_examples(dev_pairs, spec()).lengths) == 30
 
 
-@pytest.mark.parametrize("command", ["cmd_evaluate_translation", "cmd_evaluate_captioning"])
-def test_a_run_that_diverged_is_not_evaluated_and_its_evaluation_succeeds(tmp_path, command):
+@pytest.mark.parametrize("task", ["translation", "captioning"])
+def test_a_run_that_diverged_is_not_evaluated_and_its_evaluation_succeeds(tmp_path, task):
     """Its averaged weights hold NaN, which beam search cannot rank (the rehearsal's first run failed
     there); the report shows the run as diverged, from metrics.json."""
     import argparse
     import json
 
-    from resrepro import cli
+    from resrepro import jobs
 
     run_dir = tmp_path / "seed0"
     m = train(spec(lr_scale=1e12, variant="add", args={}), corpus(100, 0), corpus(10, 1), 26, run_dir, device="cpu", progress=False)
     assert m["diverged"]
-    a = argparse.Namespace(threads=0, spec=json.dumps({"average_last": 2, "beam": 2}), data=str(tmp_path / "no-data"), device="cpu")
-    assert getattr(cli, command)(a)(0, run_dir) == {"diverged": True}
+    a = argparse.Namespace(task=task, threads=0, spec=json.dumps({"average_last": 2, "beam": 2}), data=str(tmp_path / "no-data"), device="cpu")
+    assert jobs.evaluation(a)(0, run_dir) == {"diverged": True}
     assert not (run_dir / "averaged.pt").exists()
 
 

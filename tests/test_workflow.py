@@ -510,8 +510,8 @@ def test_download_rule_rejects_a_file_with_the_wrong_checksum(workdir, cifar100_
     assert not (workdir / target).exists()
 
 
-DOWNLOADS = {"resources/cifar10-python.tar.gz": "cmd_download", "resources/iwslt15_en_vi/fetched.json": "cmd_fetch_translation",
-             "resources/mscoco/fetched.json": "cmd_fetch_coco", "resources/backbones/resnet101.IMAGENET1K_V2.pth": "cmd_fetch_backbone"}
+DOWNLOADS = {"resources/cifar10-python.tar.gz": "download", "resources/iwslt15_en_vi/fetched.json": "fetch-translation",
+             "resources/mscoco/fetched.json": "fetch-coco", "resources/backbones/resnet101.IMAGENET1K_V2.pth": "fetch-backbone"}
 
 
 @pytest.mark.parametrize("with_mirror", [False, True])
@@ -530,7 +530,7 @@ def test_every_download_command_parses_with_or_without_a_mirror(tmp_path, monkey
                 if line.startswith("Shell command: resrepro")]
     parsed = []
     for command in DOWNLOADS.values():
-        monkeypatch.setattr(cli, command, parsed.append)
+        monkeypatch.setitem(cli.COMMANDS, command, cli.COMMANDS[command]._replace(run=parsed.append))
     for command in commands:
         cli.main(shlex.split(command)[1:])
     assert sorted(a.command for a in parsed) == ["download", "fetch-backbone", "fetch-coco", "fetch-translation"]

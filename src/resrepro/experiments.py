@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import yaml
 
-from . import catalog, recipes
+from . import catalog, layout, recipes
 from .catalog import ConfigError
 from .data import backbones
 
@@ -359,12 +359,12 @@ class Run:
     @property
     def cell_path(self) -> str:
         """The cell's folder, relative to results/<scale>/: its runs are seed<N>/ inside it."""
-        return f"{self.task}/{self.dataset}/{self.arch}/{self.recipe}/{self.variant_id}"
+        return layout.cell_path(self.task, self.dataset, self.arch, self.recipe, self.variant_id)
 
     @property
     def path(self) -> str:
         """Relative to results/<scale>/: the stable layout people script against."""
-        return f"{self.cell_path}/seed{self.seed}"
+        return layout.run_path(self.cell_path, self.seed)
 
 
 @dataclass
@@ -376,12 +376,31 @@ class Plan:
     rows: list[dict] = field(default_factory=list)  # one per table row: which runs it averages
     measures: list[dict] = field(default_factory=list)  # one per figure cell: its measurement of which runs
     jobs: dict[str, list[str]] = field(default_factory=dict)  # job path -> the runs it trains, one after another
+    all_tables: dict[str, dict] = field(default_factory=dict)  # every table of tables_dir, selected or not
+    all_figures: dict[str, dict] = field(default_factory=dict)  # every figure of figures_dir
 
     def job_of(self, run_path: str) -> str:
         return next(job for job, runs in self.jobs.items() if run_path in runs)
 
     def datasets(self) -> list[str]:
         return sorted({r.dataset for r in self.runs.values()})
+
+
+def resolved_plan(plan: Plan, config: dict) -> dict:
+    """The plan as the aggregate and the report read it (results/<scale>/plan.json), decided once
+    when the workflow is parsed: every table and figure (the report shows the ones not run too), the
+    claims as written (config `claims`; the report resolves their references), each table row and
+    figure cell with its runs, every run's parts and each job's runs. Plain JSON: no YAML to read again."""
+    return plan_document(plan.scale, plan.all_tables, plan.all_figures, config.get("claims"), plan.rows, plan.measures,
+                         {path: asdict(run) for path, run in plan.runs.items()}, plan.jobs)
+
+
+def plan_document(scale: str, tables: dict, figures: dict, claims_file: str | Path | None, rows: list[dict], measures: list[dict],
+                  runs: dict | None = None, jobs: dict | None = None) -> dict:
+    """A resolved plan's JSON document from its parts (`resolved_plan`; tests build one from a few tables)."""
+    claims = (yaml.safe_load(Path(claims_file).read_text()) or {}) if claims_file else {}
+    return {"scale": scale, "tables": tables, "figures": figures, "claims": claims, "claims_source": str(claims_file or ""),
+            "rows": rows, "measures": measures, "runs": runs or {}, "jobs": jobs or {}}
 
 
 def seeds_for(config: dict, table_id: str, task: str) -> list[int]:
@@ -421,7 +440,7 @@ def make_plan(config: dict) -> Plan:
     if config["tables"] == "all":
         papers |= {f["paper"] for f in all_figures.values()}
     figures = {f: e for f, e in all_figures.items() if e["paper"] in papers} if chosen == "all" else {f: all_figures[f] for f in chosen}
-    plan = Plan(config["scale"], {t: all_tables[t] for t in selected}, figures)
+    plan = Plan(config["scale"], {t: all_tables[t] for t in selected}, figures, all_tables=all_tables, all_figures=all_figures)
     for task in sorted({t["task"] for t in [*plan.tables.values(), *plan.figures.values()] if t["task"]}):
         recipes.check_refinements(task, config[task])
         recipes.check_at_paper_size(task, config[task])
@@ -571,8 +590,7 @@ def group_into_jobs(runs: dict[str, Run], seeds_per_job: int | str) -> dict[str,
         size = len(cell_runs) if seeds_per_job == "all" else seeds_per_job
         for i in range(0, len(cell_runs), size):
             chunk = cell_runs[i : i + size]
-            first, last = chunk[0].seed, chunk[-1].seed
-            jobs[f"{cell}/seeds{first}" + (f"-{last}" if last != first else "")] = [r.path for r in chunk]
+            jobs[layout.job_path(cell, [r.seed for r in chunk])] = [r.path for r in chunk]
     return jobs
 
 

@@ -29,15 +29,14 @@ def command(gpus: int, argv: list[str]) -> list[str]:
     return [str(torchrun), "--standalone", f"--nproc_per_node={gpus}", "-m", "resrepro.cli", *argv]
 
 
-def run_here(env: dict[str, str], argv: list[str]) -> int:
-    """A CPU command runs in this process, under `env`: no second interpreter to start and no
-    second set of imports (a quarter of a second for each of the mini scale's many short jobs).
-    Nothing here has initialised CUDA, so the emptied CUDA_VISIBLE_DEVICES still hides every GPU."""
-    from .cli import main
-
+def run_here(env: dict[str, str], argv: list[str], run_command) -> int:
+    """A CPU command runs in this process with `run_command` (cli.main), under `env`: no second
+    interpreter to start and no second set of imports (a quarter of a second for each of the mini
+    scale's many short jobs). Nothing here has initialised CUDA, so the emptied CUDA_VISIBLE_DEVICES
+    still hides every GPU."""
     os.environ.clear()
     os.environ.update(env)
-    main(argv)  # a failure exits as the command would have: its SystemExit or exception propagates
+    run_command(argv)  # a failure exits as the command would have: its SystemExit or exception propagates
     return 0
 
 
@@ -59,7 +58,9 @@ def take_gpus(gpus: int, device_count: int, lock_dir: str | Path = DEFAULT_LOCK_
     return pool, ",".join(names[i] for i in pool.acquire_many(gpus, timeout_s=None))
 
 
-def launch(gpus: int, argv: list[str]) -> int:
+def launch(gpus: int, argv: list[str], run_command) -> int:
+    """Run the resrepro command line `argv` on the job's `gpus`: in this process with `run_command`
+    (cli.main, passed in: this module imports nothing of the command line's) when it holds none."""
     if not argv:
         raise SystemExit("launch: give the resrepro command after --")
     env = {k: v for k, v in os.environ.items() if k not in DDP_ENV}
@@ -72,7 +73,7 @@ def launch(gpus: int, argv: list[str]) -> int:
             if code is not None:
                 return code
             print(f"launch: no preload server answers at {server}: starting here", file=sys.stderr)
-        return run_here(env, argv)
+        return run_here(env, argv, run_command)
     import torch
 
     pool, devices = take_gpus(gpus, torch.cuda.device_count())

@@ -51,7 +51,7 @@ def warm() -> None:
     weight = torch.nn.Parameter(torch.zeros(1))
     torch.optim.SGD([weight], lr=0.1)
     torch.optim.Adam([weight], lr=0.1)
-    importlib.import_module("resrepro.cli")
+    importlib.import_module("resrepro.jobs")
     for name in PRELOADED_PACKAGES:
         package = importlib.import_module(f"resrepro.{name}")
         for module in pkgutil.iter_modules(package.__path__):
@@ -131,9 +131,9 @@ def read_request(conn: socket.socket) -> tuple[dict, list[int]]:
     return json.loads(data), fds
 
 
-def run_child(request: dict, fds: list[int]) -> int:
+def run_child(request: dict, fds: list[int], command) -> int:
     """In the forked child: become the job (stdio, directory, environment, default signals) and run
-    its command; its exit status."""
+    its command line with `command` (cli.main); its exit status."""
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
@@ -144,10 +144,8 @@ def run_child(request: dict, fds: list[int]) -> int:
     os.environ.clear()
     os.environ.update(request["env"])
     sys.argv = ["resrepro", *request["argv"]]
-    from .cli import main
-
     try:
-        main(request["argv"])
+        command(request["argv"])
         return 0
     except SystemExit as stop:
         if stop.code is None or isinstance(stop.code, int):
@@ -159,7 +157,7 @@ def run_child(request: dict, fds: list[int]) -> int:
         return 1
 
 
-def fork_job(conn: socket.socket, servers: list) -> int | None:
+def fork_job(conn: socket.socket, servers: list, command) -> int | None:
     """Fork a child running the job that `conn` sends; its pid (told to the job), or None. The child
     closes the server's own sockets (`servers`): a job waits for its connection's end, which must
     not wait for other jobs' children."""
@@ -178,7 +176,7 @@ def fork_job(conn: socket.socket, servers: list) -> int | None:
             inherited.close()
         code = 1
         try:
-            code = run_child(request, fds)
+            code = run_child(request, fds, command)
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -189,9 +187,11 @@ def fork_job(conn: socket.socket, servers: list) -> int | None:
     return pid
 
 
-def serve(path: str | Path, parent_pid: int | None = None, poll_s: float = 1.0) -> None:
+def serve(path: str | Path, command, parent_pid: int | None = None, poll_s: float = 1.0) -> None:
     """Serve jobs on the Unix socket `path` until SIGTERM, or until the process `parent_pid` (the
-    Snakemake that started this server) is gone; running children are then sent SIGTERM."""
+    Snakemake that started this server) is gone; running children are then sent SIGTERM. Each job
+    is a forked child that runs its command line with `command` (cli.main, passed in: this module
+    imports nothing of the command line's)."""
     path = Path(path)
     path.unlink(missing_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -220,7 +220,7 @@ def serve(path: str | Path, parent_pid: int | None = None, poll_s: float = 1.0) 
                     wake_read.recv(4096)
                 elif key.fileobj is listener:
                     conn, _ = listener.accept()
-                    pid = fork_job(conn, [listener, selector, wake_read, wake_write, *jobs.values()])
+                    pid = fork_job(conn, [listener, selector, wake_read, wake_write, *jobs.values()], command)
                     if pid is not None:
                         jobs[pid] = conn
                         selector.register(conn, selectors.EVENT_READ, pid)

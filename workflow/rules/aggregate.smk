@@ -1,23 +1,35 @@
-# All runs -> tidy tables (runs.csv, rows.csv, curves.csv; figures.csv and figure_cells.csv from
-# the measurements) for the report and for scripting.
+# The scale's resolved plan, then all runs -> tidy tables (runs.csv, rows.csv, curves.csv;
+# figures.csv and figure_cells.csv from the measurements) for the report and for scripting.
+
+
+localrules:
+    plan,
+
+
+rule plan:
+    output:
+        layout.plan_file(),
+    params:
+        digest=plan_digest(),
+    log:
+        "logs/{scale}/plan.log",
+    run:
+        write_plan(output[0], log[0])
 
 
 rule aggregate:
     input:
+        plan=layout.plan_file(),
         results=all_run_results,
         measurements=all_measurements,
-        tables=table_files(),
     output:
-        rows=report("results/{scale}/aggregate/rows.csv", caption="../report/tidy.rst", category="Tidy tables"),
-        runs=report("results/{scale}/aggregate/runs.csv", caption="../report/tidy.rst", category="Tidy tables"),
-        curves=report("results/{scale}/aggregate/curves.csv", caption="../report/tidy.rst", category="Tidy tables"),
-        plan="results/{scale}/aggregate/plan.json",
-        figures=report("results/{scale}/aggregate/figures.csv", caption="../report/tidy.rst", category="Tidy tables"),
-        figure_cells="results/{scale}/aggregate/figure_cells.csv",
-        caption_samples="results/{scale}/aggregate/caption_samples.csv",
+        rows=report(layout.aggregate_file("rows.csv"), caption="../report/tidy.rst", category="Tidy tables"),
+        runs=report(layout.aggregate_file("runs.csv"), caption="../report/tidy.rst", category="Tidy tables"),
+        curves=report(layout.aggregate_file("curves.csv"), caption="../report/tidy.rst", category="Tidy tables"),
+        figures=report(layout.aggregate_file("figures.csv"), caption="../report/tidy.rst", category="Tidy tables"),
+        figure_cells=layout.aggregate_file("figure_cells.csv"),
+        caption_samples=layout.aggregate_file("caption_samples.csv"),
     params:
-        plan=aggregate_plan(),
-        measures=measures_plan(),
         results=results_dir,
         epoch=config["report_epoch"],
         format=experiments.TIDY_FORMAT,
@@ -31,8 +43,8 @@ rule aggregate:
     conda:
         "../../envs/resrepro.yaml"
     shell:
-        "resrepro aggregate --plan {params.plan:q} --results-dir {params.results} --tables {input.tables}"
-        " --epoch {params.epoch} --measures {params.measures:q} --out-dir $(dirname {output.rows}) 2> {log}"
+        "resrepro aggregate --plan {input.plan} --results-dir {params.results} --epoch {params.epoch}"
+        " --out-dir $(dirname {output.rows}) 2> {log}"
 
 
 # The paper-scale cost of each table (and of any other scale named in gpu_costs), for the report.
@@ -43,7 +55,7 @@ rule gpu_hours:
         disk=config["gpu_costs"]["disk"],
         tables=table_files(),
     output:
-        "results/{scale}/aggregate/gpu_hours.csv",
+        layout.aggregate_file("gpu_hours.csv"),
     log:
         "logs/{scale}/gpu_hours.log",
     resources:

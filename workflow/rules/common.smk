@@ -1,13 +1,17 @@
 # Everything the rules need from config, computed once at parse time by the package.
 # A bad config (unknown table or variant, wrong type, unmapped dataset) fails here, before any job.
+import hashlib
 import json
 import os
 from pathlib import Path
 
-from resrepro import experiments
+from resrepro import experiments, files, layout
 from resrepro.data import backbones
 
 PLAN = experiments.make_plan(config)
+# What the aggregate and the report read (results/<scale>/plan.json), resolved here once; a file,
+# not a command-line argument: the paper scale's is several times Linux's 128 KiB for one argument.
+RESOLVED_PLAN = json.dumps(experiments.resolved_plan(PLAN, config), sort_keys=True)
 if config["check_scorers"]:
     experiments.check_captioning_scorers(PLAN)
 # Downloads and prepared data, shared by the scales of real data; a scale of fake data has its own.
@@ -32,27 +36,13 @@ def report_target():
 
 def job_runs(task, wildcards):
     """The runs (experiments.Run) one training or evaluation job does, in seed order."""
-    w = wildcards
-    job = f"{task}/{w.dataset}/{w.arch}/{w.recipe}/{w.variant}/seeds{w.seeds}"
-    return [PLAN.runs[path] for path in PLAN.jobs[job]]
+    return [PLAN.runs[path] for path in PLAN.jobs[layout.job_of_wildcards(task, wildcards)]]
 
 
-def run_spec(task, wildcards):
+def run_spec(task):
     """The job's training spec (its cell's, without the seed) as JSON: the rule's params, so a
     changed value reruns it."""
-    return json.dumps(experiments.job_train_spec(config, job_runs(task, wildcards)), sort_keys=True)
-
-
-def train_spec(wildcards):
-    return run_spec("classification", wildcards)
-
-
-def translation_spec(wildcards):
-    return run_spec("translation", wildcards)
-
-
-def captioning_spec(wildcards):
-    return run_spec("captioning", wildcards)
+    return lambda wildcards: json.dumps(experiments.job_train_spec(config, job_runs(task, wildcards)), sort_keys=True)
 
 
 def eval_spec(task):
@@ -67,17 +57,20 @@ def job_seeds(task):
 
 def cell_dir(wildcards, output):
     """The cell's folder (the job's output is <cell>/seeds<...>/<file>): seed<N>/ inside it holds each run."""
-    return str(Path(output[0]).parent.parent)
-
-
-def translation_gpus(wildcards):
-    """GPUs of one translation training job (translation.gpus by dataset); several run as torchrun ranks."""
-    return experiments.gpus_for(config, job_runs("translation", wildcards)[0])
+    return layout.cell_of(Path(output[0]).parent)
 
 
 def single_gpu():
-    """Classification training and all evaluation: one GPU when the scale uses GPUs, else none."""
+    """Classification and captioning training, and all evaluation: one GPU when the scale uses GPUs, else none."""
     return config["gpus_per_job"]
+
+
+def training_gpus(task):
+    """GPUs of one training job: translation's by dataset (translation.gpus), several running as
+    torchrun ranks; the other tasks' one, or none."""
+    if task == "translation":
+        return lambda wildcards: experiments.gpus_for(config, job_runs(task, wildcards)[0])
+    return single_gpu()
 
 
 # Which ready job Snakemake starts first (higher first): data, which every training job waits on;
@@ -123,8 +116,28 @@ def training_retries(rule_name, task):
     return continued + (settings.retries if settings else 0) if continued else None
 
 
+# The rules of each task (their names key config `resources` and the Slurm profile): its training,
+# its evaluation after training (none for classification: its training evaluates every epoch), and
+# its training's priority.
+TASKS = {
+    "classification": {"train": "train_classifier", "evaluate": None, "priority": PRIORITY["training"]},
+    "translation": {"train": "train_translator", "evaluate": "evaluate_translation", "priority": PRIORITY["long_training"]},
+    "captioning": {"train": "train_captioner", "evaluate": "evaluate_captioning", "priority": PRIORITY["long_training"]},
+}
+
+
 def prepared_data(wildcards):
     return f"{DATA}/{wildcards.dataset}.pt"
+
+
+def task_data(task):
+    """A task's prepared data, as a rule's input: a classification dataset is one file, the others' a folder (its prepared.json)."""
+    return prepared_data if task == "classification" else f"{DATA}/{{dataset}}/prepared.json"
+
+
+def data_argument(task):
+    """The prepared data as its job's --data: the file, or the folder its prepared.json marks."""
+    return lambda wildcards, input: input.data if task == "classification" else str(Path(input.data).parent)
 
 
 def all_run_results(wildcards):
@@ -133,9 +146,9 @@ def all_run_results(wildcards):
     finished, so a report shows what finished and lists the rest."""
     out = []
     for job, runs in PLAN.jobs.items():
-        out.append(f"results/{wildcards.scale}/{job}/trained.json")
-        if PLAN.runs[runs[0]].task in ("translation", "captioning"):
-            out.append(f"results/{wildcards.scale}/{job}/evaluated.json")
+        out.append(layout.job_file("trained.json", scale=wildcards.scale, job=job))
+        if TASKS[PLAN.runs[runs[0]].task]["evaluate"]:
+            out.append(layout.job_file("evaluated.json", scale=wildcards.scale, job=job))
     if config["partial"]:
         out = [f for f in out if os.path.exists(f)]
     return out
@@ -143,14 +156,12 @@ def all_run_results(wildcards):
 
 def measured_job(wildcards):
     """The training job of a measured run: measuring waits for it."""
-    w = wildcards
-    run = f"{w.task}/{w.dataset}/{w.arch}/{w.recipe}/{w.variant}/seed{w.seed}"
-    return f"results/{w.scale}/{PLAN.job_of(run)}/trained.json"
+    return layout.job_file("trained.json", scale=wildcards.scale, job=PLAN.job_of(layout.run_of_wildcards(wildcards)))
 
 
-def measured_run_dir(wildcards, output):
-    """The measured run's folder (the output is <run>/measure/<name>.csv)."""
-    return str(Path(output[0]).parent.parent)
+def measured_run_dir(wildcards):
+    """The measured run's folder."""
+    return f"{layout.scale_dir(wildcards.scale)}/{layout.run_of_wildcards(wildcards)}"
 
 
 def measured_data(wildcards):
@@ -162,38 +173,31 @@ def measured_data(wildcards):
 
 def measure_settings(wildcards):
     """The measurement's settings (the figure's), JSON: the rule's params, so a change remeasures."""
-    run = f"{wildcards.task}/{wildcards.dataset}/{wildcards.arch}/{wildcards.recipe}/{wildcards.variant}/seed{wildcards.seed}"
+    run = layout.run_of_wildcards(wildcards)
     return json.dumps(experiments.measure_settings(PLAN, run, wildcards.measurement), sort_keys=True)
 
 
 def all_measurements(wildcards):
     """Every measurement the selected figures and measured table rows read, one CSV per run and
     measurement. With `partial: true` only those that exist now."""
-    out = sorted({f"results/{wildcards.scale}/{run}/measure/{name}.csv" for run, name, _, _ in experiments.measured(PLAN)})
+    out = sorted({layout.measurement_file(name, scale=wildcards.scale, run=run) for run, name, _, _ in experiments.measured(PLAN)})
     if config["partial"]:
         out = [f for f in out if os.path.exists(f)]
     return out
 
 
 def results_dir(wildcards):
-    return f"results/{wildcards.scale}"
+    return layout.scale_dir(wildcards.scale)
 
 
-def aggregate_plan():
-    return json.dumps(PLAN.rows, sort_keys=True)
+def plan_digest():
+    """The resolved plan's hash: the plan rule's param, so any change to it writes plan.json again."""
+    return hashlib.sha256(RESOLVED_PLAN.encode()).hexdigest()
 
 
-def measures_plan():
-    """Which runs each figure cell reads, with its measurement: the aggregate's figure data."""
-    return json.dumps(PLAN.measures, sort_keys=True)
-
-
-def figure_files():
-    return [str(p) for p in sorted(Path(config["figures_dir"]).glob("*.yaml"))] if config.get("figures_dir") else []
-
-
-def claims_file():
-    return [config["claims"]] if config.get("claims") else []
+def write_plan(path, log):
+    files.write_text(path, RESOLVED_PLAN)
+    files.write_text(log, f"{path}: {len(PLAN.rows)} table rows, {len(PLAN.measures)} figure cells, {len(PLAN.runs)} runs in {len(PLAN.jobs)} jobs\n")
 
 
 def table_files():

@@ -8,14 +8,14 @@ rule measure:
         trained=measured_job,
         data=measured_data,
     output:
-        "results/{scale}/{task}/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/measure/{measurement}.csv",
+        layout.measurement_file(),
     params:
         settings=measure_settings,
         run=measured_run_dir,
     log:
-        "results/{scale}/{task}/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/measure/{measurement}.log",
+        layout.measurement_file(ext="log"),
     benchmark:
-        "results/{scale}/{task}/{dataset}/{arch}/{recipe}/{variant}/seed{seed}/measure/{measurement}.benchmark.tsv"
+        layout.measurement_file(ext="benchmark.tsv")
     # one thread, as Snakemake counts it: torch's default (every core) would crowd the job beside it
     threads: 1
     resources:

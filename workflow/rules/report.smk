@@ -8,17 +8,14 @@ localrules:
 
 rule report:
     input:
-        rows="results/{scale}/aggregate/rows.csv",
-        runs="results/{scale}/aggregate/runs.csv",
-        curves="results/{scale}/aggregate/curves.csv",
-        plan="results/{scale}/aggregate/plan.json",
-        figures_data="results/{scale}/aggregate/figures.csv",
-        figure_cells="results/{scale}/aggregate/figure_cells.csv",
-        caption_samples="results/{scale}/aggregate/caption_samples.csv",
-        gpu_hours="results/{scale}/aggregate/gpu_hours.csv",
-        tables=table_files(),
-        figures=figure_files(),
-        claims=claims_file(),
+        rows=layout.aggregate_file("rows.csv"),
+        runs=layout.aggregate_file("runs.csv"),
+        curves=layout.aggregate_file("curves.csv"),
+        plan=layout.plan_file(),
+        figures_data=layout.aggregate_file("figures.csv"),
+        figure_cells=layout.aggregate_file("figure_cells.csv"),
+        caption_samples=layout.aggregate_file("caption_samples.csv"),
+        gpu_hours=layout.aggregate_file("gpu_hours.csv"),
         template="report/templates/index.html.j2",
     output:
         html=report("report/{scale}/index.html", caption="../report/index.rst", category="Report"),
@@ -44,6 +41,6 @@ rule report:
     conda:
         "../../envs/resrepro.yaml"
     shell:
-        "resrepro report --aggregate-dir $(dirname {input.rows}) --tables {input.tables} --figures {input.figures} --claims {input.claims} --template {input.template}"
-        " --scale {wildcards.scale} --recipe {params.recipe:q} --note={params.note:q} --results-dir {params.results}"
+        "resrepro report --plan {input.plan} --aggregate-dir $(dirname {input.rows}) --template {input.template}"
+        " --recipe {params.recipe:q} --note={params.note:q} --results-dir {params.results}"
         " --out {output.html} --figures-dir {output.figures} --threads {threads} 2> {log}"

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .. import layout
 from ..data.subword import VOCAB_SIZES
 from ..experiments import BEYOND, CAPTION_METRICS, METRICS, higher_is_better, load_tables, row_metric
 from . import stats
@@ -43,9 +44,8 @@ RUN_COLUMNS = ["run", "task", "dataset", "arch", "recipe", "variant_id", "seed",
 
 
 def read_run(results_dir: Path, run: str) -> dict:
-    task, dataset, arch, recipe, variant_id, seed = run.split("/")  # experiments.Run.path
-    out = {"run": run, "task": task, "dataset": dataset, "arch": arch, "recipe": recipe, "variant_id": variant_id,
-           "seed": int(seed.removeprefix("seed"))}
+    out = {"run": run, **layout.parse_run(run)}
+    task = out["task"]
     path = results_dir / run / "metrics.json"
     if not path.exists():
         return {**out, **unfinished_status(results_dir / run)}
@@ -242,9 +242,10 @@ def _parameters_of(spec_json: str) -> int:
     return models.parameters_of(json.loads(spec_json))
 
 
-def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: str | Path | list, epoch_basis: str) -> dict[str, pd.DataFrame]:
+def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: dict | str | Path | list, epoch_basis: str) -> dict[str, pd.DataFrame]:
+    """The tidy tables of the plan's rows; `tables` by id (a resolved plan's), or their YAML files."""
     results_dir = Path(results_dir)
-    tables = load_tables(tables)
+    tables = tables if isinstance(tables, dict) else load_tables(tables)
     run_ids = list(dict.fromkeys(r for row in plan_rows for r in row["runs"]))
     runs = pd.DataFrame([read_run(results_dir, r) for r in run_ids]).reindex(columns=RUN_COLUMNS).set_index("run", drop=False)
 

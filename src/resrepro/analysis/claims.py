@@ -55,11 +55,15 @@ def parse_reference(text: str, tables: dict, figures: dict, where: str) -> Refer
     raise ConfigError(f"{where}: {ident!r} is neither a table nor a figure of config/tables or config/figures")
 
 
-def load_claims(path: str | Path, tables: dict, figures: dict) -> dict[str, list[dict]]:
+def load_claims(source: str | Path | dict, tables: dict, figures: dict, path: str | Path = "") -> dict[str, list[dict]]:
     """The claims by paper, in file order, each {claim, source, evidence: [Reference]}; every
-    reference resolves to a table, row, figure or check of the config, or this raises."""
-    path = Path(path)
-    papers = yaml.safe_load(path.read_text()) or {}
+    reference resolves to a table, row, figure or check of the config, or this raises. `source` is
+    config/claims.yaml, or what it holds (a resolved plan's `claims`) with `path` naming the file."""
+    if isinstance(source, dict):
+        papers = source
+    else:
+        path = Path(source)
+        papers = yaml.safe_load(path.read_text()) or {}
     known = {entry["paper"] for entry in [*tables.values(), *figures.values()]}
     out: dict[str, list[dict]] = {}
     for paper, claims in papers.items():

@@ -20,11 +20,11 @@ import jinja2
 import numpy as np
 import pandas as pd
 
-from .. import files, provenance
+from .. import files, layout, provenance
 from ..analysis import claims as claims_of_papers
 from ..analysis import figure_checks
 from ..analysis.aggregate import DIGITS, UNFINISHED, difference_summaries, figure_differences
-from ..experiments import BEYOND, METRICS, load_figures, load_tables
+from ..experiments import BEYOND, METRICS
 from . import figures
 
 # The four papers, in the report's order (docs/design.md: sas 000, rskip 001, noise 002, iter 003).
@@ -170,15 +170,16 @@ def run_links(run_ids: list[str], results_dir: Path | None, report_dir: Path) ->
     """(seed, relative link to the run's folder) for each run of a row; none without a results folder."""
     if results_dir is None:
         return []
-    return [(run.rsplit("/", 1)[-1], os.path.relpath(results_dir / run, report_dir) + "/") for run in run_ids]
+    return [(layout.seed_label(run), os.path.relpath(results_dir / run, report_dir) + "/") for run in run_ids]
 
 
-def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: dict, note: str = "",
-                  figure_entries: str | Path | list | None = None, claims: str | Path | None = None,
-                  results_dir: Path | None = None, report_dir: Path = Path("."), workers: int = 1) -> dict:
+def build_context(agg_dir: Path, plan: dict, recipe: dict, note: str = "", results_dir: Path | None = None, report_dir: Path = Path("."),
+                  workers: int = 1) -> dict:
+    """The report's context from the aggregate's tidy tables and the scale's resolved plan
+    (experiments.resolved_plan: its tables, figures, claims and each row's runs)."""
     pool = drawing_pool(workers)
     try:
-        context = _context(agg_dir, tables, scale, recipe, note, figure_entries, claims, results_dir, report_dir, pool)
+        context = _context(agg_dir, plan, recipe, note, results_dir, report_dir, pool)
         for paper in context["papers"]:  # each figure drawn (in a worker): its data URI
             for section in paper["sections"]:
                 section["figure"] = _drawn(section["figure"])
@@ -190,16 +191,13 @@ def build_context(agg_dir: Path, tables: str | Path | list, scale: str, recipe: 
         pool.shutdown()
 
 
-def _context(agg_dir: Path, tables, scale: str, recipe: dict, note: str, figure_entries, claims, results_dir: Path | None,
-             report_dir: Path, pool) -> dict:
+def _context(agg_dir: Path, plan: dict, recipe: dict, note: str, results_dir: Path | None, report_dir: Path, pool) -> dict:
     """build_context's context, each figure a Future of its PNG from `pool`."""
     rows = pd.read_csv(agg_dir / "rows.csv")
     runs = pd.read_csv(agg_dir / "runs.csv")
     curves = pd.read_csv(agg_dir / "curves.csv")
-    plan = json.loads((agg_dir / "plan.json").read_text())
-    tables = load_tables(tables)
-    figure_config = load_figures(figure_entries) if figure_entries else {}
-    runs_by_row = {(r["table"], r["label"]): r["runs"] for r in plan}
+    scale, tables, figure_config = plan["scale"], plan["tables"], plan["figures"]
+    runs_by_row = {(r["table"], r["label"]): r["runs"] for r in plan["rows"]}
 
     costs = gpu_costs(agg_dir / "gpu_hours.csv")
     samples_path = agg_dir / "caption_samples.csv"
@@ -231,7 +229,7 @@ def _context(agg_dir: Path, tables, scale: str, recipe: dict, note: str, figure_
                        "figures": _figure_sections(agg_dir, figure_config, paper_id, pool, runs, scale)})
 
     judged = {f["id"]: f["verdicts"] for p in papers for f in p["figures"] if "verdicts" in f}
-    stated = claims_of_papers.load_claims(claims, tables, figure_config) if claims else {}
+    stated = claims_of_papers.load_claims(plan["claims"], tables, figure_config, plan["claims_source"]) if plan["claims"] else {}
     summary = claims_of_papers.summarise(stated, rows, judged)
     repeats = {f["id"]: f["same_as"] for p in papers for f in p["figures"] if f.get("same_as")}
     for paper in papers:
@@ -432,15 +430,13 @@ def embedded_images(context: dict) -> dict[str, bytes]:
     return {name: base64.b64decode(uri.split(",", 1)[1]) for name, uri in uris.items() if uri}
 
 
-def render(agg_dir: str | Path, tables: str | Path | list, template: str | Path, out: str | Path, scale: str, recipe: dict, note: str = "",
-           figure_entries: str | Path | list | None = None, claims: str | Path | None = None, results_dir: str | Path | None = None,
-           figures_dir: str | Path | None = None, workers: int = 1) -> None:
+def render(agg_dir: str | Path, plan: dict, template: str | Path, out: str | Path, recipe: dict, note: str = "",
+           results_dir: str | Path | None = None, figures_dir: str | Path | None = None, workers: int = 1) -> None:
     """The report to `out`; with `figures_dir`, each of its images also as a PNG file there; with
     `results_dir`, each row links to its runs' folders."""
     template = Path(template)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(template.parent), autoescape=True, undefined=jinja2.StrictUndefined)
-    context = build_context(Path(agg_dir), tables, scale, recipe, note, figure_entries, claims,
-                            Path(results_dir) if results_dir else None, Path(out).parent, workers)
+    context = build_context(Path(agg_dir), plan, recipe, note, Path(results_dir) if results_dir else None, Path(out).parent, workers)
     files.write_text(out, env.get_template(template.name).render(**context))
     if figures_dir is not None:
         Path(figures_dir).mkdir(parents=True, exist_ok=True)
