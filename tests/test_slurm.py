@@ -146,7 +146,7 @@ def test_compute_rules_ran_as_slurm_jobs_and_local_rules_did_not(slurm_run):
         assert len(logs.get(rule, [])) == TRANSLATION_RUNS, (rule, logs.get(rule))
     for rule in ("prepare_digits", "synthesize_translation", "aggregate"):
         assert len(logs.get(rule, [])) == 1, rule
-    assert "report" not in logs  # a local rule: renders on the submitting host
+    assert "report" not in logs and "plan" not in logs  # local rules: they run on the submitting host
 
 
 def scontrol_job(root: Path, env: dict, rule: str) -> str:

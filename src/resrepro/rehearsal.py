@@ -39,6 +39,7 @@ EVERY_RULE_ONCE = (
     # ResNet-101 features, the captioner's cross-entropy and self-critical stages, then METEOR (Java)
     "results/rehearsal/captioning/mscoco/captioner_paper/default/sas-bias_a0-bias_b0/seeds0/evaluated.json",
     "results/rehearsal/aggregate/gpu_hours.csv",
+    "results/rehearsal/plan.json",
 )
 
 

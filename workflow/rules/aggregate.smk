@@ -13,6 +13,9 @@ rule plan:
         digest=plan_digest(),
     log:
         "logs/{scale}/plan.log",
+    resources:
+        mem_mb=needs("plan", "mem_mb"),
+        runtime=job_runtime("plan"),
     run:
         write_plan(output[0], log[0])
 
