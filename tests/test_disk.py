@@ -159,3 +159,21 @@ def test_gpu_hours_csv_holds_each_tables_disk_then_the_features_and_the_peak(tmp
     config, plan = load_scale("config/gpu-day.yaml")
     expected = disk.scale_disk(plan, config, disk.load_copies("config/costs/disk.yaml")["copies"])
     assert frame.set_index("table")["disk_gb"].to_dict() == pytest.approx({k: v / 1e9 for k, v in expected.items()})
+
+
+def test_gpu_hours_csv_is_the_same_to_the_last_digit_whatever_the_hash_seed(tmp_path):
+    """A table's GPU-hours and disk sum its runs, a set of them: summed in the set's order, which
+    Python's string hashing changes from process to process, the last digits moved between two
+    runs of the same commit. The sums are exact now (math.fsum), so the file is the same."""
+    import os
+    import subprocess
+    import sys
+
+    outs = []
+    for seed in ("1", "2", "3"):
+        out = tmp_path / f"gpu_hours{seed}.csv"
+        code = ("from resrepro import cli; cli.main(['gpu-hours', '--scales', 'config/gpu-day.yaml', '--step-times', "
+                f"'config/costs/h100.yaml', '--disk', 'config/costs/disk.yaml', '--out', {str(out)!r}])")
+        subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": seed}, check=True, capture_output=True)
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1] == outs[2]

@@ -286,7 +286,7 @@ def test_more_seeds_for_one_table_reruns_only_its_cells(workdir):
     t4_cells = {plan.runs[run].cell_path for row in plan.rows if row["table"] == "rskip-t4" for run in row["runs"]}
     measured = len({(name, run) for run, name, _, _ in experiments.measured(plan) if plan.runs[run].cell_path in t4_cells})
     jobs = planned_jobs(workdir, "--configfile", "tiny.yaml", "--config", "table_seeds={rskip-t4: 2}")
-    assert measured > 0 and jobs == {"train_classifier": len(t4_cells), "measure": measured, "aggregate": 1, "report": 1, "all": 1}
+    assert measured > 0 and jobs == {"train_classifier": len(t4_cells), "measure": measured, "plan": 1, "aggregate": 1, "report": 1, "all": 1}
     assert cfg["seeds"] == 1
 
 
@@ -297,7 +297,7 @@ def test_a_nested_recipe_override_on_the_command_line_reruns_that_task(workdir):
     n_classification = sum(job.startswith("classification/") for job in plan.jobs)
     jobs = planned_jobs(workdir, "--configfile", "tiny.yaml", "--config", "classification={epochs: 3, lr: 0.05}")
     n_measured = len({(name, run) for run, name, _, _ in experiments.measured(plan)})  # a retrained run is measured again
-    assert jobs == {"train_classifier": n_classification, "measure": n_measured, "aggregate": 1, "report": 1, "all": 1}
+    assert jobs == {"train_classifier": n_classification, "measure": n_measured, "plan": 1, "aggregate": 1, "report": 1, "all": 1}
 
 
 def test_training_seeds_side_by_side_reruns_nothing(workdir):
@@ -311,7 +311,7 @@ def test_training_seeds_stacked_reruns_nothing_and_refuses_side_by_side_too(work
     assert planned_jobs(workdir, "--configfile", "tiny.yaml", "--config", "seeds_stacked=true") == {}
     forced = snakemake(workdir, "-n", "-p", "--configfile", "tiny.yaml", "--config", "seeds_stacked=true", "--forcerun", "train_classifier",
                        "--until", "train_classifier")
-    commands = [line for line in forced.stdout.splitlines() if " train --spec " in line]
+    commands = [line for line in forced.stdout.splitlines() if " train classification --spec " in line]
     assert commands and all(" --stack 1 " in line for line in commands)
     with pytest.raises(ConfigError, match="seeds_stacked trains a job's seeds as one program"):
         experiments.make_plan(tiny_config(workdir) | {"tables_dir": str(workdir / "config" / "tables"), "seeds_stacked": True,
@@ -328,8 +328,8 @@ def test_changing_one_rows_lam_reruns_only_that_cell(workdir):
     original = path.read_text()
     try:
         path.write_text(original.replace("variant: xskip, args: {lam: 3}, paper: 9.23", "variant: xskip, args: {lam: 4}, paper: 9.23"))
-        assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {"train_classifier": 1, "aggregate": 1, "gpu_hours": 1, "report": 1,
-                                                                       "all": 1}
+        assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {"train_classifier": 1, "plan": 1, "aggregate": 1, "gpu_hours": 1,
+                                                                       "report": 1, "all": 1}
     finally:
         path.write_text(original)
     assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {}
@@ -343,9 +343,9 @@ def _n_translation_jobs(workdir):
 @pytest.mark.parametrize(
     "override, evaluation_rules",
     [
-        ("translation={beam: 3}", ["evaluate_translation"]),
-        ("translation={alpha: 1.0, max_len_b: 4}", ["evaluate_translation"]),
-        ("translation={average_last: 1}", ["evaluate_translation"]),
+        ("translation={beam: 3}", ["evaluate_translation", "plan"]),
+        ("translation={alpha: 1.0, max_len_b: 4}", ["evaluate_translation", "plan"]),
+        ("translation={average_last: 1}", ["evaluate_translation", "plan"]),
         ("report_epoch=best", []),
     ],
 )
@@ -355,7 +355,7 @@ def test_an_evaluation_setting_never_retrains(workdir, override, evaluation_rule
     is lost."""
     n = _n_translation_jobs(workdir)
     jobs = planned_jobs(workdir, "--configfile", "tiny.yaml", "--config", override)
-    assert jobs == {**{rule: n for rule in evaluation_rules}, "aggregate": 1, "report": 1, "all": 1}
+    assert jobs == {**{rule: 1 if rule == "plan" else n for rule in evaluation_rules}, "aggregate": 1, "report": 1, "all": 1}
 
 
 def test_editing_a_caption_reruns_only_the_aggregate_the_cost_and_the_report(workdir):
@@ -365,7 +365,7 @@ def test_editing_a_caption_reruns_only_the_aggregate_the_cost_and_the_report(wor
     try:
         path.write_text(original.replace("Higher means better.", "Higher is better.", 1))
         assert path.read_text() != original
-        assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {"aggregate": 1, "gpu_hours": 1, "report": 1, "all": 1}
+        assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {"plan": 1, "aggregate": 1, "gpu_hours": 1, "report": 1, "all": 1}
     finally:
         path.write_text(original)
 
@@ -375,9 +375,10 @@ def test_a_figure_setting_remeasures_and_its_claim_rerenders_without_retraining(
     original = path.read_text()
     try:
         path.write_text(original.replace("claim: \"alpha is greater", "claim: \"Alpha is greater", 1))
-        assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {"report": 1, "all": 1}
+        # the plan holds the figure's claim, the report reads it; the aggregate reads other parts of the plan
+        assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {"plan": 1, "report": 1, "all": 1}
         path.write_text(original.replace("examples: 10000", "examples: 100", 1))
-        assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {"measure": 1, "aggregate": 1, "report": 1, "all": 1}
+        assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {"measure": 1, "plan": 1, "aggregate": 1, "report": 1, "all": 1}
     finally:
         path.write_text(original)
 
@@ -460,7 +461,8 @@ def test_paper_scale_dry_run_lists_every_job(workdir):
     assert jobs == {"download_cifar": 2, "prepare_cifar": 2, "train_classifier": len(plan.runs) - n_mt - n_cap,
                     "fetch_translation": 3, "prepare_translation": 3, "train_translator": n_mt,
                     "evaluate_translation": n_mt, "fetch_coco": 1, "fetch_backbone": 1, "prepare_coco": 1, "train_captioner": n_cap,
-                    "evaluate_captioning": n_cap, "measure": n_measured, "aggregate": 1, "gpu_hours": 1, "report": 1, "all": 1}
+                    "evaluate_captioning": n_cap, "measure": n_measured, "plan": 1, "aggregate": 1, "gpu_hours": 1, "report": 1,
+                    "all": 1}
 
 
 def test_the_gpu_day_scale_runs_every_table_on_one_gpu_per_job(workdir):

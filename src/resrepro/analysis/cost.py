@@ -274,11 +274,11 @@ def table_costs(plan: Plan, config: dict, step_times: dict, copies: dict[str, fl
         entry["seeds"] = max(entry["seeds"], len(row["runs"]))
     out = []
     for table, entry in by_table.items():
-        total = sum(hours[r] for r in entry["runs"])
+        total = math.fsum(hours[r] for r in entry["runs"])  # exact: the set's order changes from process to process
         out.append({"table": table, "runs": len(entry["runs"]), "seeds": entry["seeds"], "gpu_hours": total,
                     "gpu_hours_per_seed": total / max(entry["seeds"], 1)})
     out.append({"table": "total", "runs": len(hours), "seeds": max((e["seeds"] for e in by_table.values()), default=0),
-                "gpu_hours": sum(hours.values()), "gpu_hours_per_seed": float("nan")})
+                "gpu_hours": math.fsum(hours.values()), "gpu_hours_per_seed": float("nan")})
     frame = pd.DataFrame(out)
     frame.insert(0, "scale", config["scale"])
     frame["counts"], frame["leaves_out"] = counted_text(step_times, copies, any(gpus_for(config, run) > 1 for run in runs.values()))

@@ -22,6 +22,7 @@ Downloads are not counted (their bytes are the mirror's; the lock file records t
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import yaml
@@ -128,8 +129,8 @@ def scale_disk(plan: Plan, config: dict, copies: dict[str, float]) -> dict[str, 
     tables: dict[str, set] = {}
     for row in plan.rows:
         tables.setdefault(row["table"], set()).update(row["runs"])
-    out = {table: sum(bytes_of[r] for r in runs) for table, runs in tables.items()}
-    runs_total = sum(bytes_of.values())
+    out = {table: math.fsum(bytes_of[r] for r in runs) for table, runs in tables.items()}  # exact: a set's order varies by process
+    runs_total = math.fsum(bytes_of.values())
     captioning = any(run.task == "captioning" for run in plan.runs.values())
     features, features_peak = coco_feature_bytes(config) if captioning and "mscoco" in plan.datasets() else (0.0, 0.0)
     out["features"] = features
