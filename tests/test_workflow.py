@@ -375,8 +375,8 @@ def test_a_figure_setting_remeasures_and_its_claim_rerenders_without_retraining(
     original = path.read_text()
     try:
         path.write_text(original.replace("claim: \"alpha is greater", "claim: \"Alpha is greater", 1))
-        # the plan holds the figure's claim, the report reads it; the aggregate reads other parts of the plan
-        assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {"plan": 1, "report": 1, "all": 1}
+        # the plan holds the figure's claim: the aggregate, which reads the plan, reruns with the report (no training, no measure)
+        assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {"plan": 1, "aggregate": 1, "report": 1, "all": 1}
         path.write_text(original.replace("examples: 10000", "examples: 100", 1))
         assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {"measure": 1, "plan": 1, "aggregate": 1, "report": 1, "all": 1}
     finally:

@@ -11,8 +11,7 @@ from resrepro.data import backbones
 PLAN = experiments.make_plan(config)
 # What the aggregate and the report read (results/<scale>/plan.json), resolved here once; a file,
 # not a command-line argument: the paper scale's is several times Linux's 128 KiB for one argument.
-RESOLVED = experiments.resolved_plan(PLAN, config)
-RESOLVED_PLAN = json.dumps(RESOLVED, sort_keys=True)
+RESOLVED_PLAN = json.dumps(experiments.resolved_plan(PLAN, config), sort_keys=True)
 if config["check_scorers"]:
     experiments.check_captioning_scorers(PLAN)
 # Downloads and prepared data, shared by the scales of real data; a scale of fake data has its own.
@@ -191,11 +190,9 @@ def results_dir(wildcards):
     return layout.scale_dir(wildcards.scale)
 
 
-def plan_digest(*parts):
-    """The hash of the resolved plan, or of some of its parts: a rule's param, so that a change to
-    what it reads reruns it."""
-    text = json.dumps({part: RESOLVED[part] for part in parts}, sort_keys=True) if parts else RESOLVED_PLAN
-    return hashlib.sha256(text.encode()).hexdigest()
+def plan_digest():
+    """The resolved plan's hash: the plan rule's param, so any change to it writes plan.json again."""
+    return hashlib.sha256(RESOLVED_PLAN.encode()).hexdigest()
 
 
 def write_plan(path, log):
