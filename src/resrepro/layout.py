@@ -58,7 +58,7 @@ def cell_of(path: str | Path) -> str:
 
 def run_dir(cell_dir: str | Path, seed: int) -> Path:
     """A seed's run folder inside its cell's folder (a job's --cell-dir)."""
-    return Path(cell_dir) / f"seed{seed}"
+    return Path(run_path(str(cell_dir), seed))
 
 
 def scale_dir(scale: str) -> str:
@@ -71,7 +71,7 @@ def plan_file(scale: str = "{scale}") -> str:
 
 
 def aggregate_file(name: str, scale: str = "{scale}") -> str:
-    """A tidy table (or the plan) the aggregate writes for the report."""
+    """A tidy table the aggregate writes (rows.csv, runs.csv, ...)."""
     return f"{scale_dir(scale)}/aggregate/{name}"
 
 
