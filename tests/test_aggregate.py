@@ -10,6 +10,13 @@ from scipy import stats as scipy_stats
 from resrepro import files
 from resrepro.analysis import stats
 from resrepro.analysis.aggregate import aggregate, paper_model
+from resrepro.analysis.parameters import by_row, parameter_counts
+from resrepro.experiments import load_tables
+
+
+def counted(plan_rows: list[dict]) -> dict:
+    """The parameters job's counts of these rows (analysis/parameters.py), as the aggregate takes them."""
+    return by_row(parameter_counts(plan_rows, load_tables("config/tables")))
 
 
 def test_welch_verdicts():
@@ -151,7 +158,7 @@ def test_translation_rows_bleu_bootstrap_and_paper_size_parameters(tmp_path):
     for path, run in plan.runs.items():
         v = run.variant_id
         write_translation_run(tmp_path, path, bleus[v][run.seed], bleus[v][run.seed] - 3, hyps[v][: 20 + run.seed], refs[: 20 + run.seed])
-    rows = aggregate(plan.rows, tmp_path, "config/tables", "final")["rows"].set_index("label")
+    rows = aggregate(plan.rows, tmp_path, "config/tables", "final", counted(plan.rows))["rows"].set_index("label")
     base, prop = rows.loc["1xSkip+LN, 6 blocks"], rows.loc["2rSkip+LN, 6 blocks"]
     assert base["mean"] == pytest.approx(93.5 / 3) and prop["mean"] == pytest.approx(104 / 3)
     assert base["sacrebleu"] == pytest.approx(93.5 / 3 - 3) and prop["sacrebleu"] == pytest.approx(104 / 3 - 3)
@@ -178,7 +185,7 @@ def test_paper_parameters_come_from_the_table_and_ours_from_the_model():
     from fake_runs import plan_for
 
     plan = plan_for(["rskip-t7"], seeds=1)
-    rows = aggregate(plan.rows, "/nonexistent", "config/tables", "final")["rows"].set_index("label")
+    rows = aggregate(plan.rows, "/nonexistent", "config/tables", "final", counted(plan.rows))["rows"].set_index("label")
     de = rows.loc[["EN-DE Base", "EN-DE Base + proposal", "EN-DE Big", "EN-DE Big + proposal"]]
     assert list(de["paper_parameters"]) == [65_000_000, 65_030_000, 213_000_000, 213_060_000]
     assert list(de["parameters_at_paper_size"]) == [BASE_PARAMETERS_32K, BASE_PARAMETERS_32K + 30 * 1024, 209_838_080, 209_838_080 + 30 * 2048]
@@ -345,7 +352,7 @@ def test_train_errors_and_parameter_counts_beside_the_papers(tmp_path):
     plan = plan_for(["iter-t1", "sas-t7"], seeds=2)
     for path, run in plan.runs.items():  # shared nets train worse: 4 and 5 against 2 and 3
         write_metrics(tmp_path, path, 10.0 + run.seed, train_error=(4.0 if run.model.startswith("shared") else 2.0) + run.seed)
-    rows = aggregate(plan.rows, tmp_path, "config/tables", "final")["rows"].set_index("label")
+    rows = aggregate(plan.rows, tmp_path, "config/tables", "final", counted(plan.rows))["rows"].set_index("label")
     ubn, r38 = rows.loc["ResNet-110-UBN, CIFAR-10"], rows.loc["ResNet-38, CIFAR-100"]
     assert (ubn["train_error"], ubn["paper_train_error"]) == (4.5, 0.63)
     assert (r38["train_error"], r38["paper_train_error"]) == (2.5, 10.04)
@@ -366,8 +373,8 @@ def test_the_shared_nets_have_the_papers_parameter_counts(scale):
     14 rows exactly, the shared UBN nets as the plain ResNets."""
     from fake_runs import config_for
 
-    from resrepro.analysis.aggregate import parameters_at_paper_size
-    from resrepro.experiments import load_tables, make_plan
+    from resrepro.analysis.parameters import parameters_at_paper_size
+    from resrepro.experiments import make_plan
 
     table = load_tables("config/tables")["iter-t1"]
     plan = make_plan(config_for(["iter-t1"], 1, scale=scale))
@@ -474,7 +481,7 @@ def test_noise_t2s_equivalent_plain_nets_are_judged_the_same_as_their_residual_s
 def test_figure_differences_pair_seed_with_seed_at_each_point():
     """of - minus per seed and epoch: seed 0 (3 - 1, 5 - 2) and seed 1 (4 - 6); an epoch or a seed
     that one cell lacks gives no row; abs takes the magnitude."""
-    from resrepro.analysis.aggregate import figure_differences
+    from resrepro.analysis.judgement import figure_differences
 
     def curve(label, seed, values):
         return [{"figure": "f", "cell": 0, "label": label, "run": f"{label}/seed{seed}", "seed": seed, "epoch": e + 1,
@@ -576,8 +583,8 @@ def test_a_row_whose_nets_did_not_learn_says_so():
 
 
 def test_the_aggregates_class_counts_are_the_datasets_own():
-    """aggregate.CLASSES stays torch-free for the workflow's parse; the data modules define the counts."""
-    from resrepro.analysis.aggregate import CLASSES
+    """parameters.CLASSES stays torch-free for the workflow's parse; the data modules define the counts."""
+    from resrepro.analysis.parameters import CLASSES
     from resrepro.data import cifar, digits
 
     assert {k: CLASSES[k] for k in cifar.CLASSES} == cifar.CLASSES

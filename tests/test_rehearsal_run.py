@@ -71,8 +71,8 @@ def test_every_compute_rule_ran_through_slurm_within_the_memory_and_time_it_aske
     tests/test_slurm.py shows the cluster kills them) and none was retried."""
     root, log = rehearsed
     slurm_log = (root / "rehearse-slurm.log").read_text()
-    compute = set(planned_jobs(root, "--configfile", "config/paper.yaml")) - {"all", "aggregate", "report"}
-    local_rules = {"download_cifar", "fetch_translation", "fetch_coco", "fetch_backbone", "gpu_hours", "plan"}
+    compute = set(planned_jobs(root, "--configfile", "config/paper.yaml")) - {"all", "aggregate", "judge", "report"}
+    local_rules = {"download_cifar", "fetch_translation", "fetch_coco", "fetch_backbone", "gpu_hours", "plan", "checks"}
     assert set(slurm_logs(root)) == compute - local_rules
     assert set(re.findall(r"^Finished jobid: \d+ \(Rule: (\w+)\)", slurm_log, re.M)) == compute
     assert "Trying to restart job" not in slurm_log and "exceeded memory limit" not in slurm_log

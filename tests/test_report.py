@@ -49,6 +49,23 @@ def read_plan(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
+def judge_figures(agg: Path, figure_files: list[str]) -> None:
+    """The judge's figure tables (checks, difference curves and cells) beside hand-made figures.csv and figure_cells.csv."""
+    from resrepro.analysis.judgement import judge_figures as judge
+
+    cells = pd.read_csv(agg / "figure_cells.csv", keep_default_na=False)
+    for name, frame in judge(load_figures(figure_files), pd.read_csv(agg / "figures.csv"), cells).items():
+        frame.to_csv(agg / f"{name}.csv", index=False)
+
+
+def analyse(plan_path: Path, results: Path, agg: Path) -> None:
+    """The analysis as the pipeline runs it: the parameter counts, the aggregate, the judge."""
+    cli.main(["parameters", "--plan", str(plan_path), "--out", str(agg / "parameters.csv")])
+    cli.main(["aggregate", "--plan", str(plan_path), "--parameters", str(agg / "parameters.csv"), "--results-dir", str(results),
+              "--epoch", "final", "--out-dir", str(agg)])
+    cli.main(["judge", "--plan", str(plan_path), "--aggregate-dir", str(agg)])
+
+
 def build_report(root, train_logs: bool) -> SimpleNamespace:
     results = root / "results"
     plan = plan_for(["sas-t7", "rskip-t3", "rskip-t5"])
@@ -74,7 +91,7 @@ def build_report(root, train_logs: bool) -> SimpleNamespace:
             write_metrics(results, path, value, train_log=train_logs and value is not None)
     agg = root / "aggregate"
     plan_path = write_plan(root / "plan.json", plan.rows)
-    cli.main(["aggregate", "--plan", str(plan_path), "--results-dir", str(results), "--epoch", "final", "--out-dir", str(agg)])
+    analyse(plan_path, results, agg)
     html = render_report(agg, root / "index.html", plan_path)
     return SimpleNamespace(html=html, rows=pd.read_csv(agg / "rows.csv").set_index(["table", "label"]), aggregate=agg, plan=plan_path)
 
@@ -198,7 +215,7 @@ def test_paper_parameter_counts_stand_beside_ours(tmp_path):
     """rskip-t7: the paper's count (EN-DE rows only) beside ours at the pipeline's vocabulary."""
     plan = plan_for(["rskip-t7"], seeds=1)
     plan_path = write_plan(tmp_path / "plan.json", plan.rows, ("config/tables/rskip.yaml",))
-    cli.main(["aggregate", "--plan", str(plan_path), "--results-dir", str(tmp_path / "results"), "--epoch", "final", "--out-dir", str(tmp_path / "agg")])
+    analyse(plan_path, tmp_path / "results", tmp_path / "agg")
     html = render_report(tmp_path / "agg", tmp_path / "index.html", plan_path)
     de_big = row_by_label(html, "rskip-t7", "EN-DE Big + proposal")
     assert de_big["parameters, paper"] == "213.06M" and de_big["parameters at paper size (vocabulary)"] == "209.90M (32,768)"
@@ -216,7 +233,7 @@ def test_train_errors_and_parameter_counts_of_a_classification_table(tmp_path):
     for path in plan.runs:
         write_metrics(tmp_path / "results", path, 10.0, train_error=1.25)
     plan_path = write_plan(tmp_path / "plan.json", plan.rows, ("config/tables/iter.yaml", "config/tables/sas.yaml"))
-    cli.main(["aggregate", "--plan", str(plan_path), "--results-dir", str(tmp_path / "results"), "--epoch", "final", "--out-dir", str(tmp_path / "agg")])
+    analyse(plan_path, tmp_path / "results", tmp_path / "agg")
     html = render_report(tmp_path / "agg", tmp_path / "index.html", plan_path)
     ubn = row_by_label(html, "iter-t1", "ResNet-110-UBN, CIFAR-100")
     assert (ubn["train error, paper"], ubn["train error"]) == ("7.75", "1.25")
@@ -311,8 +328,7 @@ def test_a_figure_section_shows_the_claim_what_each_cell_shows_and_its_drawing(t
     def report() -> str:
         plan_path = write_plan(tmp_path / "plan.json", plan.rows, ("config/tables/sas.yaml",), ("config/figures/sas.yaml",),
                                measures=plan.measures)
-        cli.main(["aggregate", "--plan", str(plan_path), "--results-dir", str(tmp_path / "results"), "--epoch", "final",
-                  "--out-dir", str(tmp_path / "agg")])
+        analyse(plan_path, tmp_path / "results", tmp_path / "agg")
         return render_report(tmp_path / "agg", tmp_path / "i.html", plan_path)
 
     unmeasured = report()
@@ -454,6 +470,7 @@ def test_a_figure_of_differences_draws_judges_and_sums_up_the_differences(tmp_pa
     data.to_csv(tmp_path / "figures.csv", index=False)
     pd.DataFrame([{"figure": "noise-f9b", "cell": i, "label": label, "measurement": "learning_curve", "kind": "per_epoch", "n": 2,
                    "n_runs": 3, "summary": "s"} for i, label in enumerate(base)]).to_csv(tmp_path / "figure_cells.csv", index=False)
+    judge_figures(tmp_path, ["config/figures/noise.yaml"])
     sections = render_module._figure_sections(tmp_path, load_figures(["config/figures/noise.yaml"]), "noise")
     # the figures this run did not measure are left out, those it cannot reproduce say why
     assert [s["id"] for s in sections] == ["noise-f9b", "noise-f11"]  # noise-f11d, -f11e and -f13 are computed: not in this figures.csv
@@ -466,6 +483,7 @@ def test_a_figure_of_differences_draws_judges_and_sums_up_the_differences(tmp_pa
     assert (gap["n"], gap["n_runs"]) == (2, 3)
     # a cell with nothing measured leaves its differences empty: no pairs, nothing to sum up
     data[data["label"] != "ResNet-44"].to_csv(tmp_path / "figures.csv", index=False)
+    judge_figures(tmp_path, ["config/figures/noise.yaml"])
     unpaired = render_module._figure_sections(tmp_path, load_figures(["config/figures/noise.yaml"]), "noise")[0]["cells"][7]
     assert (unpaired["label"], unpaired["n"], unpaired["summary"]) == ("depth 44: plain minus residual", 0, "")
     data.to_csv(tmp_path / "figures.csv", index=False)
@@ -534,6 +552,7 @@ def test_the_summary_gives_each_claim_its_verdict_and_evidence_and_draws_every_r
     out = tmp_path / "summary.html"
     every = write_plan(tmp_path / "plan.json", read_plan(report.plan)["rows"], sorted(Path("config/tables").glob("*.yaml")),
                        sorted(Path("config/figures").glob("*.yaml")), "config/claims.yaml")
+    cli.main(["judge", "--plan", str(every), "--aggregate-dir", str(report.aggregate)])
     html = render_report(report.aggregate, out, every)
     sas, rskip, noise = (table_rows(html, "summary", i) for i in range(3))
     by_claim = {r["the paper claims"][:40]: r for r in sas + rskip}

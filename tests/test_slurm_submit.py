@@ -83,7 +83,7 @@ def test_the_readme_shows_this_call(sbatch_call):
     assert shown in (REPO / "README.md").read_text(), "README.md should show:\n" + textwrap.indent(shown, "    ")
 
 
-LOCAL_RULES = {"download_cifar", "fetch_translation", "fetch_coco", "fetch_backbone", "gpu_hours", "plan", "report"}
+LOCAL_RULES = {"download_cifar", "fetch_translation", "fetch_coco", "fetch_backbone", "gpu_hours", "plan", "checks", "judge", "report"}
 
 
 def first_outputs(workdir, env) -> dict[str, list[str]]:

@@ -66,6 +66,13 @@ def selected_tables(workdir) -> dict:
     return {t: table for t, table in experiments.load_tables(workdir / "config" / "tables").items() if table["paper"] != experiments.BEYOND}
 
 
+# What a change reruns after its own jobs: the plan's file and all that reads it; the aggregate's
+# tables and all that reads them; the claims and figures' checks (checks.json) and all that reads them.
+AFTER_AGGREGATE = {"aggregate": 1, "judge": 1, "report": 1, "all": 1}
+AFTER_PLAN = {"plan": 1, "parameters": 1, **AFTER_AGGREGATE}
+AFTER_CHECKS = {"checks": 1, "judge": 1, "report": 1, "all": 1}
+
+
 def tiny_config(workdir):
     return yaml.safe_load((workdir / "tiny.yaml").read_text())
 
@@ -286,7 +293,7 @@ def test_more_seeds_for_one_table_reruns_only_its_cells(workdir):
     t4_cells = {plan.runs[run].cell_path for row in plan.rows if row["table"] == "rskip-t4" for run in row["runs"]}
     measured = len({(name, run) for run, name, _, _ in experiments.measured(plan) if plan.runs[run].cell_path in t4_cells})
     jobs = planned_jobs(workdir, "--configfile", "tiny.yaml", "--config", "table_seeds={rskip-t4: 2}")
-    assert measured > 0 and jobs == {"train_classifier": len(t4_cells), "measure": measured, "plan": 1, "aggregate": 1, "report": 1, "all": 1}
+    assert measured > 0 and jobs == {"train_classifier": len(t4_cells), "measure": measured, **AFTER_PLAN}
     assert cfg["seeds"] == 1
 
 
@@ -297,7 +304,7 @@ def test_a_nested_recipe_override_on_the_command_line_reruns_that_task(workdir):
     n_classification = sum(job.startswith("classification/") for job in plan.jobs)
     jobs = planned_jobs(workdir, "--configfile", "tiny.yaml", "--config", "classification={epochs: 3, lr: 0.05}")
     n_measured = len({(name, run) for run, name, _, _ in experiments.measured(plan)})  # a retrained run is measured again
-    assert jobs == {"train_classifier": n_classification, "measure": n_measured, "plan": 1, "aggregate": 1, "report": 1, "all": 1}
+    assert jobs == {"train_classifier": n_classification, "measure": n_measured, **AFTER_PLAN}
 
 
 def test_training_seeds_side_by_side_reruns_nothing(workdir):
@@ -328,8 +335,7 @@ def test_changing_one_rows_lam_reruns_only_that_cell(workdir):
     original = path.read_text()
     try:
         path.write_text(original.replace("variant: xskip, args: {lam: 3}, paper: 9.23", "variant: xskip, args: {lam: 4}, paper: 9.23"))
-        assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {"train_classifier": 1, "plan": 1, "aggregate": 1, "gpu_hours": 1,
-                                                                       "report": 1, "all": 1}
+        assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {"train_classifier": 1, "gpu_hours": 1, **AFTER_PLAN}
     finally:
         path.write_text(original)
     assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {}
@@ -355,7 +361,8 @@ def test_an_evaluation_setting_never_retrains(workdir, override, evaluation_rule
     is lost."""
     n = _n_translation_jobs(workdir)
     jobs = planned_jobs(workdir, "--configfile", "tiny.yaml", "--config", override)
-    assert jobs == {**{rule: 1 if rule == "plan" else n for rule in evaluation_rules}, "aggregate": 1, "report": 1, "all": 1}
+    after = AFTER_PLAN if "plan" in evaluation_rules else AFTER_AGGREGATE
+    assert jobs == {**{rule: n for rule in evaluation_rules if rule != "plan"}, **after}
 
 
 def test_editing_a_caption_reruns_only_the_aggregate_the_cost_and_the_report(workdir):
@@ -365,7 +372,7 @@ def test_editing_a_caption_reruns_only_the_aggregate_the_cost_and_the_report(wor
     try:
         path.write_text(original.replace("Higher means better.", "Higher is better.", 1))
         assert path.read_text() != original
-        assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {"plan": 1, "aggregate": 1, "gpu_hours": 1, "report": 1, "all": 1}
+        assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {"gpu_hours": 1, **AFTER_PLAN}
     finally:
         path.write_text(original)
 
@@ -375,10 +382,22 @@ def test_a_figure_setting_remeasures_and_its_claim_rerenders_without_retraining(
     original = path.read_text()
     try:
         path.write_text(original.replace("claim: \"alpha is greater", "claim: \"Alpha is greater", 1))
-        # the plan holds the figure's claim: the aggregate, which reads the plan, reruns with the report (no training, no measure)
-        assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {"plan": 1, "aggregate": 1, "report": 1, "all": 1}
+        # checks.json holds the figure's claim, plan.json does not: the judge and the report, not the aggregate
+        assert planned_jobs(workdir, "--configfile", "tiny.yaml") == AFTER_CHECKS
         path.write_text(original.replace("examples: 10000", "examples: 100", 1))
-        assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {"measure": 1, "plan": 1, "aggregate": 1, "report": 1, "all": 1}
+        assert planned_jobs(workdir, "--configfile", "tiny.yaml") == {"measure": 1, **AFTER_PLAN, "checks": 1}
+    finally:
+        path.write_text(original)
+
+
+def test_editing_a_claim_reruns_only_the_judge_and_the_report(workdir):
+    """The claims are the judge's alone (checks.json): editing one aggregates nothing again."""
+    path = workdir / "config" / "claims.yaml"
+    original = path.read_text()
+    try:
+        path.write_text(original.replace("claim: \"", "claim: \"Edited: ", 1))
+        assert path.read_text() != original
+        assert planned_jobs(workdir, "--configfile", "tiny.yaml") == AFTER_CHECKS
     finally:
         path.write_text(original)
 
@@ -461,8 +480,7 @@ def test_paper_scale_dry_run_lists_every_job(workdir):
     assert jobs == {"download_cifar": 2, "prepare_cifar": 2, "train_classifier": len(plan.runs) - n_mt - n_cap,
                     "fetch_translation": 3, "prepare_translation": 3, "train_translator": n_mt,
                     "evaluate_translation": n_mt, "fetch_coco": 1, "fetch_backbone": 1, "prepare_coco": 1, "train_captioner": n_cap,
-                    "evaluate_captioning": n_cap, "measure": n_measured, "plan": 1, "aggregate": 1, "gpu_hours": 1, "report": 1,
-                    "all": 1}
+                    "evaluate_captioning": n_cap, "measure": n_measured, "gpu_hours": 1, "checks": 1, **AFTER_PLAN}
 
 
 def test_the_gpu_day_scale_runs_every_table_on_one_gpu_per_job(workdir):
@@ -593,7 +611,7 @@ def test_a_failed_run_is_listed_in_a_partial_report_and_a_rerun_completes(tmp_pa
     assert ",failed," in runs and ",ok," in runs
 
     (bad_run / "checkpoints" / "last.pt").unlink()
-    assert planned_jobs(root, "--configfile", "fn1.yaml") == {"train_classifier": 1, "aggregate": 1, "report": 1, "all": 1}
+    assert planned_jobs(root, "--configfile", "fn1.yaml") == {"train_classifier": 1, **AFTER_AGGREGATE}
     snakemake(root, "--cores", "2", "--configfile", "fn1.yaml")
     html = (root / "report" / "tiny" / "index.html").read_text()
     assert 'id="partial"' not in html and 'id="unfinished"' not in html

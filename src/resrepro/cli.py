@@ -227,12 +227,27 @@ def cmd_measure(a) -> None:
 
 
 def add_plan_argument(s) -> None:
-    s.add_argument("--plan", required=True, help="the scale's resolved plan (results/<scale>/plan.json): its tables, figures, "
-                   "claims, and the runs of each table row and figure cell")
+    s.add_argument("--plan", required=True, nargs="+", help="the scale's resolved plan: results/<scale>/plan.json (its tables "
+                   "and the runs of each table row and figure cell), and for the judge and the report checks.json too (the "
+                   "figures and the claims)")
+
+
+def parameters_arguments(s) -> None:
+    add_plan_argument(s)
+    s.add_argument("--out", required=True)
+
+
+def cmd_parameters(a) -> None:
+    from .analysis.parameters import parameter_counts
+    from .experiments import read_plan
+
+    plan = read_plan(*a.plan)
+    files.write_text(a.out, parameter_counts(plan["rows"], plan["tables"]).to_csv(index=False))
 
 
 def aggregate_arguments(s) -> None:
     add_plan_argument(s)
+    s.add_argument("--parameters", required=True, help="each row's parameters at the paper's size (resrepro parameters)")
     s.add_argument("--results-dir", required=True)
     s.add_argument("--epoch", choices=["final", "best"], default="final")
     s.add_argument("--out-dir", required=True)
@@ -240,12 +255,28 @@ def aggregate_arguments(s) -> None:
 
 def cmd_aggregate(a) -> None:
     from .analysis.aggregate import aggregate, aggregate_figures
+    from .analysis.parameters import read_counts
+    from .experiments import read_plan
 
-    plan = json.loads(Path(a.plan).read_text())
+    plan = read_plan(*a.plan)
     out = Path(a.out_dir)
-    frames = aggregate(plan["rows"], a.results_dir, plan["tables"], a.epoch)
+    frames = aggregate(plan["rows"], a.results_dir, plan["tables"], a.epoch, read_counts(a.parameters))
     frames |= aggregate_figures(plan["measures"], a.results_dir, frames["runs"])
     for name, frame in frames.items():
+        files.write_text(out / f"{name}.csv", frame.to_csv(index=False))
+
+
+def judge_arguments(s) -> None:
+    add_plan_argument(s)
+    s.add_argument("--aggregate-dir", required=True, help="the aggregate's tables; the judge's are written beside them")
+
+
+def cmd_judge(a) -> None:
+    from .analysis.judgement import judge
+    from .experiments import read_plan
+
+    out = Path(a.aggregate_dir)
+    for name, frame in judge(read_plan(*a.plan), out).items():
         files.write_text(out / f"{name}.csv", frame.to_csv(index=False))
 
 
@@ -284,9 +315,10 @@ def report_arguments(s) -> None:
 
 
 def cmd_report(a) -> None:
+    from .experiments import read_plan
     from .report.render import render
 
-    render(a.aggregate_dir, json.loads(Path(a.plan).read_text()), a.template, a.out, json.loads(a.recipe), a.note, a.results_dir,
+    render(a.aggregate_dir, read_plan(*a.plan), a.template, a.out, json.loads(a.recipe), a.note, a.results_dir,
            a.figures_dir, a.threads)
 
 
@@ -342,7 +374,9 @@ COMMANDS = {
     "evaluate": Command("per seed: average the last checkpoints, decode the test set with beam search, score it",
                         evaluate_arguments, cmd_evaluate),
     "measure": Command("a registered measurement of one trained run -> a tidy CSV", measure_arguments, cmd_measure),
-    "aggregate": Command("all runs -> runs.csv, rows.csv, curves.csv", aggregate_arguments, cmd_aggregate),
+    "parameters": Command("each table row's parameters at the paper's size -> parameters.csv", parameters_arguments, cmd_parameters),
+    "aggregate": Command("all runs -> runs.csv, rows.csv, curves.csv, figures.csv", aggregate_arguments, cmd_aggregate),
+    "judge": Command("figure checks, difference curves and claims -> figure_checks.csv, claims.csv", judge_arguments, cmd_judge),
     "gpu-hours": Command("GPU-hours and disk per table of the given scales -> CSV", gpu_hours_arguments, cmd_gpu_hours),
     "report": Command("render the HTML report", report_arguments, cmd_report),
     "launch": Command("run a command on N GPUs: itself for one, torchrun ranks for several", launch_arguments, cmd_launch),

@@ -310,7 +310,7 @@ def _check_checks(figure: dict, where: str) -> None:
 
 def _check_differences(figure: dict, where: str) -> None:
     """`differences:` draws (and checks) per seed one cell's curve minus another's instead of the
-    cells themselves (analysis/aggregate.figure_differences)."""
+    cells themselves (analysis/judgement.figure_differences)."""
     differences = figure.get("differences", [])
     labels = [c.get("label") for c in figure["cells"]]
     if not isinstance(differences, list) or not differences and "differences" in figure:
@@ -387,12 +387,31 @@ class Plan:
 
 
 def resolved_plan(plan: Plan, config: dict) -> dict:
-    """The plan as the aggregate and the report read it (results/<scale>/plan.json), decided once
-    when the workflow is parsed: every table and figure (the report shows the ones not run too), the
-    claims as written (config `claims`; the report resolves their references), each table row and
-    figure cell with its runs, every run's parts and each job's runs. Plain JSON: no YAML to read again."""
+    """The plan as the analysis and the report read it, decided once when the workflow is parsed:
+    every table and figure (the report shows the ones not run too), the claims as written (config
+    `claims`; the judge resolves their references), each table row and figure cell with its runs,
+    every run's parts and each job's runs. Plain JSON: no YAML to read again. Written as two files
+    (PLAN_FILES), so that editing a claim or a figure's check judges again without aggregating again."""
     return plan_document(plan.scale, plan.all_tables, plan.all_figures, config.get("claims"), plan.rows, plan.measures,
                          {path: asdict(run) for path, run in plan.runs.items()}, plan.jobs)
+
+
+# The resolved plan's files and their keys: what the aggregate reads (results/<scale>/plan.json),
+# and what only the judge and the report read (checks.json: the figures' checks and the claims).
+PLAN_FILES = {"plan": ("scale", "tables", "rows", "measures", "runs", "jobs"), "checks": ("figures", "claims", "claims_source")}
+
+
+def plan_part(document: dict, name: str) -> dict:
+    """The keys of a resolved plan that its file `name` (PLAN_FILES) holds."""
+    return {key: document[key] for key in PLAN_FILES[name]}
+
+
+def read_plan(*paths: str | Path) -> dict:
+    """A resolved plan from its files (or one file holding every part, as tests write it)."""
+    out: dict = {}
+    for path in paths:
+        out |= json.loads(Path(path).read_text())
+    return out
 
 
 def plan_document(scale: str, tables: dict, figures: dict, claims_file: str | Path | None, rows: list[dict], measures: list[dict],

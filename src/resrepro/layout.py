@@ -6,8 +6,10 @@
                                                        evaluated.json, its logs and benchmarks)
         seed<N>/                                       a run (metrics.json, eval.json, checkpoints/)
           measure/<measurement>.csv                    a measurement of the run
-      plan.json                                        the resolved plan: tables, figures, claims, runs
-      aggregate/                                       the tidy tables (rows.csv, runs.csv, ...)
+      plan.json                                        the resolved plan: tables, rows, figure cells, runs
+      checks.json                                      and the rest of it: figures (their checks), claims
+      aggregate/                                       the tidy tables of the aggregate (rows.csv, runs.csv,
+                                                       ...) and of the judge (figure_checks.csv, claims.csv)
 
 A cell, job or run path is relative to results/<scale>/: the stable layout people script against.
 The rules' file patterns are the same paths with Snakemake wildcards (`job_file`, `run_file`).
@@ -65,9 +67,10 @@ def scale_dir(scale: str) -> str:
     return f"{RESULTS}/{scale}"
 
 
-def plan_file(scale: str = "{scale}") -> str:
-    """The scale's resolved plan (experiments.resolved_plan), which the aggregate and the report read."""
-    return f"{scale_dir(scale)}/plan.json"
+def plan_file(scale: str = "{scale}", name: str = "plan") -> str:
+    """A file of the scale's resolved plan (experiments.PLAN_FILES): plan.json, which the aggregate
+    reads, or checks.json, the figures' checks and the claims, which the judge reads."""
+    return f"{scale_dir(scale)}/{name}.json"
 
 
 def aggregate_file(name: str, scale: str = "{scale}") -> str:

@@ -26,7 +26,7 @@ SOURCES_FILE = ROOT / "sources.yaml"
 PROFILE = Path("config/rehearsal.yaml")
 SERVED = "iwslt15_en_vi"  # served over HTTP; the others are read from the mirror folder
 CUT_SHORT = ("iwslt15_en_vi/train.en",)
-# Targets that between them run every rule of the DAG but aggregate, report and all (which need the
+# Targets that between them run every rule of the DAG but aggregate, judge, report and all (which need the
 # whole of it), with the models at their paper sizes: what the rehearsal through Slurm (limits
 # enforced) and the rehearsal on a GPU run first.
 EVERY_RULE_ONCE = (
@@ -40,6 +40,9 @@ EVERY_RULE_ONCE = (
     "results/rehearsal/captioning/mscoco/captioner_paper/default/sas-bias_a0-bias_b0/seeds0/evaluated.json",
     "results/rehearsal/aggregate/gpu_hours.csv",
     "results/rehearsal/plan.json",
+    "results/rehearsal/checks.json",
+    # every table row's model at its paper size, counted on the meta device
+    "results/rehearsal/aggregate/parameters.csv",
 )
 
 

@@ -9,9 +9,10 @@ from resrepro import experiments, files, layout
 from resrepro.data import backbones
 
 PLAN = experiments.make_plan(config)
-# What the aggregate and the report read (results/<scale>/plan.json), resolved here once; a file,
-# not a command-line argument: the paper scale's is several times Linux's 128 KiB for one argument.
-RESOLVED_PLAN = json.dumps(experiments.resolved_plan(PLAN, config), sort_keys=True)
+# What the analysis and the report read, resolved here once, by file (experiments.PLAN_FILES): files,
+# not command-line arguments: the paper scale's plan is several times Linux's 128 KiB for one argument.
+RESOLVED_PLAN = experiments.resolved_plan(PLAN, config)
+PLAN_TEXTS = {name: json.dumps(experiments.plan_part(RESOLVED_PLAN, name), sort_keys=True) for name in experiments.PLAN_FILES}
 if config["check_scorers"]:
     experiments.check_captioning_scorers(PLAN)
 # Downloads and prepared data, shared by the scales of real data; a scale of fake data has its own.
@@ -190,14 +191,16 @@ def results_dir(wildcards):
     return layout.scale_dir(wildcards.scale)
 
 
-def plan_digest():
-    """The resolved plan's hash: the plan rule's param, so any change to it writes plan.json again."""
-    return hashlib.sha256(RESOLVED_PLAN.encode()).hexdigest()
+def plan_digest(name):
+    """The hash of a plan file's text: its rule's param, so that a change to it writes the file again."""
+    return hashlib.sha256(PLAN_TEXTS[name].encode()).hexdigest()
 
 
-def write_plan(path, log):
-    files.write_text(path, RESOLVED_PLAN)
-    files.write_text(log, f"{path}: {len(PLAN.rows)} table rows, {len(PLAN.measures)} figure cells, {len(PLAN.runs)} runs in {len(PLAN.jobs)} jobs\n")
+def write_plan(name, path, log):
+    files.write_text(path, PLAN_TEXTS[name])
+    counts = {"plan": f"{len(PLAN.rows)} table rows, {len(PLAN.measures)} figure cells, {len(PLAN.runs)} runs in {len(PLAN.jobs)} jobs",
+              "checks": f"{len(PLAN.all_figures)} figures, claims from {RESOLVED_PLAN['claims_source'] or 'no file'}"}
+    files.write_text(log, f"{path}: {counts[name]}\n")
 
 
 def table_files():

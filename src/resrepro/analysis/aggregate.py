@@ -15,7 +15,6 @@ Diverged runs count as diverged, never as a number: they are left out of the mea
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 from pathlib import Path
@@ -24,17 +23,14 @@ import pandas as pd
 
 from .. import layout
 from ..data.subword import VOCAB_SIZES
-from ..experiments import BEYOND, CAPTION_METRICS, METRICS, higher_is_better, load_tables, row_metric
+from ..experiments import CAPTION_METRICS, METRICS, higher_is_better, load_tables, row_metric
 from . import stats
+from .parameters import CLASSES, is_new, row_spec
 
 UNFINISHED = ("failed", "incomplete", "missing")
 # A change to the columns below or to rows.csv's: bump experiments.TIDY_FORMAT, so that the aggregate reruns.
-# Labels per image dataset (data/cifar.py's CLASSES, which imports torch; scikit-learn's digits: 10; a
-# test ties them), and how near a run's
-# last training loss may come to ln(classes), what predicting every class alike gives, before its
-# row says the net did not learn: a verdict on such nets says nothing about trained ones.
-CLASSES = {"cifar10": 10, "cifar100": 100, "digits": 10}
-CIFAR_IMAGES = {"in_channels": 3, "image_size": 32}  # what a paper-scale classifier's model spec takes of its data
+# How near a run's last training loss may come to ln(classes), what predicting every class alike
+# gives, before its row says the net did not learn: a verdict on such nets says nothing about trained ones.
 UNLEARNED_SHARE = 0.97
 COMPUTED = "computed"  # the run column of a computed figure's rows (no run)
 DIGITS = {"train_loss": 4}  # decimals a metric is shown with: a loss of 0.0723 is not 0.07
@@ -193,26 +189,6 @@ def loop_time_ratio(runs: pd.DataFrame, row_runs: list[str], baseline_runs: list
     return float(mean_time(row_runs) / mean_time(baseline_runs))
 
 
-def parameters_at_paper_size(row: dict, task: str, model_keys: dict | None = None) -> int:
-    """Parameters of the row's model at the paper's size, counted on the meta device (no memory):
-    our side of the papers' parameter columns (docs/parameters.md). `model_keys`: what the model
-    reads of the row's recipe (experiments.model_keys, e.g. paper 003's init, which adds conv biases)."""
-    from .. import models
-
-    arch = models.registry.get(row.get("arch", models.registry.DEFAULT_FOR_TASK[task]))
-    spec = {"arch": arch.name, arch.size_key: row[arch.size_key], "variant": row["variant"], "args": row.get("args") or {},
-            **(model_keys or {})}
-    return _parameters_of(json.dumps({**spec, **data_inputs(task, row["dataset"])}, sort_keys=True))
-
-
-def data_inputs(task: str, dataset: str) -> dict:
-    """What a model spec takes of the paper's dataset: a Transformer the joint vocabulary the
-    pipeline builds for it at paper scale (VOCAB_SIZES), a classifier the classes and CIFAR's images."""
-    if task == "translation":
-        return {"pad_id": 0, "vocab_size": VOCAB_SIZES[dataset]}
-    return {"classes": CLASSES[dataset], **CIFAR_IMAGES}
-
-
 def unlearned_note(train_losses: pd.Series, dataset: str) -> str:
     """What a row says when its nets did not learn: their mean last training loss is within
     UNLEARNED_SHARE of ln(classes) (every class predicted alike); empty otherwise or when unknown."""
@@ -234,16 +210,11 @@ def paper_model(spec: dict) -> str:
     return "model" if spec["size"] == "paper" else f"size {spec['size']}"
 
 
-@functools.lru_cache(maxsize=None)
-def _parameters_of(spec_json: str) -> int:
-    """models.parameters_of, once per distinct spec: tables share their baselines' models."""
-    from .. import models
-
-    return models.parameters_of(json.loads(spec_json))
-
-
-def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: dict | str | Path | list, epoch_basis: str) -> dict[str, pd.DataFrame]:
-    """The tidy tables of the plan's rows; `tables` by id (a resolved plan's), or their YAML files."""
+def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: dict | str | Path | list, epoch_basis: str,
+              parameters: dict[tuple[str, str], int] | None = None) -> dict[str, pd.DataFrame]:
+    """The tidy tables of the plan's rows; `tables` by id (a resolved plan's), or their YAML files.
+    `parameters`: each row's count at the paper's size (parameters.csv, by table and label); a row
+    whose count is not given shows none."""
     results_dir = Path(results_dir)
     tables = tables if isinstance(tables, dict) else load_tables(tables)
     run_ids = list(dict.fromkeys(r for row in plan_rows for r in row["runs"]))
@@ -255,8 +226,8 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: dict | str
     out_rows = []
     for plan_row in plan_rows:
         table = tables[plan_row["table"]]
-        spec = plan_row.get("spec") or table["rows"][plan_row["row"]]  # an extra row (extra_rows) carries its own
-        new = table["paper"] == BEYOND or bool(spec.get("new"))  # no paper value: better or worse than the baseline
+        spec = row_spec(plan_row, tables)
+        new = is_new(table, spec)
         metric = row_metric(table, spec)
         higher = higher_is_better(table, spec)
         each = row_seed_values(results_dir, runs, plan_row["runs"], spec, metric, table.get("measurement"), epoch_basis)
@@ -312,8 +283,9 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: dict | str
                 line.update(verdict="no result", reason=unscored or "no finished seed in this row or its baseline")
             if table["task"] == "translation":
                 line["bootstrap_p"] = json.dumps(bootstrap_p_values(results_dir, runs, plan_row["runs"], baseline["runs"], bootstrapped))
+        count = (parameters or {}).get((plan_row["table"], plan_row["label"]), float("nan"))
         if new and table["task"] in ("classification", "translation"):  # what the row's design costs, beside what it gains
-            line["parameters_at_paper_size"] = parameters_at_paper_size(spec, table["task"], plan_row.get("model_keys"))
+            line["parameters_at_paper_size"] = count
             line["loop_time_ratio"] = loop_time_ratio(runs, plan_row["runs"], (baseline or plan_row)["runs"])
         ok = [r for r in plan_row["runs"] if runs.loc[r, "status"] == "ok"]
         unlearned = unlearned_note(runs.loc[ok, "final_train_loss"], first["dataset"]) if table["task"] == "classification" and ok else ""
@@ -325,7 +297,7 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: dict | str
             line["train_error"] = runs.loc[ok, "final_train_error"].astype(float).mean()
             line["paper_train_error"] = spec["paper_train_error"]
         if table["task"] == "translation" or "paper_parameters" in spec:
-            line["parameters_at_paper_size"] = parameters_at_paper_size(spec, table["task"], plan_row.get("model_keys"))
+            line["parameters_at_paper_size"] = count
             line["paper_parameters"] = spec.get("paper_parameters")
         out_rows.append(line)
 
@@ -414,40 +386,3 @@ def aggregate_figures(measures: list[dict], results_dir: str | Path, runs: pd.Da
         "figure_cells": pd.DataFrame(cells, columns=["figure", "cell", "label", "measurement", "kind", "n", "n_runs", "summary"]),
     }
 
-
-def figure_differences(data: pd.DataFrame, differences: list[dict]) -> pd.DataFrame:
-    """A figure's difference curves (its entry's `differences:`): per seed, the rows of cell `of`
-    minus those of cell `minus` at the same point (epoch, quantity, ...), the absolute difference
-    where `abs` is set. Same seed against same seed: paper 002 compares nets that saw the same
-    batches (noise-f6) and the gap between two nets over training (noise-f9b)."""
-    id_columns = ("cell", "label", "run", "value", "examples")  # a cell's own; examples may differ between cells
-    keys = [c for c in data.columns if c not in id_columns and data[c].notna().any()]  # figure, seed, epoch, quantity, ...
-    frames = []
-    for i, difference in enumerate(differences):
-        pairs = data[data["label"] == difference["of"]].merge(data[data["label"] == difference["minus"]], on=keys, suffixes=("", "_minus"))
-        value = pairs["value"] - pairs["value_minus"]
-        frames.append(pairs[keys].assign(cell=-1 - i, label=difference["label"],
-                                         run=pairs["run"] + " - " + pairs["run_minus"], value=value.abs() if difference.get("abs") else value))
-    if not frames:
-        return data.iloc[:0]
-    out = pd.concat(frames, ignore_index=True)
-    for column in keys:  # figures.csv reads an epoch back as a float (other figures' rows leave it empty)
-        if out[column].dtype.kind == "f" and out[column].notna().all() and (out[column] % 1 == 0).all():
-            out[column] = out[column].astype(int)
-    return out.reindex(columns=data.columns)
-
-
-def difference_summaries(differences: pd.DataFrame, entry: dict, fcells: pd.DataFrame) -> list[dict]:
-    """Each difference curve as a cell of the figure: the seeds it pairs (of the fewer runs its two
-    cells planned) and what their mean shows."""
-    from .. import measure
-
-    summarize = measure.get(fcells["measurement"].iloc[0]).summarize
-    planned = fcells.set_index("label")["n_runs"]
-    out = []
-    for d in entry["differences"]:
-        rows = differences[differences["label"] == d["label"]]
-        keys = [c for c in rows.columns if c not in ("figure", "cell", "label", "run", "seed", "value", "examples") and rows[c].notna().any()]
-        summary = summarize(rows.groupby(keys, as_index=False)["value"].mean()) if len(rows) else ""
-        out.append({"label": d["label"], "n": rows["seed"].nunique(), "n_runs": int(min(planned[d["of"]], planned[d["minus"]])), "summary": summary})
-    return out

@@ -90,7 +90,7 @@ def written_files(run: Run) -> dict[str, int]:
 def weight_bytes(run: Run, config: dict) -> int:
     """The bytes of the run's weights: its model's parameters at the run's size, 4 bytes each (8 in float64)."""
     from .. import models
-    from .aggregate import _parameters_of, data_inputs
+    from .parameters import data_inputs, parameters_of
 
     spec = train_spec(config, run)
     if run.task == "captioning":
@@ -98,7 +98,7 @@ def weight_bytes(run: Run, config: dict) -> int:
     else:
         inputs = data_inputs(run.task, run.dataset)
     counted = models.model_spec(spec, **inputs)
-    return _parameters_of(json.dumps(counted, sort_keys=True)) * (8 if spec.get("dtype") == "float64" else 4)
+    return parameters_of(json.dumps(counted, sort_keys=True)) * (8 if spec.get("dtype") == "float64" else 4)
 
 
 def run_bytes(run: Run, config: dict, copies: dict[str, float]) -> float:

@@ -1,7 +1,9 @@
 """The HTML report: every table of every paper, the paper's number beside the reproduced one.
 
-Jinja lays out; all numbers come from the aggregate's tidy tables (analysis/aggregate.py) and the
-papers' values in config/tables. Figures are embedded as base64 PNG so the file is self-contained.
+Jinja lays out; every number and verdict comes from the tidy tables of the aggregate and the judge
+(analysis/aggregate.py, analysis/judgement.py) and the papers' values in the resolved plan: this
+module decides nothing, it formats and draws. Figures are embedded as base64 PNG so the file is
+self-contained.
 """
 
 from __future__ import annotations
@@ -21,9 +23,8 @@ import numpy as np
 import pandas as pd
 
 from .. import files, layout, provenance
-from ..analysis import claims as claims_of_papers
-from ..analysis import figure_checks
-from ..analysis.aggregate import DIGITS, UNFINISHED, difference_summaries, figure_differences
+from ..analysis.aggregate import DIGITS, UNFINISHED
+from ..analysis.judgement import read_claims, read_figure_checks
 from ..experiments import BEYOND, METRICS
 from . import figures
 
@@ -151,8 +152,8 @@ def _drawn(future: Future | None) -> str | None:
     return None if future is None else data_uri(future.result())
 
 
-# The aggregate's tidy tables a reader can download from the report itself (data: links).
-TIDY_TABLES = ("rows.csv", "runs.csv", "curves.csv", "figures.csv", "figure_cells.csv")
+# The analysis's tidy tables a reader can download from the report itself (data: links).
+TIDY_TABLES = ("rows.csv", "runs.csv", "curves.csv", "figures.csv", "figure_cells.csv", "figure_checks.csv", "claims.csv")
 
 
 def downloads(agg_dir: Path) -> list[dict]:
@@ -228,9 +229,8 @@ def _context(agg_dir: Path, plan: dict, recipe: dict, note: str, results_dir: Pa
         papers.append({"id": paper_id, "title": title, "sections": sections,
                        "figures": _figure_sections(agg_dir, figure_config, paper_id, pool, runs, scale)})
 
-    judged = {f["id"]: f["verdicts"] for p in papers for f in p["figures"] if "verdicts" in f}
-    stated = claims_of_papers.load_claims(plan["claims"], tables, figure_config, plan["claims_source"]) if plan["claims"] else {}
-    summary = claims_of_papers.summarise(stated, rows, judged)
+    claims_path = agg_dir / "claims.csv"
+    summary = read_claims(claims_path) if claims_path.exists() else {}
     repeats = {f["id"]: f["same_as"] for p in papers for f in p["figures"] if f.get("same_as")}
     for paper in papers:
         paper["claims"] = [with_repeats(c, repeats) for c in summary.get(paper["id"], [])]
@@ -299,6 +299,10 @@ def _figure_sections(agg_dir: Path, entries: dict, paper_id: str, pool=None, run
     measured = (agg_dir / "figure_cells.csv").exists()
     cells = pd.read_csv(agg_dir / "figure_cells.csv", keep_default_na=False) if measured else pd.DataFrame(columns=["figure"])
     data = pd.read_csv(agg_dir / "figures.csv") if measured else pd.DataFrame(columns=["figure"])
+    judged = (agg_dir / "figure_checks.csv").exists()  # the judge's (analysis/judgement.py)
+    verdicts = read_figure_checks(agg_dir / "figure_checks.csv") if judged else {}
+    differences = pd.read_csv(agg_dir / "figure_differences.csv") if judged else pd.DataFrame(columns=["figure"])
+    difference_cells = pd.read_csv(agg_dir / "difference_cells.csv", keep_default_na=False) if judged else pd.DataFrame(columns=["figure"])
     out, measured_as = [], {}  # what a figure draws (drawn_data_key) -> the first figure that drew it
     for figure_id, entry in entries.items():
         if entry["paper"] != paper_id:
@@ -314,15 +318,16 @@ def _figure_sections(agg_dir: Path, entries: dict, paper_id: str, pool=None, run
         ran = figure_ran_as(fdata, runs, scale) if runs is not None else ""
         drawn = fdata
         if entry.get("differences"):  # the figure shows its cells' differences, not the cells
-            fdata = figure_differences(fdata, entry["differences"])
-            shown += difference_summaries(fdata, entry, fcells)
+            fdata = differences[differences["figure"] == figure_id]
+            shown += [{"label": c["label"], "n": int(c["n"]), "n_runs": int(c["n_runs"]), "summary": c["summary"]}
+                      for _, c in difference_cells[difference_cells["figure"] == figure_id].iterrows()]
             what = "absolute difference in " if all(d.get("abs") for d in entry["differences"]) else "difference in "
             drawn = fdata.assign(quantity=what + fdata["quantity"].astype(str))  # the axes say what is drawn; checks read fdata
         image = pool.submit(figures.DRAWINGS[fcells["kind"].iloc[0]], drawn, figure_id)
         # e.g. a CIFAR-100 figure whose runs, at mini scale, are the CIFAR-10 figure's (one stand-in dataset)
         same_as = measured_as.setdefault(drawn_data_key(drawn), figure_id) if len(drawn) else figure_id
         out.append({"id": figure_id, "entry": entry, "image": image, "ran_as": ran, "same_as": same_as if same_as != figure_id else None,
-                    "verdicts": [figure_checks.judge(fdata, check) for check in entry.get("checks", [])], "cells": shown})
+                    "verdicts": verdicts.get(figure_id, []), "cells": shown})
     return out
 
 

@@ -1,0 +1,89 @@
+"""The judge's and the parameter counts' tables: what they decide, and that the report reads back
+exactly what was decided (figure_checks.csv, claims.csv, parameters.csv)."""
+
+import json
+
+import pandas as pd
+from fake_runs import plan_for
+
+from resrepro.analysis import figure_checks
+from resrepro.analysis.claims import load_claims, summarise
+from resrepro.analysis.judgement import judge, judge_figures, read_claims, read_figure_checks
+from resrepro.analysis.parameters import parameter_counts, parameters_at_paper_size, read_counts
+from resrepro.experiments import load_figures, load_tables, plan_document
+
+SAS_F3 = load_figures(["config/figures/sas.yaml"])
+TABLES = load_tables("config/tables")
+
+
+def gates(seeds: dict[int, float]) -> pd.DataFrame:
+    """sas-f3's rows (figures.csv) for these seeds, beta rising by `step` a block in each."""
+    return pd.DataFrame([{"figure": "sas-f3", "cell": 0, "label": "SAS (LN)", "run": f"r/seed{s}", "seed": s, "block": b,
+                          "quantity": q, "value": v}
+                         for s, step in seeds.items() for b in (1, 2, 3)
+                         for q, v in (("alpha", 0.95), ("beta", step * b), ("gamma", 0.05 / b))])
+
+
+def cells(figure: str = "sas-f3") -> pd.DataFrame:
+    return pd.DataFrame([{"figure": figure, "cell": 0, "label": "SAS (LN)", "measurement": "sas_gates", "kind": "per_block", "n": 2,
+                          "n_runs": 2, "summary": "s"}])
+
+
+def test_figure_checks_read_back_as_judged(tmp_path):
+    """Two seeds that disagree on beta's rise: inconclusive, 1/2; the other checks supported 2/2.
+    The report's reading of figure_checks.csv gives the very verdicts judged in memory."""
+    data = gates({0: 0.1, 1: -0.1})
+    out = judge_figures({"sas-f3": SAS_F3["sas-f3"]}, data, cells())
+    out["figure_checks"].to_csv(tmp_path / "figure_checks.csv", index=False)
+    read = read_figure_checks(tmp_path / "figure_checks.csv")
+    expected = [figure_checks.judge(data, check) for check in SAS_F3["sas-f3"]["checks"]]
+    assert read == {"sas-f3": expected}
+    assert [(v.verdict, v.seeds_holding, v.seeds) for v in expected] == [("supported", 2, 2), ("inconclusive", 1, 2), ("supported", 2, 2)]
+    assert list(out["figure_checks"]["check"]) == [1, 2, 3] and out["figure_differences"].empty and out["difference_cells"].empty
+
+
+def test_a_figure_not_measured_or_not_reproduced_is_not_judged():
+    figures = load_figures(["config/figures/sas.yaml", "config/figures/noise.yaml"])
+    out = judge_figures(figures, gates({0: 0.1}), cells())
+    assert set(out["figure_checks"]["figure"]) == {"sas-f3"}
+
+
+def test_claims_are_judged_over_the_rows_and_the_checks_and_read_back(tmp_path):
+    """config/claims.yaml over sas-t7's rows and sas-f3's checks: claims.csv holds, per paper and
+    in the file's order, what analysis/claims.py decides; a cited figure this run did not measure
+    is named as not in this run, a measured one is not."""
+    plan = plan_for(["sas-t7"], seeds=2)
+    document = plan_document("tiny", TABLES, load_figures("config/figures"), "config/claims.yaml", plan.rows, [])
+    rows = pd.DataFrame([{"table": "sas-t7", "label": r["label"], "verdict": v, "n": 2, "n_diverged": 0}
+                         for r, v in zip(plan.rows, ["baseline", "supported", "contradicted"], strict=True)])
+    rows.to_csv(tmp_path / "rows.csv", index=False)
+    gates({0: 0.1, 1: 0.2}).to_csv(tmp_path / "figures.csv", index=False)
+    cells().to_csv(tmp_path / "figure_cells.csv", index=False)
+    out = judge(document, tmp_path)
+    out["claims"].to_csv(tmp_path / "claims.csv", index=False)
+    checked = {"sas-f3": [figure_checks.judge(gates({0: 0.1, 1: 0.2}), c) for c in SAS_F3["sas-f3"]["checks"]]}
+    stated = load_claims("config/claims.yaml", TABLES, document["figures"])
+    expected = summarise(stated, pd.read_csv(tmp_path / "rows.csv"), checked)
+    assert read_claims(tmp_path / "claims.csv") == expected
+    by_source = {c["source"]: c for c in expected["sas"]}
+    assert (by_source["SAS, Sec. 5, Figure 3"]["verdict"], by_source["SAS, Sec. 5, Figure 3"]["evidence"]) == (
+        "supported", "sas-f3: 3 supported of 3 checks")
+    assert by_source["SAS, Sec. 5, Figure 4"]["evidence"] == "not in this run: sas-f4"
+    assert (by_source["SAS, Sec. 5, Table 7"]["verdict"], by_source["SAS, Sec. 5, Table 7"]["evidence"]) == (
+        "inconclusive", "sas-t7: 1 supported, 1 contradicted of 2 rows")
+    assert list(out["claims"]["paper"].drop_duplicates()) == list(stated)
+    first = expected[next(iter(stated))][0]
+    assert json.loads(out["claims"]["cited"].iloc[0]) == [list(pair) for pair in first["cited"]]
+
+
+def test_parameter_counts_are_those_of_the_rows_that_show_them(tmp_path):
+    """rskip-t7 (translation: every row shows its count beside the vocabulary) and sas-t7 (a
+    classification table of the paper's rows without counts: none); parameters.csv reads back."""
+    plan = plan_for(["rskip-t7", "sas-t7"], seeds=1)
+    counts = parameter_counts(plan.rows, TABLES)
+    assert set(counts["table"]) == {"rskip-t7"} and len(counts) == sum(r["table"] == "rskip-t7" for r in plan.rows)
+    big = next(r for r in plan.rows if r["label"] == "EN-DE Big")
+    assert counts.set_index("label").loc["EN-DE Big", "parameters_at_paper_size"] == parameters_at_paper_size(
+        TABLES["rskip-t7"]["rows"][big["row"]], "translation") == 209_838_080
+    counts.to_csv(tmp_path / "parameters.csv", index=False)
+    assert read_counts(tmp_path / "parameters.csv") == {(r["table"], r["label"]): r["parameters_at_paper_size"] for _, r in counts.iterrows()}
