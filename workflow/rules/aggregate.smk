@@ -41,6 +41,8 @@ rule parameters:
         format=experiments.TIDY_FORMAT,
     log:
         "logs/{scale}/parameters.log",
+    benchmark:
+        "logs/{scale}/parameters.benchmark.tsv"
     resources:
         mem_mb=needs("parameters", "mem_mb"),
         runtime=job_runtime("parameters"),
@@ -97,6 +99,8 @@ rule judge:
         format=experiments.TIDY_FORMAT,
     log:
         "logs/{scale}/judge.log",
+    benchmark:
+        "logs/{scale}/judge.benchmark.tsv"
     resources:
         mem_mb=needs("judge", "mem_mb"),
         runtime=job_runtime("judge"),
