@@ -36,7 +36,11 @@ def test_every_name_the_catalog_declares_is_implemented_and_nothing_else():
     assert set(residual.REGISTRY) == set(catalog.VARIANTS)
     assert all(cls.params is catalog.VARIANTS[name] for name, cls in residual.REGISTRY.items())
     assert set(registry.BUILDERS) == set(catalog.ARCHITECTURES)
-    assert set(measure.IMPLEMENTED_IN) == set(catalog.MEASUREMENTS)
+    # one declaration a measurement: the module it names registers it, and its kind has a drawing
+    assert all(measure.get(n).measure.__module__ == f"resrepro.measure.{spec.module}" for n, spec in catalog.MEASUREMENTS.items())
+    from resrepro.report.figures import DRAWINGS
+
+    assert {spec.kind for spec in catalog.MEASUREMENTS.values()} <= set(DRAWINGS)
     assert all(measure.get(n).name == n and measure.get(n).defaults == catalog.MEASUREMENTS[n].defaults for n in catalog.MEASUREMENTS)
     assert set(measure.MEASUREMENTS) == set(catalog.MEASUREMENTS)  # each module registers what it implements, no more
 

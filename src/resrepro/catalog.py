@@ -175,8 +175,9 @@ def architecture(name: str, task: str | None = None) -> Architecture:
 class MeasurementSpec:
     name: str
     task: str | None  # whose runs it reads: classification or translation; None: computed, no run (its cells name curves)
-    kind: str  # the tidy frame's shape, which picks the report's drawing: per_block, per_epoch
+    kind: str  # the tidy frame's shape, which picks the report's drawing (report/figures.py DRAWINGS): per_block, per_epoch
     defaults: dict  # its settings and their defaults; a figure may set each
+    module: str  # the module of resrepro.measure that implements it (measure.register), imported on first use
     quantities: tuple[str, ...] = ()  # the quantities it writes where a figure may draw some of them (`quantities:`)
 
 
@@ -184,70 +185,70 @@ MEASUREMENTS: dict[str, MeasurementSpec] = {
     m.name: m
     for m in (
         # paper 000 Fig. 3: "averaging over 10,000 experimental examples" (CIFAR-10's test set)
-        MeasurementSpec("sas_gates", "classification", "per_block", {"examples": 10000, "split": "test", "batch_size": 500}),
+        MeasurementSpec("sas_gates", "classification", "per_block", {"examples": 10000, "split": "test", "batch_size": 500}, "gates"),
         # paper 003 Sec. 4.1-4.2, on training and held-out data (measure/blocks.py)
-        MeasurementSpec("l2_ratio", "classification", "per_block", {"examples": 10000, "splits": ["train", "test"], "batch_size": 500}),
+        MeasurementSpec("l2_ratio", "classification", "per_block", {"examples": 10000, "splits": ["train", "test"], "batch_size": 500}, "blocks"),
         # Sec. 4.2: "make predictions using the rest of network on validation set"
-        MeasurementSpec("block_drop", "classification", "per_block", {"examples": 10000, "splits": ["test"], "batch_size": 500}),
-        MeasurementSpec("grad_cosine", "classification", "per_block", {"examples": 10000, "splits": ["train", "test"], "batch_size": 500}),
+        MeasurementSpec("block_drop", "classification", "per_block", {"examples": 10000, "splits": ["test"], "batch_size": 500}, "blocks"),
+        MeasurementSpec("grad_cosine", "classification", "per_block", {"examples": 10000, "splits": ["train", "test"], "batch_size": 500}, "blocks"),
         # paper 000 Fig. 4 and paper 001 Fig. 3: "averaged over 10,000 random training examples",
         # the blocks "at the middle of the model" (the middle stage)
         MeasurementSpec("grad_norm", "classification", "per_block",
-                        {"examples": 10000, "splits": ["train"], "batch_size": 500, "blocks": "middle"}),
+                        {"examples": 10000, "splits": ["train"], "batch_size": 500, "blocks": "middle"}, "blocks"),
         # paper 003 Fig. 6 and Sec. 4.3: borderline examples over the last 5 blocks (measure/borderline.py)
         MeasurementSpec("borderline", "classification", "per_block",
-                        {"examples": 10000, "splits": ["train", "test"], "batch_size": 500, "last_blocks": 5, "margin": 0.1}),
+                        {"examples": 10000, "splits": ["train", "test"], "batch_size": 500, "last_blocks": 5, "margin": 0.1}, "borderline"),
         # paper 001 Fig. 4: a run's learning curves, from its training log (measure/curves.py)
-        MeasurementSpec("learning_curve", "classification", "per_epoch", {"quantities": ["train_loss", "test_loss"]}),
+        MeasurementSpec("learning_curve", "classification", "per_epoch", {"quantities": ["train_loss", "test_loss"]}, "curves"),
         # paper 001, "Learning lambda": the norm of wSkip+LN's learned w per block
-        MeasurementSpec("skip_weight", "classification", "per_block", {"blocks": "middle"}),
+        MeasurementSpec("skip_weight", "classification", "per_block", {"blocks": "middle"}, "blocks"),
         # paper 001 Sec. 4.1: "the learned effective scale ... averaged over the shown blocks"
         # (Figure 3's middle blocks, its 10,000 training examples; measure/skip_scale.py)
-        MeasurementSpec("skip_scale", "classification", "per_block", {"examples": 10000, "splits": ["train"], "batch_size": 500, "blocks": "middle"}),
+        MeasurementSpec("skip_scale", "classification", "per_block", {"examples": 10000, "splits": ["train"], "batch_size": 500, "blocks": "middle"}, "skip_scale"),
         # paper 003 Sec. 4.4, Figs. 7 and 20: the last block unrolled "for 20 extra steps" with a
         # scaling factor whose value the paper does not give (measure/unroll.py)
         MeasurementSpec("unroll", "classification", "per_step",
-                        {"examples": 10000, "splits": ["train", "test"], "batch_size": 500, "steps": 20, "scale": 0.05, "margin": 0.1}),
+                        {"examples": 10000, "splits": ["train", "test"], "batch_size": 500, "steps": 20, "scale": 0.05, "margin": 0.1}, "unroll"),
         MeasurementSpec("unroll_blocks", "classification", "per_block",
-                        {"examples": 10000, "splits": ["train", "test"], "batch_size": 500, "steps": 20, "scale": 0.05}),
+                        {"examples": 10000, "splits": ["train", "test"], "batch_size": 500, "steps": 20, "scale": 0.05}, "unroll"),
         # paper 003 Sec. 4.5, Figs. 8-9: gradient and activation norms of shared nets over training
         # (measure/stage_norms.py), "on train (solid line) and validation data (dashed line)"
-        MeasurementSpec("stage_norms", "classification", "per_epoch", {"examples": 10000, "splits": ["train", "test"], "batch_size": 500}),
+        MeasurementSpec("stage_norms", "classification", "per_epoch", {"examples": 10000, "splits": ["train", "test"], "batch_size": 500}, "stage_norms"),
         # paper 003 Figs. 5, 13-17: the last stage's blocks "on validation during the training
         # process", on the snapshots a run kept (measure/over_training.py)
-        MeasurementSpec("over_training", "classification", "per_epoch_block", {"examples": 10000, "splits": ["test"], "batch_size": 500},
+        MeasurementSpec("over_training", "classification", "per_epoch_block", {"examples": 10000, "splits": ["test"], "batch_size": 500}, "over_training",
                         ("accuracy (%), classifier after the block", "cos(F(h), dL/dh), classifier after the block", "||F(h)|| / ||h||")),
         # paper 002 SM Tables 3-4: weight masses, training risk and the weight-decay term at each
         # snapshot (measure/weights.py); the risk over the whole training set (CIFAR-10: 50,000)
-        MeasurementSpec("weight_stats", "classification", "per_epoch", {"examples": 50000, "batch_size": 500, "large": 0.25},
+        MeasurementSpec("weight_stats", "classification", "per_epoch", {"examples": 50000, "batch_size": 500, "large": 0.25}, "weights",
                         ("risk", "decay term", "mean", "std", "mass, all", "mass, |w| > 0.25", "mass, ID entries",
                          "ID mass / mass |w| > 0.25 (%)")),
         # paper 002 SM D, Fig. 8 (b): the test error where a run's training loss first reaches each level (measure/curves.py)
-        MeasurementSpec("error_at_loss", "classification", "per_level", {"levels": [1.0, 0.5, 0.3, 0.2, 0.1, 0.05]}),
+        MeasurementSpec("error_at_loss", "classification", "per_level", {"levels": [1.0, 0.5, 0.3, 0.2, 0.1, 0.05]}, "curves"),
         # paper 002 SM C, Fig. 7: histograms of the weights and of the ID entries (measure/weights.py)
-        MeasurementSpec("weight_histogram", "classification", "histogram", {"bins": 60, "low": -1.5, "high": 1.5}),
+        MeasurementSpec("weight_histogram", "classification", "histogram", {"bins": 60, "low": -1.5, "high": 1.5}, "weights"),
         # paper 002 Sec. 4.2, Fig. 3: the per-sample layer cushion of each block "for any data point
         # in the training set" (Arora et al. 2018; measure/cushion.py)
-        MeasurementSpec("layer_cushion", "classification", "per_block", {"examples": 50000, "splits": ["train"], "batch_size": 500}),
+        MeasurementSpec("layer_cushion", "classification", "per_block", {"examples": 50000, "splits": ["train"], "batch_size": 500}, "cushion"),
         # SM D.4, Fig. 10: the distribution of the final activation and of the loss's gradient there
         MeasurementSpec("final_activations", "classification", "histogram",
-                        {"examples": 50000, "split": "train", "batch_size": 500, "bins": 60, "range": 5.0}),
+                        {"examples": 50000, "split": "train", "batch_size": 500, "bins": 60, "range": 5.0}, "cushion"),
         # SM D.4.2, Fig. 12: the fraction of dominant gradient flow per layer, "averaged over all
         # training samples in a mini-batch" (the paper's batch: 128; measure/dominant_flow.py)
-        MeasurementSpec("dominant_flow", "classification", "per_block", {"examples": 128}),
+        MeasurementSpec("dominant_flow", "classification", "per_block", {"examples": 128}, "dominant_flow"),
         # Sec. 4.2: the interlayer cushion of each block of the fully fledged nets (measure/cushion.py)
-        MeasurementSpec("interlayer_cushion", "classification", "per_block", {"examples": 10000, "splits": ["train"], "batch_size": 500, "probes": 16}),
+        MeasurementSpec("interlayer_cushion", "classification", "per_block", {"examples": 10000, "splits": ["train"], "batch_size": 500, "probes": 16}, "cushion"),
         # Appendix E, Fig. 13: P(|X| > |Y|) of two zero-mean Gaussians against the ratio of their
         # deviations, in closed form and simulated (measure/gaussian.py); no run
-        MeasurementSpec("gaussian_inequality", None, "per_ratio", {"low": 0.01, "high": 100.0, "points": 41, "samples": 200000, "seed": 0}),
+        MeasurementSpec("gaussian_inequality", None, "per_ratio", {"low": 0.01, "high": 100.0, "points": 41, "samples": 200000, "seed": 0}, "gaussian"),
         # SM D.4.1, Fig. 11 (d), (e): the fraction of dominant gradient flow in the trivial case (1 x 1
         # kernels, 1-D activations), simulated, against the std of the final gradients and against
         # the ReLUs' probability p of passing (measure/trivial_flow.py); no run. The fixed values are
         # lost in our copy; chosen (docs/noise.md): n = 16 entries, 2 layers above the measured one,
         # p = 1/2 in (d), s = 1 in (e), 2,000 draws a point
         MeasurementSpec("trivial_flow_scale", None, "per_gradient_std",
-                        {"n": 16, "layers": 2, "p": 0.5, "low": 0.01, "high": 100.0, "points": 9, "draws": 2000, "seed": 0}),
-        MeasurementSpec("trivial_flow_p", None, "per_p", {"n": 16, "layers": 2, "gradient_std": 1.0, "points": 11, "draws": 2000, "seed": 0}),
+                        {"n": 16, "layers": 2, "p": 0.5, "low": 0.01, "high": 100.0, "points": 9, "draws": 2000, "seed": 0}, "trivial_flow"),
+        MeasurementSpec("trivial_flow_p", None, "per_p", {"n": 16, "layers": 2, "gradient_std": 1.0, "points": 11, "draws": 2000, "seed": 0}, "trivial_flow"),
     )
 }
 

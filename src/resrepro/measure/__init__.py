@@ -3,16 +3,16 @@
 A figure (config/figures/*.yaml) names a measurement, its settings and the cells it reads; the
 workflow runs it once per run of those cells (rule `measure`, one CSV per run and measurement)
 on the checkpoints the tables' training jobs already wrote. A new kind of measurement is its
-entry in catalog.MEASUREMENTS (task, kind, settings: declared without torch, for the workflow's
-parse) and one `Measurement` registered here from its module (named in IMPLEMENTED_IN, which
-loads it on first use): what it computes from a model and the run's data, and how it sums up
-what a run shows in a sentence for the report.
+entry in catalog.MEASUREMENTS (task, kind, settings and its module: declared without torch, for
+the workflow's parse) and one `Measurement` registered here from that module, which `get` loads on
+first use: what it computes from a model and the run's data, and how it sums up what a run shows
+in a sentence for the report.
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Callable
 
 import pandas as pd
@@ -44,25 +44,14 @@ def register(name: str, measure: Callable[..., pd.DataFrame], summarize: Callabl
     if name in MEASUREMENTS:
         raise ValueError(f"measurement {name!r} is registered twice")
     spec = catalog.MEASUREMENTS[name]
-    MEASUREMENTS[name] = Measurement(spec.name, spec.task, spec.kind, spec.defaults, spec.quantities, measure=measure, summarize=summarize, reads=reads,
-                                    recipe_keys=recipe_keys)
+    declared = {f.name: getattr(spec, f.name) for f in fields(spec)}
+    MEASUREMENTS[name] = Measurement(**declared, measure=measure, summarize=summarize, reads=reads, recipe_keys=recipe_keys)
     return MEASUREMENTS[name]
-
-
-# The module that registers each declared measurement, imported when the measurement is first
-# asked for: a job that reads only a training log (learning_curve) then never imports torch,
-# about 2 s of its 2.5.
-IMPLEMENTED_IN = {"l2_ratio": "blocks", "block_drop": "blocks", "grad_cosine": "blocks", "grad_norm": "blocks",
-                  "skip_weight": "blocks", "borderline": "borderline", "learning_curve": "curves", "error_at_loss": "curves", "sas_gates": "gates",
-                  "over_training": "over_training", "skip_scale": "skip_scale", "stage_norms": "stage_norms",
-                  "unroll": "unroll", "unroll_blocks": "unroll", "weight_stats": "weights", "weight_histogram": "weights",
-                  "layer_cushion": "cushion", "final_activations": "cushion", "dominant_flow": "dominant_flow",
-                  "interlayer_cushion": "cushion", "gaussian_inequality": "gaussian",
-                  "trivial_flow_scale": "trivial_flow", "trivial_flow_p": "trivial_flow"}
 
 
 def get(name: str) -> Measurement:
     name = catalog.measurement(name).name
     if name not in MEASUREMENTS:
-        importlib.import_module(f"{__name__}.{IMPLEMENTED_IN[name]}")
+        # imported on first use: a job that reads only a training log (learning_curve) never imports torch
+        importlib.import_module(f"{__name__}.{catalog.MEASUREMENTS[name].module}")
     return MEASUREMENTS[name]
