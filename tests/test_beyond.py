@@ -25,7 +25,7 @@ def test_the_depth_study_rows_are_five_variants_at_three_depths_each_against_pos
 @pytest.mark.parametrize("row, message", [
     ({"series": "A"}, "got series=.A., layers=None"),
     ({"layers": 6}, "plot: layers needs a series"),
-    ({"series": "A", "layers": 0}, "got series=.A., layers=0"),
+    ({"series": "A", "layers": 0}, r"rows\[0\].layers: expected a whole number > 0"),
 ])
 def test_a_plotted_table_needs_each_rows_series_and_layers(tmp_path, row, message):
     table = {"paper": "beyond", "caption": "c", "source": "s", "task": "translation", "metric": "bleu", "plot": "layers",
@@ -34,7 +34,7 @@ def test_a_plotted_table_needs_each_rows_series_and_layers(tmp_path, row, messag
     with pytest.raises(experiments.ConfigError, match=message):
         experiments.load_tables(tmp_path)
     (tmp_path / "t.yaml").write_text(yaml.safe_dump({"bad-t1": {**table, "plot": "depth"}}))
-    with pytest.raises(experiments.ConfigError, match="plot: 'depth' unknown; allowed: layers"):
+    with pytest.raises(experiments.ConfigError, match="bad-t1: plot='depth' unknown; allowed: layers"):
         experiments.load_tables(tmp_path)
 
 

@@ -325,12 +325,12 @@ GOOD_ROW = {"label": "x+F", "dataset": "cifar10", "depth": 20, "variant": "add",
         ({"dataset": None}, "missing key 'dataset'"),
         ({"dataset": "imagenet"}, "'imagenet' has no entry in classification.datasets"),
         ({"depth": 1202}, "1202 has no entry in classification.depths"),
-        ({"paper_parameters": "65M"}, "rows[0]: paper_parameters must be a positive whole count"),
-        ({"paper_parameters": 0}, "rows[0]: paper_parameters must be a positive whole count"),
-        ({"paper_train_error": "1.5%"}, "rows[0]: paper_train_error must be a percentage (0 to 100)"),
-        ({"paper_train_error": 100.5}, "rows[0]: paper_train_error must be a percentage (0 to 100)"),
-        ({"paper_train_error": -0.1}, "rows[0]: paper_train_error must be a percentage (0 to 100)"),
-        ({"paper_train_error": True}, "rows[0]: paper_train_error must be a percentage (0 to 100)"),
+        ({"paper_parameters": "65M"}, "rows[0].paper_parameters: expected a positive whole count"),
+        ({"paper_parameters": 0}, "rows[0].paper_parameters: expected a positive whole count"),
+        ({"paper_train_error": "1.5%"}, "rows[0].paper_train_error: expected a percentage (0 to 100)"),
+        ({"paper_train_error": 100.5}, "rows[0].paper_train_error: expected a percentage (0 to 100)"),
+        ({"paper_train_error": -0.1}, "rows[0].paper_train_error: expected a percentage (0 to 100)"),
+        ({"paper_train_error": True}, "rows[0].paper_train_error: expected a percentage (0 to 100)"),
         ({"metric": "train_los"}, "rows[0]: metric='train_los' unknown; allowed: test_error, test_accuracy, bleu, train_loss"),
         ({"claim": "equal"}, "rows[0]: claim='equal' unknown; allowed: direction, same"),
         ({"claim": "same"}, "rows[0]: claim=same compares the row with its baseline: name one"),
@@ -368,7 +368,7 @@ def test_a_train_error_from_0_to_100_is_accepted(tmp_path, train_error):
 
 
 @pytest.mark.parametrize("references, message", [
-    ([{"label": "GLIED", "source": "s"}], "expected {label, source, paper: {metric: value}}"),
+    ([{"label": "GLIED", "source": "s"}], "references[0]: missing key 'paper'"),
     ([{"label": "GLIED", "source": "s", "paper": {"bleu": 1.0}}], "'bleu' is not a metric of this table's rows: ['test_error']"),
     ([{"label": "GLIED", "source": "s", "paper": {"test_error": "-"}}], "paper.test_error: expected a number or null; got '-'"),
 ])

@@ -128,7 +128,7 @@ FIGURE = {"paper": "iter", "caption": "c", "measurement": "l2_ratio", "claim": "
 
 @pytest.mark.parametrize("checks, message", [
     ({"claim": "c", "test": "below"}, "checks: expected a list of checks"),
-    ([{"claim": "c", "test": "lower", "value": 0}], "checks[0]: expected a mapping whose test is one of below, above"),
+    ([{"claim": "c", "test": "lower", "value": 0}], "checks[0]: test='lower' unknown; allowed: below, above"),
     ([{"claim": "c", "test": "below"}], "checks[0]: missing key 'value' (test below)"),
     ([{"test": "below", "value": 0}], "checks[0]: missing key 'claim' (test below)"),
     ([{"claim": "c", "test": "rises", "along": "block", "value": 0}], "checks[0]: unknown key 'value'; allowed for test rises"),
@@ -222,8 +222,8 @@ DIFFERENCE_FIGURE = {**FIGURE, "cells": [{"label": "net", "dataset": "cifar10", 
 @pytest.mark.parametrize("differences, message", [
     ({"label": "gap", "of": "net", "minus": "plain"}, "differences: expected a non-empty list"),
     ([], "differences: expected a non-empty list"),
-    ([{"label": "gap", "of": "net"}], "differences[0]: expected keys label, of, minus"),
-    ([{"label": "gap", "of": "net", "minus": "plain", "sign": -1}], "differences[0]: expected keys label, of, minus"),
+    ([{"label": "gap", "of": "net"}], "differences[0]: missing key 'minus'"),
+    ([{"label": "gap", "of": "net", "minus": "plain", "sign": -1}], "differences[0]: unknown key 'sign' in a difference; allowed: ['abs', 'label', 'minus', 'of']"),
     ([{"label": "gap", "of": "net", "minus": "resnet"}], "differences[0]: 'resnet' is not a cell of this figure"),
     ([{"label": "net", "of": "net", "minus": "plain"}], "differences[0].label: 'net' names a cell or another difference"),
     ([{"label": "gap", "of": "net", "minus": "plain"}, {"label": "gap", "of": "plain", "minus": "net"}], "differences[1].label: 'gap'"),

@@ -161,7 +161,7 @@ def figure_file(tmp_path, **over) -> list:
 def test_a_figure_may_draw_some_of_its_measurements_quantities_and_no_other(tmp_path):
     assert experiments.load_figures(figure_file(tmp_path, quantities=[RATIO]))["iter-fx"]["quantities"] == [RATIO]
     for wrong in (["l2"], [], RATIO):
-        with pytest.raises(ConfigError, match=r"iter-fx.quantities: expected a list of over_training's quantities"):
+        with pytest.raises(ConfigError, match=r"iter-fx.quantities: expected a list of (over_training|the measurement)'s quantities"):
             experiments.load_figures(figure_file(tmp_path, quantities=wrong))
     with pytest.raises(ConfigError, match="l2_ratio writes no named quantities"):
         experiments.load_figures(figure_file(tmp_path, measurement="l2_ratio", quantities=[RATIO]))

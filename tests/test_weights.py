@@ -136,7 +136,7 @@ def _table(tmp_path, **changes):
     ({"quantity": "volume"}, "quantity='volume' is not one of weight_stats's"),
     ({"at": "middle"}, "at='middle' unknown; allowed: init, final"),
     ({"paper": None}, "paper is null: say in its note why"),
-    ({"paper": "67"}, "paper must be a number"),
+    ({"paper": "67"}, "paper: expected a number"),
     ({"metric": "train_loss"}, "a measured row's metric is its quantity"),
 ])
 def test_a_bad_measured_row_is_refused_naming_the_key(tmp_path, change, message):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from . import catalog, layout, recipes
+from . import catalog, layout, recipes, schemas
 from .catalog import ConfigError
 from .data import backbones
 
@@ -29,33 +29,6 @@ BEYOND = "beyond"
 # batches; the COCO toolkit's metrics x 100 (evaluate/captioning.py)
 CAPTION_METRICS = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l", "cider", "spice")
 METRICS = {"test_error": False, "test_accuracy": True, "bleu": True, "train_loss": False, **{m: True for m in CAPTION_METRICS}}
-# paper_parameters: the model size the paper prints beside the row (papers 001 Table 7, 003
-# Table 1), a count; paper_train_error: the training error (%) it prints beside a test error
-# arch: an architecture of the table's task (catalog.ARCHITECTURES), else the task's default;
-# metric: the row's own, where a paper's table prints two measures of each net (paper 002's loss
-# and error): its baseline must be a row of the same metric; claim: what the verdict tests,
-# `direction` (the default: better or worse than the baseline, as the paper's numbers) or `same`
-# (equal up to the paper's own discrepancy, seed by seed: analysis/stats.compare_same)
-# quantity and at: a row whose value a measurement computes (the table's `measurement`, e.g. paper
-# 002's weight masses), its quantity on the snapshot at initialisation (`init`) or after training
-# (`final`); paper: null where our copy of the paper lost the number (its note says so)
-ROW_KEYS = {"label", "formula", "dataset", "arch", "depth", "size", "variant", "args", "paper", "baseline", "note", "paper_parameters",
-            "paper_train_error", "metric", "claim", "quantity", "at", "series", "layers"}
-CLAIMS = ("direction", "same")
-AT = ("init", "final")
-# measurement and settings: what computes the rows that name a `quantity` (a registered
-# measurement: measure/); ratio: the report shows each row's ratio to its baseline beside the paper's;
-# references: rows the paper prints from other work, shown with their values and no run
-# ([{label, source, paper: {metric: value or null}}], e.g. paper 000 Table 5's GLIED);
-# paper_runs: how many runs the paper says each value averages, in its words ({runs, quote, where})
-TABLE_KEYS = {"paper", "caption", "source", "task", "metric", "baseline", "rows", "measurement", "settings", "ratio", "references",
-              "paper_runs", "plot"}
-# plot: layers: the report draws the table's metric against each row's `layers` (a side of the
-# encoder-decoder), one line per `series` (the depth study beyond the papers), not its learning curves
-PLOTS = ("layers",)
-FIGURE_KEYS = {"paper", "caption", "source", "measurement", "settings", "quantities", "claim", "cells", "checks", "differences"}
-DIFFERENCE_KEYS = {"label", "of", "minus", "abs"}
-NOT_REPRODUCED_KEYS = {"paper", "caption", "source", "claim", "not_reproduced"}
 # The version of the aggregate's tidy tables (analysis/aggregate.py): a parameter of the aggregate
 # rule, so that a release that adds or changes their columns rewrites them, without retraining.
 TIDY_FORMAT = 5
@@ -88,22 +61,13 @@ def load_tables(source: str | Path | list) -> dict[str, dict]:
 
 
 def _check_table(table_id: str, table: dict, path: Path) -> dict:
+    """A table's shape (workflow/schemas/tables.schema.yaml), then what refers elsewhere: its rows'
+    architectures and variants, baselines, metrics and measured quantities."""
     where = f"{path}: {table_id}"
-    if not isinstance(table, dict):
-        raise ConfigError(f"{where}: a table must be a mapping with keys {sorted(TABLE_KEYS)}")
-    for key in ("paper", "caption", "task", "rows", *(() if "measurement" in table else ("metric",))):
-        if key not in table:
-            raise ConfigError(f"{where}: missing key {key!r}")
-    if unknown := set(table) - TABLE_KEYS:
-        raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r}; allowed: {sorted(TABLE_KEYS)}")
-    if table["task"] not in TASKS:
-        raise ConfigError(f"{where}: task={table['task']!r} unknown; allowed: {', '.join(TASKS)}")
-    if "metric" in table and table["metric"] not in METRICS:
-        raise ConfigError(f"{where}: metric={table['metric']!r} unknown; allowed: {', '.join(METRICS)}")
+    schemas.check(table, "tables", where)
     if "measurement" in table:
         table = {**table, "settings": _check_table_measurement(table, where)}
     _check_references(table, where)
-    _check_paper_runs(table, where)
     _check_plot(table, where)
     labels = [row.get("label") for row in table["rows"]]
     new = table["paper"] == BEYOND
@@ -113,15 +77,11 @@ def _check_table(table_id: str, table: dict, path: Path) -> dict:
             if "paper" in row or "quantity" in row:
                 raise ConfigError(f"{rwhere}: a table beyond the papers has no paper values or measured rows; drop 'paper'/'quantity'")
             row = table["rows"][i] = {**row, "paper": None}
-        _check_cell(table["task"], row, rwhere, ("paper",), ROW_KEYS)
+        _check_cell(table["task"], row, rwhere, ("paper",))
         if not new:
             _check_measured_row(table, row, rwhere)
-        if "paper_parameters" in row and not (isinstance(row["paper_parameters"], int) and row["paper_parameters"] > 0):
-            raise ConfigError(f"{rwhere}: paper_parameters must be a positive whole count, e.g. 65_000_000; got {row['paper_parameters']!r}")
-        if "paper_train_error" in row and not (table["task"] == "classification" and _is_percent(row["paper_train_error"])):
-            raise ConfigError(f"{rwhere}: paper_train_error must be a percentage (0 to 100) in a classification table; got {row['paper_train_error']!r}")
-        if row.get("claim", "direction") not in CLAIMS:
-            raise ConfigError(f"{rwhere}: claim={row['claim']!r} unknown; allowed: {', '.join(CLAIMS)}")
+        if "paper_train_error" in row and table["task"] != "classification":
+            raise ConfigError(f"{rwhere}: paper_train_error is a classifier's; this table's task is {table['task']}")
         if row.get("claim") == "same" and row.get("baseline", table.get("baseline")) is None:
             raise ConfigError(f"{rwhere}: claim=same compares the row with its baseline: name one")
         if "quantity" not in row and row_metric(table, row) not in METRICS:
@@ -139,25 +99,11 @@ def _check_plot(table: dict, where: str) -> None:
     """plot: layers needs every row's `series` (a name) and `layers` (a positive whole number)."""
     if "plot" not in table:
         return
-    if table["plot"] not in PLOTS:
-        raise ConfigError(f"{where}.plot: {table['plot']!r} unknown; allowed: {', '.join(PLOTS)}")
     for i, row in enumerate(table["rows"]):
         layers = row.get("layers")
-        if not isinstance(row.get("series"), str) or not (isinstance(layers, int) and not isinstance(layers, bool) and layers > 0):
+        if "series" not in row or layers is None:
             raise ConfigError(f"{where}.rows[{i}]: plot: layers needs a series (a name) and layers (a whole number > 0); "
                               f"got series={row.get('series')!r}, layers={layers!r}")
-
-
-def _check_paper_runs(table: dict, where: str) -> None:
-    """paper_runs: {runs: N or null, quote, where}: how many runs the paper says each value averages
-    (null: it does not say), with its words, so that the report can mark a claim its runs could not resolve."""
-    if "paper_runs" not in table:
-        return
-    entry = table["paper_runs"]
-    if not isinstance(entry, dict) or set(entry) != {"runs", "quote", "where"}:
-        raise ConfigError(f"{where}.paper_runs: expected {{runs: N or null, quote, where}}; got {entry!r}")
-    if entry["runs"] is not None and not (isinstance(entry["runs"], int) and not isinstance(entry["runs"], bool) and entry["runs"] >= 1):
-        raise ConfigError(f"{where}.paper_runs.runs: expected a whole count of at least 1, or null; got {entry['runs']!r}")
 
 
 def _check_references(table: dict, where: str) -> None:
@@ -165,14 +111,9 @@ def _check_references(table: dict, where: str) -> None:
     for metrics that the table's rows report."""
     row_metrics = {row_metric(table, row) for row in table["rows"]}
     for i, ref in enumerate(table.get("references", [])):
-        rwhere = f"{where}.references[{i}]"
-        if not isinstance(ref, dict) or set(ref) != {"label", "source", "paper"} or not isinstance(ref["paper"], dict):
-            raise ConfigError(f"{rwhere}: expected {{label, source, paper: {{metric: value}}}}; got {ref!r}")
-        for metric, value in ref["paper"].items():
+        for metric in ref["paper"]:
             if metric not in row_metrics:
-                raise ConfigError(f"{rwhere}.paper: {metric!r} is not a metric of this table's rows: {sorted(row_metrics)}")
-            if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)):
-                raise ConfigError(f"{rwhere}.paper.{metric}: expected a number or null; got {value!r}")
+                raise ConfigError(f"{where}.references[{i}].paper: {metric!r} is not a metric of this table's rows: {sorted(row_metrics)}")
 
 
 def _check_table_measurement(table: dict, where: str) -> dict:
@@ -192,8 +133,6 @@ def _check_measured_row(table: dict, row: dict, where: str) -> None:
     row may leave the paper's value out (null) only where its note says why."""
     if row["paper"] is None and not row.get("note"):
         raise ConfigError(f"{where}: paper is null: say in its note why the paper's value is missing")
-    if row["paper"] is not None and not (isinstance(row["paper"], (int, float)) and not isinstance(row["paper"], bool)):
-        raise ConfigError(f"{where}: paper must be a number (or null, with a note); got {row['paper']!r}")
     if "quantity" not in row and "at" not in row:
         if "metric" not in row and "metric" not in table:
             raise ConfigError(f"{where}: missing key 'metric' (or 'quantity' of the table's measurement)")
@@ -203,8 +142,6 @@ def _check_measured_row(table: dict, row: dict, where: str) -> None:
     declared = catalog.measurement(table["measurement"]).quantities
     if row.get("quantity") not in declared:
         raise ConfigError(f"{where}: quantity={row.get('quantity')!r} is not one of {table['measurement']}'s: {', '.join(declared)}")
-    if row.get("at") not in AT:
-        raise ConfigError(f"{where}: at={row.get('at')!r} unknown; allowed: {', '.join(AT)}")
     if "metric" in row:
         raise ConfigError(f"{where}: a measured row's metric is its quantity; drop 'metric'")
 
@@ -220,17 +157,14 @@ def higher_is_better(table: dict, row: dict) -> bool | None:
     return None if "quantity" in row else METRICS[row_metric(table, row)]
 
 
-def _is_percent(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 100
-
-
-def _check_cell(task: str, cell: dict, where: str, also_required: tuple[str, ...], allowed: set[str]) -> None:
-    """A table row or a figure cell: its keys, its architecture (of its task) and its variant."""
+def _check_cell(task: str, cell: dict, where: str, also_required: tuple[str, ...] = (), allowed: set[str] | None = None) -> None:
+    """A table row or a figure cell: its keys (a row's others: the table schema's; a cell's:
+    `allowed`), its architecture (of its task) and its size key, and its variant."""
     arch = architecture_of(task, cell, where)
     for key in ("label", "dataset", arch.size_key, "variant", *also_required):
         if key not in cell:
             raise ConfigError(f"{where}: missing key {key!r}")
-    if unknown := set(cell) - allowed:
+    if allowed is not None and (unknown := set(cell) - allowed):
         raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r}; allowed: {sorted(allowed)}")
     catalog.validate(cell["variant"], cell.get("args"), where=f"{where}.args")
     catalog.check_placed(cell["variant"], arch, where)
@@ -258,17 +192,10 @@ def load_figures(source: str | Path | list | None) -> dict[str, dict]:
             where = f"{path}: {figure_id}"
             if figure_id in figures:
                 raise ConfigError(f"{path}: figure {figure_id!r} is defined twice")
+            schemas.check(figure, "figures", where)
             if "not_reproduced" in figure:  # a figure this pipeline cannot draw: the report says why
-                if missing := {"paper", "caption", "claim", "not_reproduced"} - set(figure):
-                    raise ConfigError(f"{where}: missing key {sorted(missing)[0]!r}")
-                if unknown := set(figure) - NOT_REPRODUCED_KEYS:
-                    raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r} in a figure that is not reproduced; allowed: {sorted(NOT_REPRODUCED_KEYS)}")
                 figures[figure_id] = {**figure, "task": None, "settings": {}, "cells": []}
                 continue
-            if missing := {"paper", "caption", "measurement", "claim", "cells"} - set(figure):
-                raise ConfigError(f"{where}: missing key {sorted(missing)[0]!r}")
-            if unknown := set(figure) - FIGURE_KEYS:
-                raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r}; allowed: {sorted(FIGURE_KEYS)}")
             try:
                 task = catalog.measurement(figure["measurement"]).task
             except ConfigError as err:
@@ -292,13 +219,11 @@ def _check_checks(figure: dict, where: str) -> None:
     from .analysis.figure_checks import TESTS, check_keys
 
     checks = figure.get("checks", [])
-    if not isinstance(checks, list):
-        raise ConfigError(f"{where}.checks: expected a list of checks; got {checks!r}")
     labels = [c.get("label") for c in figure["cells"]] + [d["label"] for d in figure.get("differences", [])]
     for i, check in enumerate(checks):
         cwhere = f"{where}.checks[{i}]"
-        if not isinstance(check, dict) or check.get("test") not in TESTS:
-            raise ConfigError(f"{cwhere}: expected a mapping whose test is one of {', '.join(TESTS)}; got {check!r}")
+        if check["test"] not in TESTS:
+            raise ConfigError(f"{cwhere}: test={check['test']!r} unknown; allowed: {', '.join(TESTS)}")
         required, allowed = check_keys(check)
         if missing := required - set(check):
             raise ConfigError(f"{cwhere}: missing key {sorted(missing)[0]!r} (test {check['test']})")
@@ -313,12 +238,8 @@ def _check_differences(figure: dict, where: str) -> None:
     cells themselves (analysis/judgement.figure_differences)."""
     differences = figure.get("differences", [])
     labels = [c.get("label") for c in figure["cells"]]
-    if not isinstance(differences, list) or not differences and "differences" in figure:
-        raise ConfigError(f"{where}.differences: expected a non-empty list of {{label, of, minus}}; got {differences!r}")
     for i, difference in enumerate(differences):
         dwhere = f"{where}.differences[{i}]"
-        if not isinstance(difference, dict) or {"label", "of", "minus"} - set(difference) or set(difference) - DIFFERENCE_KEYS:
-            raise ConfigError(f"{dwhere}: expected keys label, of, minus (and optionally abs: true); got {difference!r}")
         if stray := [difference[k] for k in ("of", "minus") if difference[k] not in labels]:
             raise ConfigError(f"{dwhere}: {stray[0]!r} is not a cell of this figure; cells: {labels}")
         if difference["label"] in labels or difference["label"] in [d["label"] for d in differences[:i]]:
@@ -333,7 +254,7 @@ def _check_quantities(figure: dict, where: str) -> None:
     wanted = figure["quantities"]
     if not declared:
         raise ConfigError(f"{where}.quantities: {figure['measurement']} writes no named quantities to choose from")
-    if not isinstance(wanted, list) or not wanted or any(q not in declared for q in wanted):
+    if any(q not in declared for q in wanted):
         raise ConfigError(f"{where}.quantities: expected a list of {figure['measurement']}'s quantities: {', '.join(declared)}; got {wanted!r}")
 
 

@@ -248,7 +248,7 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: dict | str
             # NaN (an empty cell in rows.csv) without a finished seed; std also with only one
             "mean": pd.Series(values, dtype=float).mean(), "std": pd.Series(values, dtype=float).std(ddof=1),
             "values": json.dumps(shown), "baseline": plan_row["baseline"],
-            **({"series": spec["series"], "layers": spec["layers"]} if "plot" in table else {}),  # the table's plot (experiments.PLOTS)
+            **({"series": spec["series"], "layers": spec["layers"]} if "plot" in table else {}),  # the table's plot (workflow/schemas/tables.schema.yaml)
         }
         line["delta"] = line["mean"] - spec["paper"] if spec["paper"] is not None else float("nan")
         baseline = by_label.get((plan_row["table"], plan_row["baseline"]))

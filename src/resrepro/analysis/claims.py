@@ -15,9 +15,9 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from .. import schemas
 from ..catalog import ConfigError
 
-CLAIM_KEYS = {"claim", "source", "evidence"}
 # Rows that are baselines or carry no claim of their own are not evidence.
 NOT_EVIDENCE = {"baseline", "no claim", ""}
 
@@ -64,6 +64,7 @@ def load_claims(source: str | Path | dict, tables: dict, figures: dict, path: st
     else:
         path = Path(source)
         papers = yaml.safe_load(path.read_text()) or {}
+    schemas.check(papers, "claims", f"{path}: ")
     known = {entry["paper"] for entry in [*tables.values(), *figures.values()]}
     out: dict[str, list[dict]] = {}
     for paper, claims in papers.items():
@@ -72,12 +73,6 @@ def load_claims(source: str | Path | dict, tables: dict, figures: dict, path: st
         out[paper] = []
         for i, claim in enumerate(claims):
             where = f"{path}: {paper}[{i}]"
-            if missing := CLAIM_KEYS - set(claim):
-                raise ConfigError(f"{where}: missing key {sorted(missing)[0]!r}")
-            if unknown := set(claim) - CLAIM_KEYS:
-                raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r}; allowed: {sorted(CLAIM_KEYS)}")
-            if not claim["evidence"]:
-                raise ConfigError(f"{where}: a claim needs evidence (a table, row, figure or check)")
             refs = [parse_reference(e, tables, figures, f"{where}.evidence") for e in claim["evidence"]]
             for ref in refs:
                 owner = (tables if ref.kind == "table" else figures)[ref.id]["paper"]
