@@ -299,6 +299,7 @@ class Plan:
     jobs: dict[str, list[str]] = field(default_factory=dict)  # job path -> the runs it trains, one after another
     all_tables: dict[str, dict] = field(default_factory=dict)  # every table of tables_dir, selected or not
     all_figures: dict[str, dict] = field(default_factory=dict)  # every figure of figures_dir
+    claims: dict = field(default_factory=dict)  # config/claims.yaml as written (its references checked)
 
     def job_of(self, run_path: str) -> str:
         return next(job for job, runs in self.jobs.items() if run_path in runs)
@@ -313,8 +314,8 @@ def resolved_plan(plan: Plan, config: dict) -> dict:
     `claims`; the judge resolves their references), each table row and figure cell with its runs,
     every run's parts and each job's runs. Plain JSON: no YAML to read again. Written as two files
     (PLAN_FILES), so that editing a claim or a figure's check judges again without aggregating again."""
-    return plan_document(plan.scale, plan.all_tables, plan.all_figures, config.get("claims"), plan.rows, plan.measures,
-                         {path: asdict(run) for path, run in plan.runs.items()}, plan.jobs)
+    return plan_document(plan.scale, plan.all_tables, plan.all_figures, plan.claims, plan.rows, plan.measures,
+                         {path: asdict(run) for path, run in plan.runs.items()}, plan.jobs, claims_source=config.get("claims") or "")
 
 
 # The resolved plan's files and their keys: what the aggregate reads (results/<scale>/plan.json),
@@ -335,11 +336,13 @@ def read_plan(*paths: str | Path) -> dict:
     return out
 
 
-def plan_document(scale: str, tables: dict, figures: dict, claims_file: str | Path | None, rows: list[dict], measures: list[dict],
-                  runs: dict | None = None, jobs: dict | None = None) -> dict:
-    """A resolved plan's JSON document from its parts (`resolved_plan`; tests build one from a few tables)."""
-    claims = (yaml.safe_load(Path(claims_file).read_text()) or {}) if claims_file else {}
-    return {"scale": scale, "tables": tables, "figures": figures, "claims": claims, "claims_source": str(claims_file or ""),
+def plan_document(scale: str, tables: dict, figures: dict, claims: str | Path | dict | None, rows: list[dict], measures: list[dict],
+                  runs: dict | None = None, jobs: dict | None = None, claims_source: str | Path = "") -> dict:
+    """A resolved plan's JSON document from its parts (`resolved_plan`; tests build one from a few
+    tables). `claims`: config/claims.yaml's path, or what it holds with `claims_source` naming it."""
+    if not isinstance(claims, dict):
+        claims, claims_source = (yaml.safe_load(Path(claims).read_text()) or {}) if claims else {}, claims or ""
+    return {"scale": scale, "tables": tables, "figures": figures, "claims": claims, "claims_source": str(claims_source),
             "rows": rows, "measures": measures, "runs": runs or {}, "jobs": jobs or {}}
 
 
@@ -411,7 +414,8 @@ def make_plan(config: dict) -> Plan:
     if config.get("claims"):  # checked here, so that a claim citing a renamed row fails before any job
         from .analysis.claims import load_claims
 
-        load_claims(config["claims"], all_tables, all_figures)
+        plan.claims = yaml.safe_load(Path(config["claims"]).read_text()) or {}
+        load_claims(plan.claims, all_tables, all_figures, config["claims"])
     if config.get("seeds_stacked") and config.get("seeds_in_parallel", 1) > 1:
         raise ConfigError(f"seeds_stacked trains a job's seeds as one program; seeds_in_parallel {config['seeds_in_parallel']} "
                           "would start them as separate processes too: set one of the two")
