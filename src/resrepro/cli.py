@@ -262,6 +262,11 @@ def cmd_aggregate(a) -> None:
     out = Path(a.out_dir)
     frames = aggregate(plan["rows"], a.results_dir, plan["tables"], a.epoch, read_counts(a.parameters))
     frames |= aggregate_figures(plan["measures"], a.results_dir, frames["runs"])
+    write_tables(out, frames)
+
+
+def write_tables(out: Path, frames: dict) -> None:
+    """Tidy tables as <out>/<name>.csv."""
     for name, frame in frames.items():
         files.write_text(out / f"{name}.csv", frame.to_csv(index=False))
 
@@ -275,9 +280,7 @@ def cmd_judge(a) -> None:
     from .analysis.judgement import judge
     from .experiments import read_plan
 
-    out = Path(a.aggregate_dir)
-    for name, frame in judge(read_plan(*a.plan), out).items():
-        files.write_text(out / f"{name}.csv", frame.to_csv(index=False))
+    write_tables(Path(a.aggregate_dir), judge(read_plan(*a.plan), Path(a.aggregate_dir)))
 
 
 def gpu_hours_arguments(s) -> None:

@@ -91,15 +91,19 @@ def difference_summaries(differences: pd.DataFrame, entry: dict, fcells: pd.Data
     return out
 
 
-def read_figure_checks(path: Path) -> dict[str, list[figure_checks.FigureVerdict]]:
-    """figure_checks.csv as each judged figure's verdicts, in its checks' order."""
-    frame = pd.read_csv(path, keep_default_na=False)
-    out: dict[str, list[figure_checks.FigureVerdict]] = {}
+def verdicts_by_figure(frame: pd.DataFrame, out: dict | None = None) -> dict[str, list[figure_checks.FigureVerdict]]:
+    """The figure_checks table as each figure's verdicts, in its checks' order, added to `out`."""
+    out = {} if out is None else out
     for _, r in frame.iterrows():
+        resolvable = None if r["resolvable"] is None or r["resolvable"] == "" or pd.isna(r["resolvable"]) else float(r["resolvable"])
         out.setdefault(r["figure"], []).append(figure_checks.FigureVerdict(
-            r["claim"], r["verdict"], int(r["seeds_holding"]), int(r["seeds"]), r["evidence"],
-            None if r["resolvable"] == "" else float(r["resolvable"])))
+            r["claim"], r["verdict"], int(r["seeds_holding"]), int(r["seeds"]), r["evidence"], resolvable))
     return out
+
+
+def read_figure_checks(path: Path) -> dict[str, list[figure_checks.FigureVerdict]]:
+    """figure_checks.csv as each judged figure's verdicts."""
+    return verdicts_by_figure(pd.read_csv(path, keep_default_na=False))
 
 
 def judge_claims(plan: dict, rows: pd.DataFrame, checked: dict[str, list]) -> pd.DataFrame:
@@ -124,8 +128,7 @@ def judge(plan: dict, agg_dir: Path) -> dict[str, pd.DataFrame]:
     """The judge's tidy tables from the aggregate's (agg_dir) and the resolved plan."""
     cells = pd.read_csv(agg_dir / "figure_cells.csv", keep_default_na=False)
     out = judge_figures(plan["figures"], pd.read_csv(agg_dir / "figures.csv"), cells)
-    checked = {f: [] for f in judged_figures(plan["figures"], cells)}  # a measured figure without checks: in this run all the same
-    for r in out["figure_checks"].to_dict("records"):
-        checked[r["figure"]].append(figure_checks.FigureVerdict(**{k: v for k, v in r.items() if k not in ("figure", "check")}))
+    # a measured figure without checks is in this run all the same
+    checked = verdicts_by_figure(out["figure_checks"], {f: [] for f in judged_figures(plan["figures"], cells)})
     out["claims"] = judge_claims(plan, pd.read_csv(agg_dir / "rows.csv"), checked)
     return out

@@ -314,13 +314,12 @@ def _figure_sections(agg_dir: Path, entries: dict, paper_id: str, pool=None, run
             continue
         fcells = cells[cells["figure"] == figure_id]
         fdata = data[data["figure"] == figure_id]
-        shown = [{"label": c["label"], "n": int(c["n"]), "n_runs": int(c["n_runs"]), "summary": c["summary"]} for _, c in fcells.iterrows()]
+        shown = cell_views(fcells)
         ran = figure_ran_as(fdata, runs, scale) if runs is not None else ""
         drawn = fdata
         if entry.get("differences"):  # the figure shows its cells' differences, not the cells
             fdata = differences[differences["figure"] == figure_id]
-            shown += [{"label": c["label"], "n": int(c["n"]), "n_runs": int(c["n_runs"]), "summary": c["summary"]}
-                      for _, c in difference_cells[difference_cells["figure"] == figure_id].iterrows()]
+            shown += cell_views(difference_cells[difference_cells["figure"] == figure_id])
             what = "absolute difference in " if all(d.get("abs") for d in entry["differences"]) else "difference in "
             drawn = fdata.assign(quantity=what + fdata["quantity"].astype(str))  # the axes say what is drawn; checks read fdata
         image = pool.submit(figures.DRAWINGS[fcells["kind"].iloc[0]], drawn, figure_id)
@@ -329,6 +328,11 @@ def _figure_sections(agg_dir: Path, entries: dict, paper_id: str, pool=None, run
         out.append({"id": figure_id, "entry": entry, "image": image, "ran_as": ran, "same_as": same_as if same_as != figure_id else None,
                     "verdicts": verdicts.get(figure_id, []), "cells": shown})
     return out
+
+
+def cell_views(cells: pd.DataFrame) -> list[dict]:
+    """A figure's cells (figure_cells.csv, or the judge's difference_cells.csv) as its table shows them."""
+    return [{"label": c["label"], "n": int(c["n"]), "n_runs": int(c["n_runs"]), "summary": c["summary"]} for _, c in cells.iterrows()]
 
 
 def _is_number(x) -> bool:  # rows.csv: a row without the column reads back as NaN
