@@ -6,7 +6,7 @@ VENV := .venv
 CORES ?= all
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: report test test-slurm rehearsal test-rehearsal lint bench mutation gpu-wheels
+.PHONY: report test test-unit test-slurm rehearsal test-rehearsal lint bench mutation gpu-wheels
 
 $(VENV)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,11 @@ report: $(VENV)/.installed
 # thread per core each wait on each other's threads
 test: $(VENV)/.installed
 	OMP_NUM_THREADS=1 pytest -n 2 --dist loadfile
+
+# The unit and property tests alone, in under 3 minutes on 2 cores: no Snakemake, and no config/
+# (they read tests/fixtures/config; the tests marked `config` check config/ itself, in `make test`).
+test-unit: $(VENV)/.installed
+	OMP_NUM_THREADS=1 pytest -n 2 --dist loadfile -m "not integration and not config and not slurm and not rehearsal and not gpu"
 
 # The paper scale's whole DAG on fake data in the real formats (config/rehearsal.yaml): about
 # 30 minutes on 2 cores, report/rehearsal/index.html. Its files stay in resources/rehearsal/ and

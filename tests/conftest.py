@@ -6,6 +6,7 @@ downloaded. And torch's process-wide settings restored after every test."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,70 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
 from resrepro.data.fake_sources import py2_pickle as _py2_pickle  # noqa: F401  (tests/test_data.py imports it from here)
+
+# --------------------------------------------------------------------------- the live config
+
+LIVE_CONFIG = str(Path(__file__).resolve().parents[1] / "config") + os.sep
+MAY_READ_LIVE_CONFIG = ("config", "integration", "slurm", "rehearsal", "gpu")
+_refusing: list = []  # the running test's reads of config/ (a list while it may not read it, else empty)
+
+
+class LiveConfigRead(AssertionError):
+    """Not an OSError: pathlib's glob would swallow one and find no tables."""
+
+
+def _refuse_live_config(event: str, args: tuple) -> None:
+    """An audit hook: a unit test reads tests/fixtures/config, so that editing the papers' data or a
+    scale breaks only the tests marked `config`; and it starts no Snakemake."""
+    if not _refusing:
+        return
+    if event in ("open", "os.listdir", "os.scandir") and isinstance(args[0], (str, bytes, os.PathLike)):
+        if os.path.abspath(os.fsdecode(args[0])).startswith(LIVE_CONFIG):
+            _refusing.append(os.fsdecode(args[0]))
+            raise LiveConfigRead(f"a unit test read the live config ({os.fsdecode(args[0])}): read tests/fixtures/config, "
+                                 "or mark the test `config` if it checks the project's own files")
+    elif event == "subprocess.Popen" and _program(args[0], args[1]) == "snakemake":
+        _refusing.append("snakemake")
+        raise LiveConfigRead("a unit test started Snakemake: mark it `integration`")
+
+
+def _program(executable, argv) -> str:
+    first = executable or (argv.split()[0] if isinstance(argv, (str, bytes)) else argv[0])
+    return Path(os.fsdecode(first)).name
+
+
+sys.addaudithook(_refuse_live_config)
+
+
+def _may_read_live_config(item) -> bool:
+    return any(item.get_closest_marker(m) for m in MAY_READ_LIVE_CONFIG)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    """From the setup of a test not marked `config` (or integration, slurm, rehearsal, gpu), module
+    fixtures included, to its teardown, config/ is refused."""
+    if not _may_read_live_config(item):
+        _refusing.append(None)
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """Fails the test where the code that read config/ caught the error."""
+    result = yield
+    reads = [r for r in _refusing if r]
+    assert not reads, f"read the live config: {reads[:3]}"
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    try:
+        return (yield)
+    finally:
+        _refusing.clear()
+
 
 # --------------------------------------------------------------------------- fixtures
 

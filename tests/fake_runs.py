@@ -1,18 +1,42 @@
-"""Runs on disk without training: the real plan of the tiny config, metrics files written by hand."""
+"""Runs on disk without training: the real plan of the tiny config over tests/fixtures/config (the
+papers' tables, figures and claims and the scales as a commit had them), metrics files written by
+hand."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import yaml
 
 from resrepro import experiments, files
 
 
-def config_for(tables: list[str], seeds: int = 3, scale: str = "tiny") -> dict:
-    """The config of these tables at a scale (tiny: tests/configs/tiny.yaml; else config/<scale>.yaml),
-    at `seeds` seeds everywhere, without figures (whose cells would add runs that no table names)."""
-    path = "tests/configs/tiny.yaml" if scale == "tiny" else f"config/{scale}.yaml"
-    with open(path) as f:
-        config = yaml.safe_load(f)
+CONFIG = "tests/fixtures/config"
+FIXTURE_DATA = {"tables_dir": f"{CONFIG}/tables", "figures_dir": f"{CONFIG}/figures", "claims": f"{CONFIG}/claims.yaml"}
+
+
+def tiny_config() -> dict:
+    """tests/configs/tiny.yaml (the integration tests' config) over the fixture tables, figures and claims."""
+    with open("tests/configs/tiny.yaml") as f:
+        return yaml.safe_load(f) | FIXTURE_DATA
+
+
+def tiny_config_file(folder) -> str:
+    """tiny_config() as a file in `folder`, for the commands that read a config's path."""
+    path = Path(folder) / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny_config(), sort_keys=False))
+    return str(path)
+
+
+def config_for(tables: list[str], seeds: int = 3, scale: str = "tiny", config_dir: str = CONFIG) -> dict:
+    """The config of these tables at a scale (tiny: tiny_config(); else <config_dir>/<scale>.yaml,
+    config_dir "config" for the tests of the project's own scales), at `seeds` seeds everywhere,
+    without figures (whose cells would add runs that no table names)."""
+    if scale == "tiny":
+        config = tiny_config()
+    else:
+        with open(f"{config_dir}/{scale}.yaml") as f:
+            config = yaml.safe_load(f)
     config |= {"tables": tables, "seeds": seeds, "figures": [], "table_seeds": {}}
     config["translation"] = config["translation"] | {"seeds": seeds}
     config["captioning"] = config["captioning"] | {"seeds": seeds}

@@ -11,6 +11,7 @@ from resrepro.models.transformer import PRESETS
 from resrepro.report import figures
 
 
+@pytest.mark.config
 def test_the_depth_study_rows_are_five_variants_at_three_depths_each_against_post_ln_at_its_depth():
     table = experiments.load_tables("config/tables")["beyond-t3"]
     rows = table["rows"]

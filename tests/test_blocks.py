@@ -238,6 +238,7 @@ def test_a_staged_net_without_its_image_size_is_refused_and_the_wide_net_keeps_i
     assert keras_count(iter_net("wide_resnet", "paper", device="meta")) == 39_022_410
 
 
+@pytest.mark.config
 def test_paper_003s_resnet_110_has_the_papers_parameter_count_under_its_recipe():
     """Sec. 4: "The model has a total of 1,742,762 parameters" (Keras' count), with the paper's
     "He-normal weight initialization ... and biases are initialized to 0": every conv has a bias,

@@ -87,6 +87,7 @@ def test_load_claims_checks_keys_papers_and_ownership(tmp_path):
         load_claims(write(tmp_path, 'sas:\n  - {claim: c, source: s, evidence: ["sas-t4: none"]}\n'), TABLES, FIGURES)
 
 
+@pytest.mark.config
 def test_the_projects_claims_resolve_against_its_tables_and_figures():
     tables, figures = load_tables("config/tables"), load_figures("config/figures")
     loaded = load_claims("config/claims.yaml", tables, figures)

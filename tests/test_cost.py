@@ -6,6 +6,7 @@ import math
 
 import pandas as pd
 import pytest
+from fake_runs import tiny_config, tiny_config_file
 
 from resrepro.analysis import cost
 from resrepro.catalog import ConfigError
@@ -152,6 +153,7 @@ def test_runs_that_share_a_gpu_cost_their_part_of_it_at_the_step_time_measured_s
     assert cost.sharing({"seeds_stacked": True}, Plan("paper", {}, runs={"s0": runs["s0"]}, jobs={"j": ["s0"]})) == {"s0": ""}
 
 
+@pytest.mark.config
 def test_the_committed_estimate_covers_every_run_of_the_costed_scales():
     """config/costs/h100-estimate.yaml is what benchmarks/gpu_budget.py --estimate writes from the
     anchors: every run of paper.yaml's and gpu-day.yaml's tables has its step time, equal to the estimate."""
@@ -170,6 +172,7 @@ def test_the_committed_estimate_covers_every_run_of_the_costed_scales():
         assert isinstance(cost.table_costs(plan, config, times), pd.DataFrame)
 
 
+@pytest.mark.config
 def test_the_measured_step_times_cover_every_run_of_the_costed_scales_and_are_what_the_configs_read():
     """config/costs/h100.yaml (benchmarks/gpu_budget.py --device cuda on an H100): a step time for
     every run of paper.yaml's and gpu-day.yaml's tables; a new step needs a new measurement."""
@@ -229,15 +232,13 @@ def test_the_budget_times_a_self_critical_stage_with_the_training_loops_update(m
     import sys
     from pathlib import Path
 
-    import yaml
-
     from resrepro.experiments import make_plan
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import gpu_budget
     import scst_step_time
 
-    config = yaml.safe_load(open("tests/configs/tiny.yaml"))
+    config = tiny_config()
     run = next(r for r in cost.tabled_runs(make_plan(config)).values() if r.task == "captioning")
     made = []
     real = scst_step_time.self_critical_step
@@ -254,13 +255,11 @@ def test_the_budget_times_a_stacked_job_as_one_program_and_gives_a_runs_part(mon
     step is the K runs' step as one StackedRuns, and its time the step's over K."""
     import itertools
 
-    import yaml
-
     from resrepro.experiments import make_plan
     from resrepro.models import stacked
 
     gpu_budget = _gpu_budget()
-    tiny = yaml.safe_load(open("tests/configs/tiny.yaml"))
+    tiny = tiny_config()
     config = {**tiny, "seeds": 3, "seeds_stacked": True}
     steps = gpu_budget.distinct_steps([(config, make_plan(config))])
     stacked_keys = [k for k in steps if k.endswith("/stacked3")]
@@ -365,13 +364,11 @@ def test_the_budget_times_a_classification_runs_evaluation_batch_with_the_loops_
     """With evaluation, each classification run's eval key follows its steps (stacked too); its
     time is one call of evaluate/classification.evaluate on eval_batch_size images (evaluate_stacked
     over K runs, over K); no other task gets one."""
-    import yaml
-
     from resrepro.evaluate import classification
     from resrepro.experiments import make_plan
 
     gpu_budget = _gpu_budget()
-    tiny = yaml.safe_load(open("tests/configs/tiny.yaml"))
+    tiny = tiny_config()
     plan = make_plan(tiny)
     steps = gpu_budget.distinct_steps([(tiny, plan)], stacked=(2,), evaluation=True)
     assert not any(map(cost.is_eval_key, gpu_budget.distinct_steps([(tiny, plan)])))
@@ -400,7 +397,7 @@ def test_the_write_bandwidth_is_the_bytes_over_the_median_write_and_an_assumed_a
     assert gpu_budget.measure_write_gb_s(tmp_path, megabytes=8) == pytest.approx(8 * 2**20 / 1e9 / 0.5)
     monkeypatch.undo()
     with pytest.raises(SystemExit):  # argparse's error, before anything is measured: a bandwidth without its source
-        gpu_budget.main(["--config", "tests/configs/tiny.yaml", "--device", "cpu", "--allreduce-gb-s", "100"])
+        gpu_budget.main(["--config", tiny_config_file(tmp_path), "--device", "cpu", "--allreduce-gb-s", "100"])
     assert "--allreduce-gb-s needs --allreduce-source" in capsys.readouterr().err
 
 
@@ -430,13 +427,13 @@ def test_the_budget_remeasures_only_the_chosen_keys_and_keeps_the_rest(tmp_path)
     from resrepro.experiments import make_plan
 
     gpu_budget = _gpu_budget()
-    config = yaml.safe_load(open("tests/configs/tiny.yaml"))
+    config = tiny_config()
     keys = list(gpu_budget.distinct_steps([(config, make_plan(config))], evaluation=True))
     out = tmp_path / "times.yaml"
     session = {"commit": gpu_budget.git_commit(), "date": datetime.date.today().isoformat()}
     out.write_text(yaml.safe_dump({"device": gpu_budget.device_label("cpu"), "basis": "measured", **session, "source": "measured before",
                                    "step_ms": {k: 1e6 for k in keys}}, sort_keys=False))
-    gpu_budget.main(["--config", "tests/configs/tiny.yaml", "--device", "cpu", "--warmup", "0", "--steps", "1",
+    gpu_budget.main(["--config", tiny_config_file(tmp_path), "--device", "cpu", "--warmup", "0", "--steps", "1",
                      "--keys", "*/sas-gatesingle/*", "--out", str(out), "--write-dir", str(tmp_path / "disk"), "--write-mb", "8"])
     times = cost.load_step_times(out)
     assert times["checkpoint_write_gb_s"] > 0 and not list((tmp_path / "disk").iterdir())  # timed, and its files gone
@@ -466,9 +463,9 @@ def test_a_budget_stopped_midway_leaves_the_keys_it_measured_said_partial(tmp_pa
     monkeypatch.setattr(gpu_budget, "measure_write_gb_s", lambda directory, megabytes: 1.5)
     out = tmp_path / "times.yaml"
     with pytest.raises(KeyboardInterrupt):
-        gpu_budget.main(["--config", "tests/configs/tiny.yaml", "--device", "cpu", "--out", str(out)])
+        gpu_budget.main(["--config", tiny_config_file(tmp_path), "--device", "cpu", "--out", str(out)])
     times = yaml.safe_load(out.read_text())
-    total = len(gpu_budget.distinct_steps([cost.load_scale("tests/configs/tiny.yaml")], evaluation=True))
+    total = len(gpu_budget.distinct_steps([cost.load_scale(tiny_config_file(tmp_path))], evaluation=True))
     assert times["step_ms"] == {measured[0]: 5.0, measured[1]: 5.0} and times["checkpoint_write_gb_s"] == 1.5
     assert times["source"].endswith(f"(partial: 2 of {total} keys measured)") and not list(tmp_path.glob("*.tmp"))
 
@@ -480,7 +477,7 @@ def test_the_budget_refuses_to_mix_devices_or_to_match_nothing(tmp_path):
     out = tmp_path / "times.yaml"
     out.write_text(yaml.safe_dump({"device": "NVIDIA H100 80GB HBM3", "basis": "measured", "source": "s", "step_ms": {"a/b/c/d": 1.0}}))
     with pytest.raises(SystemExit, match="file measured on this device"):
-        gpu_budget.main(["--config", "tests/configs/tiny.yaml", "--device", "cpu", "--warmup", "0", "--steps", "1",
+        gpu_budget.main(["--config", tiny_config_file(tmp_path), "--device", "cpu", "--warmup", "0", "--steps", "1",
                          "--keys", "*/sas-gatesingle/*", "--out", str(out)])
     with pytest.raises(SystemExit, match="matches none"):
         gpu_budget.chosen_steps({"classification/x/add/batch1": None}, ["*/sas*"])
@@ -494,4 +491,4 @@ def test_the_budget_refuses_to_mix_devices_or_to_match_nothing(tmp_path):
     assert gpu_budget.merge_measured({**here, "step_ms": {"a": 1.0, "b": 3.0}}, here, ["a"])["step_ms"] == {"a": 2.0, "b": 3.0}
     assert list(gpu_budget.chosen_steps({"a/sas": 1, "a/add": 2}, None)) == ["a/sas", "a/add"]
     with pytest.raises(SystemExit):  # --keys without a file to update
-        gpu_budget.main(["--config", "tests/configs/tiny.yaml", "--device", "cpu", "--keys", "*"])
+        gpu_budget.main(["--config", tiny_config_file(tmp_path), "--device", "cpu", "--keys", "*"])

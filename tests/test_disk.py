@@ -24,7 +24,7 @@ COPIES = {"classification/last": 2.0, "classification/snapshot": 1.0, "translati
 
 @pytest.fixture(scope="module")
 def paper():
-    return load_scale("config/paper.yaml")
+    return load_scale("tests/fixtures/config/paper.yaml")
 
 
 def a_run(plan, **match):
@@ -114,11 +114,12 @@ def test_a_scales_tables_total_and_peak(paper):
 
 
 def test_a_scale_without_mscoco_has_no_features():
-    config, plan = load_scale("config/mini.yaml")
+    config, plan = load_scale("tests/fixtures/config/mini.yaml")
     sizes = disk.scale_disk(plan, config, COPIES)
     assert sizes["features"] == 0 and sizes["peak"] == sizes["total"]
 
 
+@pytest.mark.config
 def test_the_copies_file_in_the_repository_is_measured_and_complete():
     copies = disk.load_copies(ROOT / "config" / "costs" / "disk.yaml")
     assert "measured on results/rehearsal" in copies["source"]
@@ -146,6 +147,7 @@ def test_disk_use_measures_copies_of_the_weights_per_kind(tmp_path):
     assert disk_use.measure(tmp_path, min_parameters=1)["classification/last"] == [4000 / 80]  # float64: 8 bytes a parameter
 
 
+@pytest.mark.config
 def test_gpu_hours_csv_holds_each_tables_disk_then_the_features_and_the_peak(tmp_path):
     import pandas as pd
 
@@ -161,6 +163,7 @@ def test_gpu_hours_csv_holds_each_tables_disk_then_the_features_and_the_peak(tmp
     assert frame.set_index("table")["disk_gb"].to_dict() == pytest.approx({k: v / 1e9 for k, v in expected.items()})
 
 
+@pytest.mark.config
 def test_gpu_hours_csv_is_the_same_to_the_last_digit_whatever_the_hash_seed(tmp_path):
     """A table's GPU-hours and disk sum its runs, a set of them: summed in the set's order, which
     Python's string hashing changes from process to process, the last digits moved between two

@@ -5,6 +5,7 @@ import json
 
 import pytest
 import yaml
+from fake_runs import tiny_config
 
 from resrepro import experiments
 from resrepro.residual import ConfigError
@@ -12,10 +13,17 @@ from resrepro.residual import ConfigError
 
 @pytest.fixture
 def mini():
+    with open("tests/fixtures/config/mini.yaml") as f:
+        return yaml.safe_load(f)
+
+
+@pytest.fixture
+def live_mini():
     with open("config/mini.yaml") as f:
         return yaml.safe_load(f)
 
 
+@pytest.mark.config
 def test_every_issue_table_is_present_with_paper_values():
     tables = experiments.load_tables("config/tables")
     for table_id in ("rskip-t1", "rskip-t3", "rskip-t4", "rskip-t6", "sas-t4", "sas-t6", "sas-t7", "sas-fn1"):
@@ -44,6 +52,7 @@ def test_mini_plan_shares_cells_between_equivalent_rows(mini):
     assert {len(runs) for (table, _), runs in rows.items() if table == "noise-t2"} == {2}
 
 
+@pytest.mark.config
 def test_paper_plan_runs_five_seeds_at_the_papers_depths():
     with open("config/paper.yaml") as f:
         paper = yaml.safe_load(f)
@@ -129,11 +138,12 @@ def test_table_seeds_may_name_a_figure_whose_cells_only_it_trains(mini):
     assert cells["sas-f4", "x + F"][0] in rskip_t1 and len(rskip_t1) == 3
 
 
-def test_every_mini_classification_run_keeps_snapshots_so_no_figure_trains_a_cell_twice(mini):
+@pytest.mark.config
+def test_every_mini_classification_run_keeps_snapshots_so_no_figure_trains_a_cell_twice(live_mini):
     """Snapshots are in mini's base recipe: paper 003's figures over training read the tables'
     runs where the cell is the same (ResNet-110, UBN-110), and every run has one recipe folder:
     paper 002 has its own (docs/noise.md), paper 003's PreAct-ResNets their init."""
-    plan = experiments.make_plan(mini)
+    plan = experiments.make_plan(live_mini)
     classification = [r for r in plan.runs.values() if r.task == "classification"]
     recipes = {r.recipe for r in classification if not r.model.startswith(("simple_net", "resnet_cifar", "preact", "shared"))}
     assert recipes == {"default"} and {r.recipe for r in classification if r.model.startswith("shared")} == {"iter-init"}
@@ -180,7 +190,7 @@ def test_one_decay_factor_per_milestone(mini):
 
 
 def _bad_tables(tmp_path, mutate):
-    tables = yaml.safe_load(open("config/tables/rskip.yaml"))
+    tables = yaml.safe_load(open("tests/fixtures/config/tables/rskip.yaml"))
     mutate(tables)
     (tmp_path / "rskip.yaml").write_text(yaml.safe_dump(tables))
     return tmp_path
@@ -241,15 +251,18 @@ def test_seeds_precedence_table_then_task_then_default(mini):
 
 
 def snakefile_config(*overrides: str, configfile: str = "tests/configs/tiny.yaml") -> dict:
-    """The config the Snakefile sees: the --configfile (config/mini.yaml without one), then --config
+    """The config the Snakefile sees: the --configfile (tiny: over the fixture tables), then --config
     entries (parsed by Snakemake's own parser), typed by the schema and validated, as the Snakefile does."""
     from snakemake.cli import parse_config
     from snakemake.utils import update_config, validate
 
     from resrepro.config_types import coerce_overrides, validate_refinements
 
-    with open(configfile) as f:
-        config = yaml.safe_load(f)
+    if configfile == "tests/configs/tiny.yaml":
+        config = tiny_config()
+    else:
+        with open(configfile) as f:
+            config = yaml.safe_load(f)
     update_config(config, parse_config(list(overrides)))
     coerce_overrides(config, SCHEMA)
     validate(config, SCHEMA)
@@ -417,7 +430,7 @@ def test_captioning_is_refused_at_parse_without_java_or_pycocoevalcap(monkeypatc
     import importlib.util
     import shutil
 
-    plan = experiments.make_plan(snakefile_config(configfile="config/mini.yaml"))
+    plan = experiments.make_plan(snakefile_config(configfile="tests/fixtures/config/mini.yaml"))
     assert any(run.task == "captioning" for run in plan.runs.values())
     experiments.check_captioning_scorers(plan)  # here both are installed
     real_which, real_find_spec = shutil.which, importlib.util.find_spec
@@ -427,7 +440,7 @@ def test_captioning_is_refused_at_parse_without_java_or_pycocoevalcap(monkeypatc
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pycocoevalcap" else real_find_spec(name, *a))
     with pytest.raises(ConfigError, match="java on PATH and the pycocoevalcap package missing"):
         experiments.check_captioning_scorers(plan)
-    without = experiments.make_plan(snakefile_config("tables=[sas-t3]", "figures=[]", configfile="config/mini.yaml"))
+    without = experiments.make_plan(snakefile_config("tables=[sas-t3]", "figures=[]", configfile="tests/fixtures/config/mini.yaml"))
     assert not any(run.task == "captioning" for run in without.runs.values())
     experiments.check_captioning_scorers(without)  # nothing to score: nothing refused
 

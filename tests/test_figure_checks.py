@@ -141,6 +141,7 @@ def test_a_bad_check_names_the_figure_and_the_check(tmp_path, checks, message):
     assert message in str(err.value) and "iter-fx" in str(err.value)
 
 
+@pytest.mark.config
 def test_every_figure_of_the_papers_checks_a_part_of_its_claim():
     """So that each figure has a verdict in its section and can be a claim's evidence in the summary."""
     figures = load_figures("config/figures")

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -16,6 +18,7 @@ import gpu_rehearsal  # noqa: E402
 BIN = ROOT / ".venv" / "bin"
 
 
+@pytest.mark.integration
 def test_the_covering_targets_run_every_rule_but_those_that_need_the_whole_dag(tmp_path):
     """A dry run of the cover phase's own command line (less `rehearse`'s mirror, stood in for by
     empty files): --config and --resources must not swallow the targets, no job asks for two GPUs,

@@ -12,8 +12,8 @@ from resrepro.analysis.judgement import judge, judge_figures, read_claims, read_
 from resrepro.analysis.parameters import parameter_counts, parameters_at_paper_size, read_counts
 from resrepro.experiments import load_figures, load_tables, plan_document
 
-SAS_F3 = load_figures(["config/figures/sas.yaml"])
-TABLES = load_tables("config/tables")
+SAS_F3 = load_figures(["tests/fixtures/config/figures/sas.yaml"])
+TABLES = load_tables("tests/fixtures/config/tables")
 
 
 def gates(seeds: dict[int, float]) -> pd.DataFrame:
@@ -43,17 +43,17 @@ def test_figure_checks_read_back_as_judged(tmp_path):
 
 
 def test_a_figure_not_measured_or_not_reproduced_is_not_judged():
-    figures = load_figures(["config/figures/sas.yaml", "config/figures/noise.yaml"])
+    figures = load_figures(["tests/fixtures/config/figures/sas.yaml", "tests/fixtures/config/figures/noise.yaml"])
     out = judge_figures(figures, gates({0: 0.1}), cells())
     assert set(out["figure_checks"]["figure"]) == {"sas-f3"}
 
 
 def test_claims_are_judged_over_the_rows_and_the_checks_and_read_back(tmp_path):
-    """config/claims.yaml over sas-t7's rows and sas-f3's checks: claims.csv holds, per paper and
+    """tests/fixtures/config/claims.yaml over sas-t7's rows and sas-f3's checks: claims.csv holds, per paper and
     in the file's order, what analysis/claims.py decides; a cited figure this run did not measure
     is named as not in this run, a measured one is not."""
     plan = plan_for(["sas-t7"], seeds=2)
-    document = plan_document("tiny", TABLES, load_figures("config/figures"), "config/claims.yaml", plan.rows, [])
+    document = plan_document("tiny", TABLES, load_figures("tests/fixtures/config/figures"), "tests/fixtures/config/claims.yaml", plan.rows, [])
     rows = pd.DataFrame([{"table": "sas-t7", "label": r["label"], "verdict": v, "n": 2, "n_diverged": 0}
                          for r, v in zip(plan.rows, ["baseline", "supported", "contradicted"], strict=True)])
     rows.to_csv(tmp_path / "rows.csv", index=False)
@@ -62,7 +62,7 @@ def test_claims_are_judged_over_the_rows_and_the_checks_and_read_back(tmp_path):
     out = judge(document, tmp_path)
     out["claims"].to_csv(tmp_path / "claims.csv", index=False)
     checked = {"sas-f3": [figure_checks.judge(gates({0: 0.1, 1: 0.2}), c) for c in SAS_F3["sas-f3"]["checks"]]}
-    stated = load_claims("config/claims.yaml", TABLES, document["figures"])
+    stated = load_claims("tests/fixtures/config/claims.yaml", TABLES, document["figures"])
     expected = summarise(stated, pd.read_csv(tmp_path / "rows.csv"), checked)
     assert read_claims(tmp_path / "claims.csv") == expected
     by_source = {c["source"]: c for c in expected["sas"]}

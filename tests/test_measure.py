@@ -15,7 +15,7 @@ from resrepro.measure.gates import measure_gates, sas_blocks, summarize_gates
 from resrepro.measure.run import run_measurement
 from resrepro.residual import ConfigError
 
-from fake_runs import plan_for, write_metrics
+from fake_runs import plan_for, tiny_config, write_metrics
 
 SETTINGS = {"examples": 10000, "split": "test", "batch_size": 7}
 
@@ -129,8 +129,7 @@ def test_a_bad_figure_entry_is_refused_naming_the_key(tmp_path, change, message)
 
 
 def test_a_figure_cell_reuses_the_tables_run_and_has_its_settings():
-    with open("tests/configs/tiny.yaml") as f:
-        config = yaml.safe_load(f) | {"tables": ["sas-t7"], "figures": ["sas-f3"]}
+    config = tiny_config() | {"tables": ["sas-t7"], "figures": ["sas-f3"]}
     plan = experiments.make_plan(config)
     (m,) = plan.measures
     sas_row = next(r for r in plan.rows if r["label"] == "SAS with LN")
@@ -148,16 +147,14 @@ def test_a_figure_cell_reuses_the_tables_run_and_has_its_settings():
 
 def test_two_figures_measuring_one_run_differently_are_refused(tmp_path):
     (tmp_path / "f.yaml").write_text(yaml.safe_dump({"f1": FIGURE, "f2": {**FIGURE, "settings": {"examples": 5}}}))
-    with open("tests/configs/tiny.yaml") as f:
-        config = yaml.safe_load(f) | {"tables": ["sas-t7"], "figures_dir": str(tmp_path)}
+    config = tiny_config() | {"tables": ["sas-t7"], "figures_dir": str(tmp_path)}
     with pytest.raises(ConfigError, match="f2: sas_gates of classification/digits/preact_resnet8/default/sas/seed0 with settings"):
         experiments.make_plan(config)
 
 
 def test_figure_data_tags_each_run_and_sums_up_the_mean_over_finished_seeds(tmp_path):
     plan = plan_for(["sas-t7"])
-    with open("tests/configs/tiny.yaml") as f:
-        config = yaml.safe_load(f) | {"tables": ["sas-t7"], "figures": ["sas-f3"], "seeds": 3}
+    config = tiny_config() | {"tables": ["sas-t7"], "figures": ["sas-f3"], "seeds": 3}
     measures = experiments.make_plan(config).measures
     runs = measures[0]["runs"]
     for path in plan.runs:
@@ -166,7 +163,7 @@ def test_figure_data_tags_each_run_and_sums_up_the_mean_over_finished_seeds(tmp_
     for run, alpha in alphas.items():
         rows = [(b, q, v) for b in (1, 2, 3) for q, v in (("alpha", alpha[b - 1]), ("beta", 0.1 * b), ("gamma", 0.4 - 0.1 * b))]
         files.write_text(tmp_path / run / "measure" / "sas_gates.csv", pd.DataFrame(rows, columns=["block", "quantity", "value"]).to_csv(index=False))
-    table_runs = aggregate(plan.rows, tmp_path, "config/tables", "final")["runs"]
+    table_runs = aggregate(plan.rows, tmp_path, "tests/fixtures/config/tables", "final")["runs"]
     out = aggregate_figures(measures, tmp_path, table_runs)
     data, (cell,) = out["figures"], out["figure_cells"].to_dict("records")
     assert set(data["run"]) == {runs[0], runs[1]} and set(data["seed"]) == {0, 1}  # the diverged seed is not drawn
@@ -188,7 +185,7 @@ def test_a_run_that_only_a_figure_names_is_measured_and_listed_with_the_runs(tmp
     files.write_text(tmp_path / only_figure / "measure" / "grad_cosine.csv",
                      pd.DataFrame(rows, columns=["split", "block", "quantity", "value"]).to_csv(index=False))
     measures = [{"figure": "iter-f4", "cell": 3, "label": "wide ResNet", "measurement": "grad_cosine", "runs": [only_figure]}]
-    table_runs = aggregate(plan.rows, tmp_path, "config/tables", "final")["runs"]
+    table_runs = aggregate(plan.rows, tmp_path, "tests/fixtures/config/tables", "final")["runs"]
     out = aggregate_figures(measures, tmp_path, table_runs)
     (cell,) = out["figure_cells"].to_dict("records")
     assert (cell["n"], cell["n_runs"]) == (1, 1)

@@ -17,11 +17,11 @@ from resrepro.models import count_parameters
 from resrepro.models.preact_resnet import DEPTHS, PreActResNet, blocks_per_stage
 from resrepro.residual import ConfigError, variant_id
 
-TABLES = Path(__file__).resolve().parents[1] / "config" / "tables"
+TABLES = Path(__file__).resolve().parent / "fixtures" / "config" / "tables"
 
 
 def table_variants() -> list:
-    """Each distinct (variant, args) of config/tables/*.yaml once, as pytest params."""
+    """Each distinct (variant, args) of the tables (tests/fixtures/config/tables) once, as pytest params."""
     seen: dict[str, tuple] = {}
     for table in load_tables(TABLES).values():
         for row in table["rows"]:

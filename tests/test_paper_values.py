@@ -11,6 +11,8 @@ import pytest
 
 from resrepro.experiments import load_tables
 
+pytestmark = pytest.mark.config  # checks config/tables itself
+
 SAS = "SAS (CoNLL 2019)"
 RSKIP = "Liu et al. (COLING 2020)"
 ITER = "Jastrzebski et al. (ICLR 2018)"

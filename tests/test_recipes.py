@@ -25,11 +25,12 @@ def load(*paths):
 
 @pytest.fixture
 def mini():
-    return load("config/mini.yaml")
+    return load("tests/fixtures/config/mini.yaml")
 
 
 @pytest.fixture
 def paper():
+    """The project's own paper scale: the tests that read it check its recipes (marked `config`)."""
     return load("config/mini.yaml", "config/paper.yaml")
 
 
@@ -138,6 +139,7 @@ def test_a_figure_cell_that_a_table_names_is_that_tables_run_snapshots_included(
     assert recipes.matches({"kind": "table"}, {"kind": "table"}) and not recipes.matches({"kind": "table"}, {"kind": "figure"})
 
 
+@pytest.mark.config
 def test_paper_config_states_each_papers_translation_protocol(paper):
     validate_refinements(paper, SCHEMA)
     plan = experiments.make_plan(paper)
@@ -164,6 +166,7 @@ def test_paper_config_states_each_papers_translation_protocol(paper):
         assert refined["source"].strip()
 
 
+@pytest.mark.config
 def test_paper_scales_drop_training_pairs_over_256_subwords_and_mini_keeps_its_specs(mini, paper):
     """tensor2tensor's transformer_base max_length at paper and gpu-day scale; mini leaves the key
     out (no synthetic pair is that long), so its runs' specs, and their results, stay as they were."""
@@ -279,6 +282,7 @@ def test_run_paths_name_the_recipe():
     assert run.path == "translation/synthetic/transformer_mini_base/a+b/rskip_ln-lam2/seed1"
 
 
+@pytest.mark.config
 def test_paper_002s_equivalent_training_refines_its_table_2_by_variant(mini, paper):
     """noise-t2's plain rows start from the mapped residual init (variant: plain), all its rows run
     in float64; noise-t1's nets keep the paper 002 recipe alone. Each is a folder of its own."""
@@ -295,6 +299,7 @@ def test_paper_002s_equivalent_training_refines_its_table_2_by_variant(mini, pap
     assert recipes.matches({"variant": "plain"}, {"variant": "plain"}) and not recipes.matches({"variant": "plain"}, {"variant": "add"})
 
 
+@pytest.mark.config
 @pytest.mark.parametrize("scale", ["config/mini.yaml", "config/gpu-day.yaml", "config/paper.yaml"])
 def test_no_run_keeps_more_step_checkpoints_than_its_averaging_reads(scale):
     """Disk: a big Transformer's step checkpoint is about 0.8 GB. Each scale's recipes keep exactly
@@ -339,6 +344,7 @@ def test_at_paper_size_is_a_scale_key_not_part_of_the_recipe(mini):
     assert not recipes.at_paper_size(mini["translation"], {"size": "big"})  # absent: every cell at the scale's size
 
 
+@pytest.mark.config
 def test_the_paper_scales_size_maps_are_identities(paper):
     """What "the paper's size" is: config/paper.yaml runs every depth and size as itself, so a cell
     at_paper_size runs (and names its folder) as it does at the paper scale."""
@@ -406,6 +412,7 @@ def test_cutting_the_test_set_reevaluates_and_cutting_the_dev_set_retrains_in_th
         validate_refinements(refined, SCHEMA)
 
 
+@pytest.mark.config
 @pytest.mark.parametrize("scale", ["mini", "gpu-day", "paper"])
 def test_every_run_measured_on_its_snapshots_keeps_them(scale):
     """A measurement that reads a run's snapshots fails, after the training, on a run that kept

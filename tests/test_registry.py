@@ -68,7 +68,7 @@ def test_a_name_the_catalog_does_not_declare_cannot_be_registered():
 def test_checking_a_config_imports_no_torch():
     """Snakemake's parse (every call, a no-op rerun too) plans and checks the config through these."""
     code = ("import sys, yaml; from resrepro import config_types, experiments; "
-            "experiments.make_plan(yaml.safe_load(open('config/paper.yaml'))); print('torch' in sys.modules)")
+            "experiments.make_plan(yaml.safe_load(open('tests/fixtures/config/paper.yaml'))); print('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
 
 

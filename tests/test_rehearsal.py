@@ -14,6 +14,8 @@ import yaml
 
 from resrepro import experiments, recipes
 
+pytestmark = pytest.mark.config  # checks config/rehearsal.yaml against config/paper.yaml
+
 REPO = Path(__file__).resolve().parents[1]
 # What the rehearsal may cut: how long, how much per batch, how much is scored.
 # Not the translation warm-up: the inverse-sqrt schedule's peak rate grows as it shrinks.

@@ -574,6 +574,7 @@ def test_variant_id_exact_strings():
         variant_id("nope")
 
 
+@pytest.mark.config
 def test_variant_ids_unique_over_paper_tables():
     """Every distinct (variant, full args) used in config/tables/*.yaml gets a distinct id, and the
     same cell (e.g. 001's "1rSkip+LN" = "1xSkip+LN", args {lam: 1} vs defaults) one id."""

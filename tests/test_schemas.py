@@ -62,6 +62,7 @@ def test_a_figure_that_is_not_reproduced_has_its_own_keys():
         schemas.check({k: v for k, v in figure.items() if k != "not_reproduced"} | {"measurement": "l2_ratio"}, "figures", "f.yaml: f1")
 
 
+@pytest.mark.config
 def test_every_data_file_of_the_config_holds_to_its_schema():
     for path in sorted(Path("config/tables").glob("*.yaml")):
         for table_id, table in yaml.safe_load(path.read_text()).items():

@@ -255,6 +255,7 @@ def test_the_fully_fledged_resnet_blocks_are_he_et_als_and_plain_drops_only_the_
         models.build({**spec, "depth": 21, "variant": "add"})
 
 
+@pytest.mark.config
 @pytest.mark.parametrize("scale", ["paper", "gpu-day", "rehearsal", "mini"])
 @pytest.mark.parametrize("depth, paper_term", [(20, 0.0005393), (32, 0.0008878), (44, 0.001238)])
 def test_the_recipes_decay_term_of_a_plain_net_at_initialisation_is_the_papers(scale, depth, paper_term):

@@ -43,6 +43,7 @@ def test_compile_auto_leaves_the_weight_shared_nets_eager():
         assert speed_of({"compile": "auto", "model": f"shared_resnet_{strategy}"}, GPU, image_model=True).compile is None
 
 
+@pytest.mark.config
 def test_the_gpu_tests_of_compile_auto_cover_every_kind_of_image_model_the_papers_train():
     """tests/test_gpu.py trains each of them as graphs against eager: a new architecture joins it."""
     import yaml
@@ -54,6 +55,7 @@ def test_the_gpu_tests_of_compile_auto_cover_every_kind_of_image_model_the_paper
     assert set(PAPER_IMAGE_MODELS) == {r.model for r in make_plan(config).runs.values() if r.task == "classification"}
 
 
+@pytest.mark.config
 def test_the_gpu_tests_find_each_models_mini_run_from_their_own_folder(tmp_path, monkeypatch):
     """tests/test_gpu.py runs each test in its tmp_path: the mini plan is read from the repository."""
     from test_gpu import PAPER_IMAGE_MODELS, mini_run_spec

@@ -102,7 +102,7 @@ def test_fractions_lie_in_0_1_and_the_same_seed_gives_the_same_curves(name):
 @pytest.mark.parametrize("figure_id, measurement, column", [("noise-f11d", "trivial_flow_scale", "gradient_std"),
                                                             ("noise-f11e", "trivial_flow_p", "p")])
 def test_the_figures_are_computed_without_a_run_and_their_checks_hold(figure_id, measurement, column):
-    figures = experiments.load_figures("config/figures")
+    figures = experiments.load_figures("tests/fixtures/config/figures")
     figure = figures[figure_id]
     assert figure["task"] is None and figure["measurement"] == measurement and "not_reproduced" not in figure
     plan = experiments.make_plan({**config_for([], 1, scale="mini"), "figures": [figure_id]})

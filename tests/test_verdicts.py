@@ -25,7 +25,7 @@ def aggregate_with(tmp_path, tables: list[str], errors_by_variant: dict[str, lis
     plan = plan_for(tables)
     for path, run in plan.runs.items():
         write_metrics(tmp_path, path, errors_by_variant[run.variant_id][run.seed])
-    rows = aggregate(plan.rows, tmp_path, "config/tables", "final")["rows"]
+    rows = aggregate(plan.rows, tmp_path, "tests/fixtures/config/tables", "final")["rows"]
     return rows.set_index("label")
 
 

@@ -193,7 +193,7 @@ def test_noise_t4_plain_against_residual_decay_terms_with_ratios_and_lost_values
         jitter = 1 + run.seed / 100
         _write_measured(tmp_path, path, {0: {"risk": 2.3, "decay term": (0.5 if plain else 0.002) * jitter},
                                          6: {"risk": 0.2 if plain else 0.1, "decay term": (0.6 if plain else 0.4) * jitter}})
-    rows = aggregate(plan.rows, tmp_path, "config/tables", "final")["rows"].set_index("label")
+    rows = aggregate(plan.rows, tmp_path, "tests/fixtures/config/tables", "final")["rows"].set_index("label")
     before = rows.loc["PlnNet-20 before: decay term"]
     assert (before["verdict"], before["metric"], before["at"]) == ("supported", "decay term", "init")
     assert before["ratio"] == pytest.approx(250.0) and before["paper_ratio"] == pytest.approx(0.0005393 / 2.0123e-6)
@@ -220,7 +220,7 @@ def test_noise_t1b_gives_each_kinds_degradation_from_depth_20_to_44_as_a_ratio_o
     for row in plan.rows:
         for seed, path in enumerate(row["runs"]):
             _write_measured(tmp_path, path, {0: {"risk": 2.3}, 6: {"risk": risk[row["label"]] * (1 + seed / 100)}})
-    rows = aggregate(plan.rows, tmp_path, "config/tables", "final")["rows"].set_index("label")
+    rows = aggregate(plan.rows, tmp_path, "tests/fixtures/config/tables", "final")["rows"].set_index("label")
     plain, residual = rows.loc["PlnNet-44, risk"], rows.loc["ResNet-44, risk"]
     assert (plain["ratio"], plain["paper_ratio"], plain["baseline"]) == (pytest.approx(6.0), pytest.approx(0.4950 / 0.07227), "PlnNet-20, risk")
     assert (residual["ratio"], residual["paper_ratio"]) == (pytest.approx(1.6), pytest.approx(0.07397 / 0.04287))
@@ -234,12 +234,13 @@ def test_a_measured_quantity_is_larger_or_smaller_not_better_or_worse_and_shown_
     assert (round_for(2.0123456e-6, "decay term"), round_for(0.123456, "train_loss"), round_for(12.3456, "test_error")) == (2.012e-6, 0.1235, 12.35)
 
 
+@pytest.mark.config
 def test_the_noise_tables_3_and_4_read_table_1s_runs_at_every_scale():
     """Same cells, same recipe: t3 and t4 measure t1's runs; the paper scale keeps the snapshots."""
     from fake_runs import config_for
 
     for scale in ("mini", "paper", "gpu-day"):
-        plan = make_plan(config_for(["noise-t1", "noise-t3", "noise-t4"], seeds=1, scale=scale))
+        plan = make_plan(config_for(["noise-t1", "noise-t3", "noise-t4"], seeds=1, scale=scale, config_dir="config"))
         runs_of = {row["table"]: set(row["runs"]) for row in plan.rows}
         assert set().union(*(set(r["runs"]) for r in plan.rows if r["table"] != "noise-t1")) <= {
             r for row in plan.rows if row["table"] == "noise-t1" for r in row["runs"]}, scale
