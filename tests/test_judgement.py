@@ -8,7 +8,7 @@ from fake_runs import plan_for
 
 from resrepro.analysis import figure_checks
 from resrepro.analysis.claims import load_claims, summarise
-from resrepro.analysis.judgement import judge, judge_figures, read_claims, read_figure_checks
+from resrepro.analysis.judgement import CHECK_COLUMNS, CLAIM_COLUMNS, judge, judge_figures, read_claims, read_figure_checks
 from resrepro.analysis.parameters import parameter_counts, parameters_at_paper_size, read_counts
 from resrepro.experiments import load_figures, load_tables, plan_document
 
@@ -87,3 +87,37 @@ def test_parameter_counts_are_those_of_the_rows_that_show_them(tmp_path):
         TABLES["rskip-t7"]["rows"][big["row"]], "translation") == 209_838_080
     counts.to_csv(tmp_path / "parameters.csv", index=False)
     assert read_counts(tmp_path / "parameters.csv") == {(r["table"], r["label"]): r["parameters_at_paper_size"] for _, r in counts.iterrows()}
+
+
+def test_each_checks_resolvable_difference_and_empty_text_read_back_as_written(tmp_path):
+    """figure_checks.csv keeps a check's resolvable difference (a number, or empty where the check
+    has none) and an empty evidence line or a claim that reads "NA" as written, not as NaN."""
+    written = [figure_checks.FigureVerdict("beta rises", "supported", 2, 2, "", 0.25),
+               figure_checks.FigureVerdict("NA", "inconclusive", 1, 2, "seed 1: beta falls", None)]
+    pd.DataFrame([{"figure": "sas-f3", "check": i, **v.__dict__} for i, v in enumerate(written, 1)],
+                 columns=CHECK_COLUMNS).to_csv(tmp_path / "figure_checks.csv", index=False)
+    assert read_figure_checks(tmp_path / "figure_checks.csv") == {"sas-f3": written}
+
+
+def test_claims_read_back_with_their_empty_fields_as_written(tmp_path):
+    claims = pd.DataFrame([{"paper": "sas", "claim": "NA", "source": "", "cited": json.dumps([["sas-t4", "SAS"]]),
+                            "verdict": "not run", "evidence": ""}], columns=CLAIM_COLUMNS)
+    claims.to_csv(tmp_path / "claims.csv", index=False)
+    assert read_claims(tmp_path / "claims.csv") == {"sas": [{"claim": "NA", "source": "", "cited": [("sas-t4", "SAS")],
+                                                             "verdict": "not run", "evidence": ""}]}
+
+
+def test_every_figure_of_differences_keeps_its_difference_cells():
+    """Two figures that draw differences (noise-f9b under a second id): each keeps its own four."""
+    figures = load_figures(["tests/fixtures/config/figures/noise.yaml"])
+    entry = figures["noise-f9b"]
+    base = {"PlnNet-32": [2.0, 1.5], "PlnNet-44": [2.3, 1.8], "ResNet-32": [1.9, 1.1], "ResNet-44": [2.0, 1.2]}
+    data = pd.DataFrame([{"figure": f, "cell": i, "label": label, "run": f"{label}/seed{s}", "seed": s, "epoch": e + 1,
+                          "quantity": "training loss", "value": v + 0.01 * s}
+                         for f in ("noise-f9b", "copy") for i, (label, curve) in enumerate(base.items()) for s in (0, 1)
+                         for e, v in enumerate(curve)])
+    cells = pd.DataFrame([{"figure": f, "cell": i, "label": label, "measurement": "learning_curve", "kind": "per_epoch", "n": 2,
+                           "n_runs": 2, "summary": "s"} for f in ("noise-f9b", "copy") for i, label in enumerate(base)])
+    out = judge_figures({"noise-f9b": entry, "copy": entry}, data, cells)
+    assert list(out["difference_cells"]["figure"]) == ["noise-f9b"] * 4 + ["copy"] * 4
+    assert len(out["figure_checks"]) == 2 * len(entry["checks"])
