@@ -22,7 +22,7 @@ report: $(VENV)/.installed
 test: $(VENV)/.installed
 	OMP_NUM_THREADS=1 pytest -n 2 --dist loadfile
 
-# The unit and property tests alone, in under 3 minutes on 2 cores: no Snakemake, and no config/
+# The unit and property tests alone, about 3 minutes on 2 cores: no Snakemake, and no config/
 # (they read tests/fixtures/config; the tests marked `config` check config/ itself, in `make test`).
 test-unit: $(VENV)/.installed
 	OMP_NUM_THREADS=1 pytest -n 2 --dist loadfile -m "not integration and not config and not slurm and not rehearsal and not gpu"
