@@ -44,6 +44,7 @@ import yaml
 
 from resrepro import experiments
 from resrepro.analysis import cost
+from resrepro.specs import ClassificationTrainSpec, TrainSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,7 +76,7 @@ def stacked_runs(key: str) -> int:
     return int(last.removeprefix("stacked")) if last.startswith("stacked") else 1
 
 
-def classifier(spec: dict, device, speed, classes: int):
+def classifier(spec: ClassificationTrainSpec, device, speed, classes: int):
     """A classification run's model built as training builds it (the registry, CIFAR's 3 channels),
     on `device` in the run's dtype and layout."""
     from resrepro import models
@@ -83,7 +84,7 @@ def classifier(spec: dict, device, speed, classes: int):
     return speed.place(models.build(models.model_spec(spec, classes=classes, in_channels=3)), device)
 
 
-def training_step(spec: dict, device, classes: int = 10, stacked: int = 1):
+def training_step(spec: TrainSpec, device, classes: int = 10, stacked: int = 1):
     """One training step of the run `spec` names, on random data, as training runs it: the model
     built through the registry, the recipe's speed switches resolved for `device`, the recipe's
     optimizer. Classification: a CIFAR-shaped batch of `batch_size`; translation: `max_tokens`
@@ -100,42 +101,42 @@ def training_step(spec: dict, device, classes: int = 10, stacked: int = 1):
     from resrepro.speed import speed_of
 
     torch.manual_seed(0)
-    if spec["task"] == "classification" and stacked > 1:
+    if spec.task == "classification" and stacked > 1:
         from resrepro.models.stacked import StackedRuns
 
         speed = speed_of(spec, device, image_model=True).stacked()
         model = StackedRuns([classifier(spec, device, speed, classes) for _ in range(stacked)])
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, **speed.optimizer_options())
-        x = torch.randn(stacked, spec["batch_size"], 3, 32, 32, device=device).to(speed.dtype)
-        y = torch.randint(0, classes, (stacked, spec["batch_size"]), device=device)
+        x = torch.randn(stacked, spec.batch_size, 3, 32, 32, device=device).to(speed.dtype)
+        y = torch.randint(0, classes, (stacked, spec.batch_size), device=device)
 
         def loss_of():  # each run's mean loss, summed: a run's gradient is its own loss's
             return F.cross_entropy(net(x).float().flatten(0, 1), y.flatten(), reduction="none").view(stacked, -1).mean(1).sum()
-    elif spec["task"] == "classification":
+    elif spec.task == "classification":
         speed = speed_of(spec, device, image_model=True)
         model = classifier(spec, device, speed, classes)
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, **speed.optimizer_options())
-        x = speed.layout(torch.randn(spec["batch_size"], 3, 32, 32, device=device))
-        y = torch.randint(0, classes, (spec["batch_size"],), device=device)
+        x = speed.layout(torch.randn(spec.batch_size, 3, 32, 32, device=device))
+        y = torch.randint(0, classes, (spec.batch_size,), device=device)
 
         def loss_of():
             return F.cross_entropy(net(x).float(), y)
-    elif spec["task"] == "captioning":
+    elif spec.task == "captioning":
         speed = speed_of(spec, device)
         vocab, words, regions, dim = 9_571, 12, 49, 2_050
         model = models.build(models.model_spec(spec, vocab_size=vocab, feature_dim=dim)).to(device)
         opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, **speed.optimizer_options())
-        feats = torch.randn(spec["batch_size"], regions, dim, device=device)
-        words_in = torch.randint(4, vocab, (spec["batch_size"], words + 1), device=device)
+        feats = torch.randn(spec.batch_size, regions, dim, device=device)
+        words_in = torch.randint(4, vocab, (spec.batch_size, words + 1), device=device)
 
         def loss_of():
-            return label_smoothed_loss(net(feats, words_in), words_in, 0, spec["label_smoothing"])
+            return label_smoothed_loss(net(feats, words_in), words_in, 0, spec.label_smoothing)
     else:
         speed = speed_of(spec, device)
         vocab, length = 32_768, 25
         model = models.build(models.model_spec(spec, vocab_size=vocab)).to(device)
         opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, **speed.optimizer_options())
-        n = max(1, spec["max_tokens"] // (length + 1))
+        n = max(1, spec.max_tokens // (length + 1))
         src = torch.randint(4, vocab, (n, length + 1), device=device)
         tgt = torch.randint(4, vocab, (n, length + 1), device=device)
 
@@ -155,7 +156,7 @@ def training_step(spec: dict, device, classes: int = 10, stacked: int = 1):
     return step
 
 
-def evaluation_batch(spec: dict, device, classes: int = 10, stacked: int = 1):
+def evaluation_batch(spec: ClassificationTrainSpec, device, classes: int = 10, stacked: int = 1):
     """One evaluation batch of a classification run as its training loop evaluates the test set
     after each epoch: `eval_batch_size` random CIFAR-shaped uint8 images through the model built
     as training builds it (uncompiled, as the loop evaluates), by evaluate/classification.py's
@@ -170,7 +171,7 @@ def evaluation_batch(spec: dict, device, classes: int = 10, stacked: int = 1):
     if stacked > 1:
         speed = speed.stacked()
     nets = [classifier(spec, device, speed, classes) for _ in range(stacked)]
-    size = eval_batch_size(spec)
+    size = eval_batch_size(spec.batch_size)
     x = torch.randint(0, 256, (size, 3, 32, 32), dtype=torch.uint8, device=device)
     y = torch.randint(0, classes, (size,), device=device)
     mean, std = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
@@ -202,7 +203,7 @@ def measure_step_ms(config: dict, run: experiments.Run, device_name: str, warmup
     if key is not None and key == cost.scst_key(run):
         from scst_step_time import self_critical_step
 
-        step = self_critical_step(spec, pick_device(device_name), spec["scst"]["batch_images"], spec["scst"]["max_len"])
+        step = self_critical_step(spec, pick_device(device_name), spec.scst.batch_images, spec.scst.max_len)
     elif key is not None and cost.is_eval_key(key):
         step = evaluation_batch(spec, pick_device(device_name), classes, stacked=stacked_runs(key))
     else:

@@ -33,10 +33,14 @@ def worker(opts: argparse.Namespace) -> None:
 
     from gpu_budget import training_step  # the same step the budget times
     from resrepro.devices import pick_device
+    from resrepro.specs import ClassificationTrainSpec
 
     torch.set_num_threads(opts.threads)
-    spec = {"task": "classification", "model": "preact_resnet", "depth": opts.depth, "variant": opts.variant, "args": {},
-            "batch_size": opts.batch}
+    # a ResNet's step at the batch asked for; the recipe's other keys do not enter one step
+    spec = ClassificationTrainSpec.from_dict({
+        "task": "classification", "dataset": "cifar10", "arch": f"preact_resnet{opts.depth}", "model": "preact_resnet", "depth": opts.depth,
+        "variant": opts.variant, "args": {}, "epochs": 1, "batch_size": opts.batch, "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4,
+        "lr_milestones": [], "warmup_lr": 0.01, "warmup_iterations": 0, "warmup_min_depth": 0, "augment_pad": 4, "augment_flip": True})
     step = training_step(spec, pick_device(opts.device))
 
     for _ in range(opts.warmup):

@@ -125,7 +125,7 @@ def translation(a) -> int:
                     m = train(experiments.train_spec(cfg, run), train_pairs, dev_pairs, meta["subword"]["vocab_size"], out,
                               device="cpu", progress=False)
                     spec = experiments.eval_spec(run)
-                    average_checkpoints(checkpoints_to_average(out / "checkpoints", spec["average_last"]), out / "averaged.pt")
+                    average_checkpoints(checkpoints_to_average(out / "checkpoints", spec.average_last), out / "averaged.pt")
                     mine.append(evaluate_prepared(spec, data, out / "averaged.pt", out, device="cpu")["bleu_tokenized"]["bleu"])
                     seconds.append(m["wall_time_s"])
                 bleus.append(statistics.mean(mine))

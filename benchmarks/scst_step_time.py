@@ -15,11 +15,13 @@ import argparse
 import statistics
 import time
 
+from resrepro.specs import CaptioningTrainSpec
+
 
 VOCAB, REGIONS, DIM = 9_571, 49, 2_050  # MSCOCO's vocabulary at min count 5, a 7 x 7 grid of 2,048 + centre
 
 
-def self_critical_step(spec: dict, device, images: int, max_len: int):
+def self_critical_step(spec: CaptioningTrainSpec, device, images: int, max_len: int):
     """One self-critical update of the captioner `spec` names (a run's training spec), on random
     features and references, as a callable that ends with a host sync."""
     import torch
@@ -36,15 +38,25 @@ def self_critical_step(spec: dict, device, images: int, max_len: int):
     torch.manual_seed(0)
     model = models.build(models.model_spec(spec, vocab_size=VOCAB, feature_dim=DIM)).to(device).eval()
     speed = speed_of(spec, device)
-    lr = spec.get("scst", {}).get("lr", 5e-5)
+    lr = spec.scst.lr if spec.get("scst") else 5e-5
     opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9, **speed.optimizer_options())
-    banned = banned_tokens(model, spec["bos_id"], spec["eos_id"])
+    banned = banned_tokens(model, spec.bos_id, spec.eos_id)
 
     def step():
         _, _, loss = scst_update(model, opt, feats, list(range(images)), reward, spec, max_len, gen, speed, device, banned)
         loss.item()  # a host sync, as the loop's finiteness check is
 
     return step
+
+
+def captioner_spec(size: str, variant: str, args: dict, deterministic: bool) -> CaptioningTrainSpec:
+    """A captioner's training spec: its model and switches; the keys of the cross-entropy stage do
+    not enter a self-critical update."""
+    return CaptioningTrainSpec.from_dict({
+        "task": "captioning", "dataset": "mscoco", "arch": f"captioner_{size}", "model": "transformer_captioner", "size": size,
+        "variant": variant, "args": args, "pad_id": 0, "bos_id": 1, "eos_id": 2, "deterministic": deterministic, "world_size": 1,
+        "batch_size": 50, "update_freq": 1, "max_updates": 1, "warmup": 1, "lr_scale": 1.0, "label_smoothing": 0.1,
+        "checkpoint_every": 1, "keep_checkpoints": 1})
 
 
 def main(argv=None) -> dict[str, float]:
@@ -67,9 +79,8 @@ def main(argv=None) -> dict[str, float]:
         use_deterministic_algorithms()
     device = pick_device(opts.device)
     args = {"xskip_ln": {"lam": 1.0}, "sas": {"bias_a": 0.0, "bias_b": 0.0}}
-    steps = {v: self_critical_step({"task": "captioning", "model": "transformer_captioner", "size": opts.size, "variant": v,
-                                    "args": args.get(v, {}), "pad_id": 0, "bos_id": 1, "eos_id": 2, "deterministic": opts.deterministic},
-                                   device, opts.batch_images, opts.max_len) for v in opts.variants}
+    steps = {v: self_critical_step(captioner_spec(opts.size, v, args.get(v, {}), opts.deterministic), device, opts.batch_images, opts.max_len)
+             for v in opts.variants}
     for step in steps.values():
         for _ in range(opts.warmup):
             step()

@@ -13,6 +13,7 @@ from resrepro.data import captions
 from resrepro.evaluate import captioning as evaluate
 from resrepro.evaluate.beam_search import beam_search
 from resrepro.models.captioner import Captioner
+from resrepro.specs import CaptioningTrainSpec, EvalSpec
 from resrepro.train import captioning as train_captioning
 
 JAVA = shutil.which("java") is not None
@@ -61,14 +62,25 @@ def scenes_dir(tmp_path_factory):
 
 
 def spec(**over):
-    return {"task": "captioning", "model": "transformer_captioner", "size": "mini", "variant": "xskip_ln", "args": {"lam": 1.0},
-            "seed": 0, "pad_id": 0, "bos_id": 1, "eos_id": 2, "batch_size": 50, "max_updates": 30, "warmup": 10, "lr_scale": 2.0,
+    return {"task": "captioning", "dataset": "scenes", "arch": "captioner_mini", "model": "transformer_captioner", "size": "mini",
+            "variant": "xskip_ln", "args": {"lam": 1.0}, "seed": 0, "world_size": 1, "pad_id": 0, "bos_id": 1, "eos_id": 2, "batch_size": 50, "max_updates": 30, "warmup": 10, "lr_scale": 2.0,
             "label_smoothing": 0.1, "update_freq": 1, "checkpoint_every": 10, "keep_checkpoints": 3, **over}
+
+
+def eval_spec(**over) -> EvalSpec:
+    """An evaluation spec of spec()'s model."""
+    return EvalSpec.from_dict({"model": "transformer_captioner", "size": "mini", "variant": "xskip_ln", "args": {"lam": 1.0}, "pad_id": 0,
+                               "bos_id": 1, "eos_id": 2, "average_last": 2, "beam": 2, "alpha": 0.0, "max_len_b": 8, **over})
+
+
+def typed(**over) -> CaptioningTrainSpec:
+    """spec(**over) as the job parses its --spec."""
+    return CaptioningTrainSpec.from_dict(spec(**over))
 
 
 def test_batches_cover_every_caption_once_and_collate_pairs_images_with_their_captions(scenes_dir):
     split = captions.load_split(scenes_dir, "train")
-    data = train_captioning.CaptionedImages(split, captions.load_vocabulary(scenes_dir), spec(batch_size=64))
+    data = train_captioning.CaptionedImages(split, captions.load_vocabulary(scenes_dir), typed(batch_size=64))
     batches = data.batches(torch.Generator().manual_seed(0))
     assert sorted(i for b in batches for i in b) == list(range(1000)) and [len(b) for b in batches[:-1]] == [64] * 15
     feats, tin, tout = data.collate([7, 12])  # caption 7 is image 1's third, caption 12 image 2's third
@@ -103,7 +115,7 @@ def test_a_caption_longer_than_the_model_positions_is_dropped_and_the_run_trains
     m = train_captioning.train(run, data_dir, tmp_path / "run", device="cpu", progress=False)
     assert not m["diverged"] and (m["dropped_long_pairs"], m["max_train_len"]) == (1, 1024)
     vocabulary, split = captions.load_vocabulary(data_dir), captions.load_split(data_dir, "train")
-    assert train_captioning.CaptionedImages(split, vocabulary, spec(), max_len=14).dropped == 1  # 16 regions, captions of 13 words
+    assert train_captioning.CaptionedImages(split, vocabulary, typed(), max_len=14).dropped == 1  # 16 regions, captions of 13 words
 
 
 def train_killed_then_resumed(run_spec, data_dir, out_dir, device, monkeypatch) -> dict:
@@ -239,7 +251,7 @@ def test_captioning_searches_every_image_once_in_batches_with_the_specs_settings
 
     monkeypatch.setattr(evaluate, "beam_search", search)
     features = np.arange(7, dtype=np.float16)[:, None, None] * np.ones((1, 3, 2), dtype=np.float16)
-    spec = {"bos_id": 1, "eos_id": 2, "beam": 3, "alpha": 0.4, "max_len_b": 9}
+    spec = eval_spec(bos_id=1, eos_id=2, beam=3, alpha=0.4, max_len_b=9)
     out = evaluate.caption_images(None, features, spec, torch.device("cpu"), batch_images=3)
     assert out == [[i] for i in range(7)]
     assert [len(batch) for batch, *_ in calls] == [3, 3, 1]
@@ -268,8 +280,7 @@ def test_evaluation_scores_the_decoded_captions_against_every_reference_and_reco
             return {"cider": 12.5}
 
     monkeypatch.setattr(evaluate, "_java_version", lambda: "openjdk version 21")
-    eval_spec = {"beam": 3, "alpha": 0.7, "max_len_b": 8}
-    result = evaluate.evaluate_prepared(eval_spec, scenes_dir, "averaged.pt", tmp_path, Scorers(), device="cpu")
+    result = evaluate.evaluate_prepared(eval_spec(beam=3, alpha=0.7, max_len_b=8), scenes_dir, "averaged.pt", tmp_path, Scorers(), device="cpu")
     expected = {image: f"{vocabulary[4 + i]} {vocabulary[5]}" for i, image in enumerate(test.image_ids)}
     refs, hyps = scored[0]
     assert hyps == expected and list(hyps) == test.image_ids
@@ -294,9 +305,8 @@ def test_evaluate_a_trained_run_end_to_end(scenes_dir, tmp_path, monkeypatch):
     run = tmp_path / "run"
     train_captioning.train(spec(), scenes_dir, run, device="cpu", progress=False)
     average_checkpoints(checkpoints_to_average(run / "checkpoints", 2), run / "averaged.pt")
-    eval_spec = {"model": "transformer_captioner", "size": "mini", "variant": "xskip_ln", "args": {"lam": 1.0}, "pad_id": 0, "bos_id": 1,
-                 "eos_id": 2, "beam": 2, "alpha": 0.0, "max_len_b": 8}
-    result = evaluate.evaluate_prepared(eval_spec, scenes_dir, run / "averaged.pt", run, evaluate.Scorers(spice=False), device="cpu")
+    evaluated = eval_spec()
+    result = evaluate.evaluate_prepared(evaluated, scenes_dir, run / "averaged.pt", run, evaluate.Scorers(spice=False), device="cpu")
     assert result["images"] == 12 and set(evaluate.METRICS) <= set(result) and result["features"] == "patch_grid"
     assert devices == [torch.device("cpu")] * 2
     lines = (run / "captions.tsv").read_text().splitlines()
@@ -307,4 +317,4 @@ def test_evaluate_a_trained_run_end_to_end(scenes_dir, tmp_path, monkeypatch):
     assert result["samples"][2] == {"image": "test00002", "thumbnail": thumbs["test00002"], "reference": " ".join(test.captions[2][0]),
                                     "caption": lines[2].split("\t")[1]}
     with pytest.raises(RuntimeError, match="variant"):
-        evaluate.evaluate_prepared({**eval_spec, "variant": "sas"}, scenes_dir, run / "averaged.pt", run, evaluate.Scorers(spice=False))
+        evaluate.evaluate_prepared(evaluated.replace(variant="sas"), scenes_dir, run / "averaged.pt", run, evaluate.Scorers(spice=False))

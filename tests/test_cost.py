@@ -383,7 +383,7 @@ def test_the_budget_times_a_classification_runs_evaluation_batch_with_the_loops_
                             or _real(model, x, y, *a))
     assert gpu_budget.measure_step_ms(config_of, measured_run, "cpu", warmup=0, steps=1, key=key) > 0
     assert gpu_budget.measure_step_ms(config_of, measured_run, "cpu", warmup=0, steps=1, key=key + "/stacked2") > 0
-    size = classification.eval_batch_size(json.loads(measured_run.recipe_json))
+    size = classification.eval_batch_size(json.loads(measured_run.recipe_json)["batch_size"])
     assert calls == [("evaluate", size, size), ("evaluate_stacked", size, size)]
 
 

@@ -30,7 +30,8 @@ TIMEOUT_S = 120
 
 
 def spec(**over):  # as test_train_translation.spec: 8 token batches an epoch, so 4 per rank, 2 updates of 2
-    base = dict(task="translation", model="transformer", size="base_2block", variant="rskip_ln", args={"lam": 2}, seed=0, max_tokens=300,
+    base = dict(task="translation", dataset="synthetic", arch="transformer_base_2block", model="transformer", size="base_2block",
+                variant="rskip_ln", args={"lam": 2}, seed=0, world_size=2, max_tokens=300,
                 update_freq=2, warmup=50, lr_scale=1.0, label_smoothing=0.1, max_updates=24, checkpoint_every=8,
                 keep_checkpoints=2, pad_id=0, bos_id=1, eos_id=2)
     return {**base, **over}
@@ -154,9 +155,9 @@ def test_ddp_loss_is_the_token_mean_over_all_ranks_as_on_one_process(tmp_path, m
     from resrepro.train import translation
 
     over = dict(dropout=0.0, max_updates=6, checkpoint_every=1, keep_checkpoints=1)
-    assert torchrun(tmp_path / "ranks", spec(**over, update_freq=1, world_size=2))[0] == 0
+    assert torchrun(tmp_path / "ranks", spec(**over, update_freq=1))[0] == 0
     monkeypatch.setitem(transformer.PRESETS, "base_2block", dict(d_model=32, heads=4, ffn=64, encoder_layers=2, decoder_layers=2, dropout=0.1))
-    translation.train(spec(**over, update_freq=2), corpus(300, 0), corpus(30, 1), 26, tmp_path / "one" / "run", device="cpu", progress=False)
+    translation.train(spec(**over, update_freq=2, world_size=1), corpus(300, 0), corpus(30, 1), 26, tmp_path / "one" / "run", device="cpu", progress=False)
     ranks, one = logged(tmp_path / "ranks", "step", "train_loss"), logged(tmp_path / "one", "step", "train_loss")
     assert [r[0] for r in ranks] == [r[0] for r in one] == [1, 2, 3, 4, 5, 6]
     assert all(abs(a[1] - b[1]) < 1e-6 for a, b in zip(ranks, one)), (ranks, one)

@@ -13,6 +13,7 @@ import torch
 
 from resrepro.evaluate import classification, translation
 from resrepro.evaluate.bleu import read_lines, sacre_bleu, tokenized_bleu
+from resrepro.specs import EvalSpec
 from resrepro.speed import Speed
 from resrepro.train.classification import summarize
 
@@ -84,18 +85,22 @@ def test_batches_take_the_runs_layout_and_bfloat16_autocast_only_with_amp(channe
 def test_summarize_reports_final_and_best_epoch():
     rows = [{"epoch": e, "step": 10 * e, "lr": 0.1, "train_loss": 1.0 / e, "train_error": 50.0 / e, "test_loss": 0.5,
              "test_error": err, "seconds": 2.0} for e, err in [(1, 50.0), (2, 30.0), (3, 40.0)]]
-    m = summarize({"seed": 4}, rows, None)
+    from test_train import typed
+
+    m = summarize(typed(seed=4), rows, None)
     assert m["final"] == {"epoch": 3, "train_loss": 1.0 / 3, "train_error": 50.0 / 3, "test_loss": 0.5, "test_error": 40.0,
                           "test_accuracy": 60.0}
     assert m["best"] == {"epoch": 2, "test_error": 30.0, "test_accuracy": 70.0, "train_loss": 0.5}  # the best epoch's own loss
     assert (m["seed"], m["diverged"], m["epochs_completed"], m["wall_time_s"]) == (4, False, 3, 6.0)
-    diverged = summarize({"seed": 0}, rows[:1], {"epoch": 2, "step": 12, "loss": "nan"})
+    assert m["spec"] == typed(seed=4).to_dict()  # the spec as its JSON: metrics.json, read by the aggregate
+    diverged = summarize(typed(seed=0), rows[:1], {"epoch": 2, "step": 12, "loss": "nan"})
     assert diverged["diverged"] and diverged["final"] is None and diverged["best"] is None
 
 
 # --------------------------------------------------------------------------- translation
 
-SPEC = {"beam": 3, "alpha": 0.7, "max_len_a": 1.3, "max_len_b": 7, "pad_id": 0, "bos_id": 1, "eos_id": 2}
+SPEC = {"model": "transformer", "size": "mini_2block", "variant": "rskip_ln", "args": {"lam": 2}, "average_last": 1, "beam": 3, "alpha": 0.7,
+        "max_len_a": 1.3, "max_len_b": 7, "pad_id": 0, "bos_id": 1, "eos_id": 2}
 
 
 @pytest.fixture
@@ -120,7 +125,7 @@ SOURCES = [[5, 6, 7, 8, 9], [10], [11, 12, 13], [14, 15], [16, 17, 18, 19]]
 
 
 def test_translate_restores_the_test_sets_order_and_uses_the_specs_settings(fake_beam_search):
-    out = translation.translate(None, SOURCES, SPEC, torch.device("cpu"), batch_sentences=2)
+    out = translation.translate(None, SOURCES, EvalSpec.from_dict(SPEC), torch.device("cpu"), batch_sentences=2)
     assert out == [s[::-1] for s in SOURCES]
     assert len(fake_beam_search) == 3  # 5 sentences in batches of 2
     for call in fake_beam_search:
@@ -141,7 +146,7 @@ def test_evaluate_writes_files_in_order_and_scores_them(fake_beam_search, tmp_pa
 
     refs = [decode(s[::-1]) for s in SOURCES]
     refs[3] = "w14 w15"  # one reference differs from its hypothesis ("w15 w14")
-    result = translation.evaluate(None, SOURCES, refs, [r.upper() for r in refs], decode, str, str.upper, SPEC,
+    result = translation.evaluate(None, SOURCES, refs, [r.upper() for r in refs], decode, str, str.upper, EvalSpec.from_dict(SPEC),
                                   torch.device("cpu"), tmp_path)
     hyps_tok = read_lines(tmp_path / "hyp.tok.txt")
     assert hyps_tok == [decode(s[::-1]) for s in SOURCES]
@@ -192,7 +197,7 @@ def prepared(tmp_path_factory):
     data = root / "data"
     meta = write_prepared(data, name="iwslt15_en_vi", src_lang="en", tgt_lang="vi", train=[pairs["train"]], dev=[pairs["dev"]],
                           test=pairs["test"], tokenized=True, vocab_size=400, seed=0)
-    spec = {**SPEC, "model": "transformer", "size": "mini_2block", "variant": "rskip_ln", "args": {"lam": 2}}
+    spec = EvalSpec.from_dict(SPEC)
     torch.manual_seed(0)
     model = Transformer(TransformerConfig.preset("mini_2block", meta["subword"]["vocab_size"], variant="rskip_ln", args={"lam": 2},
                                                  pad_id=SPEC["pad_id"]))
@@ -274,7 +279,7 @@ def test_evaluate_prepared_scores_each_kind_of_dataset(prepared, tmp_path, monke
 @pytest.mark.parametrize("key, value", [("size", "mini_base"), ("variant", "xskip_ln"), ("args", {"lam": 1})])
 def test_load_model_refuses_an_averaged_file_of_another_model(prepared, key, value):
     with pytest.raises(RuntimeError, match=f"holds a model with {key}="):
-        translation.load_model(prepared["averaged"], {**prepared["spec"], key: value}, torch.device("cpu"))
+        translation.load_model(prepared["averaged"], prepared["spec"].replace(**{key: value}), torch.device("cpu"))
 
 
 def test_evaluate_prepared_loads_and_decodes_on_the_picked_device(prepared, tmp_path, monkeypatch):
@@ -320,7 +325,7 @@ def test_test_sentences_scores_the_first_n_hypotheses_against_the_first_n_refere
     data = _with_meta(prepared, tmp_path, name="wmt14_en_de", tokenized=False) if kind == "raw" else prepared["data"]
     _half_right(monkeypatch, data)
     whole = translation.evaluate_prepared(prepared["spec"], data, prepared["averaged"], tmp_path / "whole", device="cpu")
-    result = translation.evaluate_prepared({**prepared["spec"], "test_sentences": 3}, data, prepared["averaged"], tmp_path / "cut", device="cpu")
+    result = translation.evaluate_prepared(prepared["spec"].replace(test_sentences=3), data, prepared["averaged"], tmp_path / "cut", device="cpu")
     written = {name: read_lines(tmp_path / "cut" / name) for name in ("hyp.tok.txt", "hyp.detok.txt", "ref.tok.txt", "ref.detok.txt")}
     assert written == {name: read_lines(tmp_path / "whole" / name)[:3] for name in written}  # the first 3, in order
     assert written["ref.detok.txt"] == read_lines(data / "test.ref.detok")[:3]
@@ -331,5 +336,5 @@ def test_test_sentences_scores_the_first_n_hypotheses_against_the_first_n_refere
     assert (result["test_sentences"], result["test_split_sentences"], result["sentences"]) == (3, 8, 3)
     assert (whole["test_sentences"], whole["test_split_sentences"]) == (8, 8)  # absent: the whole split, as before
     assert json.loads((tmp_path / "cut" / "eval.json").read_text()) == result
-    over = translation.evaluate_prepared({**prepared["spec"], "test_sentences": 50}, data, prepared["averaged"], tmp_path / "over", device="cpu")
+    over = translation.evaluate_prepared(prepared["spec"].replace(test_sentences=50), data, prepared["averaged"], tmp_path / "over", device="cpu")
     assert (over["test_sentences"], over["sacrebleu"]) == (8, whole["sacrebleu"])  # more than the split: the split

@@ -51,4 +51,4 @@ def test_the_batch_size_moves_neither_the_error_nor_the_loss_beyond_rounding():
 
 
 def test_an_evaluation_batch_is_four_training_batches():
-    assert EVAL_BATCHES == 4 and eval_batch_size({"batch_size": 128}) == 512
+    assert EVAL_BATCHES == 4 and eval_batch_size(128) == 512

@@ -71,7 +71,7 @@ def test_paper_plan_runs_five_seeds_at_the_papers_depths():
     assert set(plan.datasets()) == {"cifar10", "cifar100", "iwslt15_en_vi", "wmt14_en_de", "wmt14_en_fr", "mscoco"}
     run = next(r for r in plan.runs.values() if r.arch == "preact_resnet110" and r.recipe == "default")
     spec = experiments.train_spec(paper, run)
-    assert (spec["epochs"], spec["lr_milestones"], spec["weight_decay"], spec["warmup_iterations"]) == (164, [81, 122], 2e-4, 400)
+    assert (spec.epochs, spec.lr_milestones, spec.weight_decay, spec.warmup_iterations) == (164, [81, 122], 2e-4, 400)
     # paper 003's own protocol (Sec. 4) for its nets; one run each, as its figures show
     recipes = {(r.arch, r.recipe) for r in plan.runs.values() if r.recipe.startswith("iter-")}
     assert {(r, recipe) for r, recipe in recipes if not r.startswith(("preact", "shared"))} == {
@@ -81,11 +81,11 @@ def test_paper_plan_runs_five_seeds_at_the_papers_depths():
     assert {recipe for r, recipe in recipes if r.startswith("preact")} == {"iter-resnet110+iter-snapshots+iter-init"}
     assert {recipe for r, recipe in recipes if r.startswith("shared")} == {"iter-resnet110+iter-shared+iter-snapshots+iter-init"}
     shared = experiments.train_spec(paper, next(r for r in plan.runs.values() if r.arch.startswith("shared")))
-    assert (shared["epochs"], shared["lr_milestones"]) == (200, [80, 120])  # the axes of its Figures 18-19
+    assert (shared.epochs, shared.lr_milestones) == (200, [80, 120])  # the axes of its Figures 18-19
     assert {r.seed for r in plan.runs.values() if r.recipe.startswith("iter-resnet110")} == {0, 1, 2, 3}
     single = experiments.train_spec(paper, next(r for r in plan.runs.values() if r.recipe == "iter-single+iter-snapshots"))
-    assert (single["epochs"], single["lr_milestones"], single["lr_decay"], single["warmup_iterations"]) == (200, [40, 60, 80], 0.2, 0)
-    assert single["snapshots"] == 20  # every 10 epochs' weights, for the figures over training
+    assert (single.epochs, single.lr_milestones, single.lr_decay, single.warmup_iterations) == (200, [40, 60, 80], 0.2, 0)
+    assert single.snapshots == 20  # every 10 epochs' weights, for the figures over training
 
 
 @pytest.mark.parametrize(
@@ -109,8 +109,8 @@ def test_a_jobs_spec_is_its_runs_spec_without_the_seed(mini):
     job, paths = next(iter(plan.jobs.items()))
     runs = [plan.runs[p] for p in paths]
     spec = experiments.job_train_spec(mini, runs)
-    assert "seed" not in spec and len(runs) == mini["table_seeds"]["sas-fn1"]
-    assert all(experiments.train_spec(mini, run) == {**spec, "seed": run.seed} for run in runs)
+    assert "seed" not in spec.to_dict() and len(runs) == mini["table_seeds"]["sas-fn1"]
+    assert all(experiments.train_spec(mini, run) == spec.replace(seed=run.seed) for run in runs)
     other = next(plan.runs[p] for p in plan.runs if plan.job_of(p) != job)
     with pytest.raises(ValueError, match="differ in more than their seed"):
         experiments.job_train_spec(mini, [runs[0], other])
@@ -169,7 +169,7 @@ def test_a_refinement_matches_an_architecture(mini):
     others = [r for r in plan.runs.values() if r.task == "classification" and r.model != "wide_resnet"]
     assert wide and all(r.recipe == "iter-wide" and json.loads(r.recipe_json)["lr_decay"] == [0.2, 0.5] for r in wide)
     assert others and all(r.recipe == "default" for r in others)
-    assert experiments.train_spec(cfg, wide[0])["lr_decay"] == [0.2, 0.5]
+    assert experiments.train_spec(cfg, wide[0]).lr_decay == [0.2, 0.5]
 
 
 def test_graph_replays_of_the_weight_shared_nets_are_refused_before_any_job(mini):
@@ -244,7 +244,7 @@ def test_seeds_precedence_table_then_task_then_default(mini):
     n = {(r["table"]): len(r["runs"]) for r in plan.rows}
     assert (n["rskip-t1"], n["rskip-t2"], n["rskip-t5"]) == (3, 2, 4)
     run = next(r for r in plan.runs.values() if r.task == "translation")
-    assert "seeds" not in experiments.train_spec(cfg, run)  # seeds never rerun existing runs
+    assert "seeds" not in experiments.train_spec(cfg, run).to_dict()  # seeds never rerun existing runs
 
 
 # --------------------------------------------------- --config overrides, as the Snakefile reads them

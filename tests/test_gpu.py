@@ -171,7 +171,7 @@ def mini_run_spec(model: str) -> dict:
         config = yaml.safe_load(Path("config/mini.yaml").read_text())
         run = next(r for r in experiments.make_plan(config).runs.values()
                    if r.task == "classification" and r.model == model and json.loads(r.recipe_json).get("dtype") != "float64")
-        return experiments.train_spec(config, run)
+        return experiments.train_spec(config, run).to_dict()
 
 
 @pytest.mark.parametrize("model", PAPER_IMAGE_MODELS)
@@ -235,6 +235,7 @@ def test_a_captioner_trains_resumes_and_captions_on_the_gpu(tmp_path, monkeypatc
     from resrepro.data import captions
     from resrepro.evaluate.captioning import caption_images
     from resrepro.train import captioning
+    from test_captioning import eval_spec as caption_eval_spec
     from test_captioning import spec as caption_spec
     from test_captioning import train_killed_then_resumed
 
@@ -252,7 +253,7 @@ def test_a_captioner_trains_resumes_and_captions_on_the_gpu(tmp_path, monkeypatc
     model = models.build(models.model_spec(run_spec, vocab_size=len(captions.load_vocabulary(data)),
                                            feature_dim=captions.load_meta(data)["features"]["dim"])).eval()
     features = captions.load_split(data, "test").features
-    eval_spec = {**run_spec, "beam": 3, "alpha": 0.0, "max_len_b": 12}
+    eval_spec = caption_eval_spec(variant=variant, args=args, beam=3, alpha=0.0, max_len_b=12)
     on_cpu = caption_images(model, features, eval_spec, torch.device("cpu"))
     device = devices.pick_device("auto")
     on_gpu = caption_images(model.to(device), features, eval_spec, device)
@@ -372,7 +373,11 @@ def test_beam_search_on_the_gpu_finds_what_the_cpu_finds():
     torch.manual_seed(0)
     model = models.build(models.model_spec(text_spec(), vocab_size=26)).eval()
     sources = [s for s, _ in corpora()[1]]
-    eval_spec = dict(pad_id=0, bos_id=1, eos_id=2, beam=4, alpha=0.6, max_len_a=1.0, max_len_b=10)
+    from test_evaluate import SPEC
+
+    from resrepro.specs import EvalSpec
+
+    eval_spec = EvalSpec.from_dict({**SPEC, "beam": 4, "alpha": 0.6, "max_len_a": 1.0, "max_len_b": 10})
     on_cpu = translate(model, sources, eval_spec, torch.device("cpu"))
     device = devices.pick_device("auto")
     on_gpu = translate(model.to(device), sources, eval_spec, device)

@@ -37,15 +37,15 @@ def scale_config(scale: str) -> dict:
 
 def job_texts(scale: str) -> dict[str, str]:
     """Each job's train spec and, for translation and captioning, eval spec, as the rules' params
-    (workflow/rules/common.smk: run_spec, eval_spec); and the resolved plan's files."""
+    (workflow/rules/common.smk: run_spec, eval_spec, by Spec.to_json); and the resolved plan's files."""
     config = scale_config(scale)
     plan = experiments.make_plan(config)
     texts = {}
     for job, paths in plan.jobs.items():
         runs = [plan.runs[path] for path in paths]
-        texts[f"train {job}"] = json.dumps(experiments.job_train_spec(config, runs), sort_keys=True)
+        texts[f"train {job}"] = experiments.job_train_spec(config, runs).to_json()
         if runs[0].task != "classification":
-            texts[f"eval {job}"] = json.dumps(experiments.eval_spec(runs[0]), sort_keys=True)
+            texts[f"eval {job}"] = experiments.eval_spec(runs[0]).to_json()
     resolved = experiments.resolved_plan(plan, config)
     for name in experiments.PLAN_FILES:
         texts[f"plan {name}"] = json.dumps(experiments.plan_part(resolved, name), sort_keys=True)

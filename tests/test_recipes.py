@@ -71,15 +71,15 @@ def test_specs_of_a_run_keep_evaluation_apart_from_training(mini):
     plan = experiments.make_plan(mini)
     run = next(r for r in plan.runs.values() if r.task == "translation")
     train, evaluation = experiments.train_spec(mini, run), experiments.eval_spec(run)
-    assert not {"beam", "alpha", "max_len_a", "max_len_b", "average_last"} & set(train)
-    assert (evaluation["beam"], evaluation["average_last"]) == (mini["translation"]["beam"], mini["translation"]["average_last"])
+    assert not {"beam", "alpha", "max_len_a", "max_len_b", "average_last"} & set(train.to_dict())
+    assert (evaluation.beam, evaluation.average_last) == (mini["translation"]["beam"], mini["translation"]["average_last"])
     # evaluation rebuilds the model the training spec names
     shared = {"size", "variant", "args", "pad_id", "bos_id", "eos_id"}
-    assert {k: train[k] for k in shared} == {k: evaluation[k] for k in shared}
+    assert {k: getattr(train, k) for k in shared} == {k: getattr(evaluation, k) for k in shared}
     changed = copy.deepcopy(mini)
     changed["translation"]["beam"] = 8
     run2 = experiments.make_plan(changed).runs[run.path]
-    assert experiments.train_spec(changed, run2) == train and experiments.eval_spec(run2)["beam"] == 8
+    assert experiments.train_spec(changed, run2) == train and experiments.eval_spec(run2).beam == 8
 
 
 def _row_runs(plan, table_id):
@@ -104,7 +104,7 @@ def test_one_papers_equal_cells_train_once_and_another_papers_protocol_gets_its_
     rskip_run, sas_run = plan.runs[t2["Baseline"][0]], plan.runs[sas["EN-VI Base"][0]]
     assert rskip_run.path == "translation/synthetic/transformer_mini_base/rskip-long/xskip_ln/seed0"
     assert sas_run.path == "translation/synthetic/transformer_mini_base/default/xskip_ln/seed0"
-    assert experiments.train_spec(cfg, rskip_run)["max_updates"] == 900 and experiments.train_spec(cfg, sas_run)["max_updates"] == 600
+    assert experiments.train_spec(cfg, rskip_run).max_updates == 900 and experiments.train_spec(cfg, sas_run).max_updates == 600
     assert all(plan.runs[p].recipe == "default" for p in sas["EN-DE Base"])
     # every run folder holds exactly one recipe
     by_path = {}
@@ -119,8 +119,8 @@ def test_a_table_refinement_separates_that_tables_runs_only(mini):
     t1, t3 = _row_runs(plan, "rskip-t1"), _row_runs(plan, "rskip-t3")
     assert t1["1xSkip"] != t3["x + F"]  # the same add cell, trained as each table says
     run = plan.runs[t3["x + F"][0]]
-    assert run.recipe == "t3-short" and experiments.train_spec(cfg, run)["epochs"] == 10
-    assert experiments.train_spec(cfg, plan.runs[t1["1xSkip"][0]])["epochs"] == mini["classification"]["epochs"]
+    assert run.recipe == "t3-short" and experiments.train_spec(cfg, run).epochs == 10
+    assert experiments.train_spec(cfg, plan.runs[t1["1xSkip"][0]]).epochs == mini["classification"]["epochs"]
 
 
 def test_a_figure_cell_that_a_table_names_is_that_tables_run_snapshots_included(mini):
@@ -135,7 +135,7 @@ def test_a_figure_cell_that_a_table_names_is_that_tables_run_snapshots_included(
     assert all("/iter-init/" in run for run in t1["ResNet-110, CIFAR-10"]) and len(t1["ResNet-110, CIFAR-10"]) == mini["table_seeds"]["iter-t1"]
     (figure_cell,) = [m for m in plan.measures if m["figure"] == "iter-f5" and m["label"] == "original ResNet-110"]
     assert figure_cell["runs"][0] in t1["ResNet-110, CIFAR-10"]
-    assert experiments.train_spec(mini, plan.runs[figure_cell["runs"][0]])["snapshots"] == 3
+    assert experiments.train_spec(mini, plan.runs[figure_cell["runs"][0]]).snapshots == 3
     assert recipes.matches({"kind": "table"}, {"kind": "table"}) and not recipes.matches({"kind": "table"}, {"kind": "figure"})
 
 
@@ -149,19 +149,19 @@ def test_paper_config_states_each_papers_translation_protocol(paper):
         return run, experiments.train_spec(paper, run), experiments.eval_spec(run)
 
     run, train, evaluation = specs("rskip-t7", "EN-DE Base + proposal")
-    assert (train["max_tokens"] * train["world_size"], train["max_updates"], evaluation["average_last"]) == (16384, 550000, 5)
+    assert (train.max_tokens * train.world_size, train.max_updates, evaluation.average_last) == (16384, 550000, 5)
     assert run.recipe == "rskip-wmt+rskip-avg5"
     run, train, evaluation = specs("rskip-t7", "EN-FR Big")
-    assert (train["max_updates"], evaluation["average_last"], train["keep_checkpoints"], train["dropout"]) == (550000, 20, 20, 0.1)
-    assert TransformerConfig.from_spec(train, 100).dropout == 0.1
+    assert (train.max_updates, evaluation.average_last, train.keep_checkpoints, train.dropout) == (550000, 20, 20, 0.1)
+    assert TransformerConfig.from_spec(train.to_dict(), 100).dropout == 0.1
     run, train, evaluation = specs("sas-t3", "EN-DE Big")
-    assert (train["max_tokens"] * train["world_size"], train["max_updates"], evaluation["average_last"]) == (25000, 300000, 10)
-    assert "dropout" not in train and TransformerConfig.from_spec(train, 100).dropout == 0.3  # the big preset's
+    assert (train.max_tokens * train.world_size, train.max_updates, evaluation.average_last) == (25000, 300000, 10)
+    assert "dropout" not in train.to_dict() and TransformerConfig.from_spec(train.to_dict(), 100).dropout == 0.3  # the big preset's
     run, train, evaluation = specs("sas-t3", "EN-VI Base")
-    assert (run.recipe, train["max_tokens"], train["world_size"], train["max_updates"], evaluation["average_last"]) == ("default", 4096, 1, 100000, 10)
+    assert (run.recipe, train.max_tokens, train.world_size, train.max_updates, evaluation.average_last) == ("default", 4096, 1, 100000, 10)
     classification = next(r for r in plan.runs.values() if r.arch == "preact_resnet20")
     spec = experiments.train_spec(paper, classification)
-    assert (spec["warmup_iterations"], spec["warmup_min_depth"]) == (400, 0)  # He et al. 2016b: every CIFAR depth
+    assert (spec.warmup_iterations, spec.warmup_min_depth) == (400, 0)  # He et al. 2016b: every CIFAR depth
     for refined in paper["translation"]["refine"]:
         assert refined["source"].strip()
 
@@ -173,9 +173,9 @@ def test_paper_scales_drop_training_pairs_over_256_subwords_and_mini_keeps_its_s
     for config in (paper, load("config/mini.yaml", "config/gpu-day.yaml")):
         plan = experiments.make_plan(config)
         specs = [experiments.train_spec(config, run) for run in plan.runs.values() if run.task == "translation"]
-        assert specs and all(spec["max_train_len"] == 256 for spec in specs)
+        assert specs and all(spec.max_train_len == 256 for spec in specs)
     plan = experiments.make_plan(mini)
-    assert not any("max_train_len" in experiments.train_spec(mini, run) for run in plan.runs.values())
+    assert not any("max_train_len" in experiments.train_spec(mini, run).to_dict() for run in plan.runs.values())
 
 
 @pytest.mark.parametrize(
@@ -291,11 +291,11 @@ def test_paper_002s_equivalent_training_refines_its_table_2_by_variant(mini, pap
         t1, t2 = _row_runs(plan, "noise-t1"), _row_runs(plan, "noise-t2")
         plain, residual = plan.runs[t2["PlnNet-20 (equivalent), risk"][0]], plan.runs[t2["ResNet-20, risk"][0]]
         assert plain.recipe == "noise+noise-float64+noise-equivalent" and residual.recipe == "noise+noise-float64"
-        assert experiments.train_spec(cfg, plain)["init"] == "equivalent" and "init" not in experiments.train_spec(cfg, residual)
-        assert experiments.train_spec(cfg, residual)["dtype"] == "float64"
+        assert experiments.train_spec(cfg, plain).init == "equivalent" and "init" not in experiments.train_spec(cfg, residual).to_dict()
+        assert experiments.train_spec(cfg, residual).dtype == "float64"
         t1_run = plan.runs[t1["PlnNet-20, risk"][0]]
-        assert t1_run.recipe == "noise" and "dtype" not in experiments.train_spec(cfg, t1_run)
-    assert experiments.train_spec(paper, t1_run)["epochs"] == 200
+        assert t1_run.recipe == "noise" and "dtype" not in experiments.train_spec(cfg, t1_run).to_dict()
+    assert experiments.train_spec(paper, t1_run).epochs == 200
     assert recipes.matches({"variant": "plain"}, {"variant": "plain"}) and not recipes.matches({"variant": "plain"}, {"variant": "add"})
 
 
@@ -310,7 +310,7 @@ def test_no_run_keeps_more_step_checkpoints_than_its_averaging_reads(scale):
     sequence_runs = [run for run in plan.runs.values() if run.task in ("translation", "captioning")]
     assert sequence_runs
     for run in sequence_runs:
-        assert experiments.train_spec(config, run)["keep_checkpoints"] == experiments.eval_spec(run)["average_last"], run
+        assert experiments.train_spec(config, run).keep_checkpoints == experiments.eval_spec(run).average_last, run
 
 
 # ------------------------------------ at_paper_size: some cells at the paper's size, the rest small
@@ -328,12 +328,12 @@ def test_cells_at_paper_size_run_the_papers_size_and_the_others_the_scales_map(m
     big = rows["rskip-t7", "EN-DE Big"]
     assert {(run.arch, run.size) for run in big} == {("transformer_big", "big")}
     assert all("/transformer_big/" in run.path for run in big)
-    assert experiments.train_spec(cfg, big[0])["size"] == experiments.eval_spec(big[0])["size"] == "big"
+    assert experiments.train_spec(cfg, big[0]).size == experiments.eval_spec(big[0]).size == "big"
     for label in ("EN-DE Big + proposal", "EN-VI Big", "EN-DE Base"):  # the scale's map: big and base run as mini_base
         assert {(run.arch, run.size) for run in rows["rskip-t7", label]} == {("transformer_mini_base", "mini_base")}, label
     assert {(run.arch, run.size) for run in rows["rskip-t1", "2rSkip+LN"]} == {("preact_resnet110", 110)}
     assert {(run.arch, run.size) for run in rows["rskip-t1", "2xSkip+LN"]} == {("preact_resnet32", 32)}  # mini: 110 -> 32
-    assert experiments.train_spec(cfg, rows["rskip-t1", "3rSkip+LN"][0])["depth"] == 110
+    assert experiments.train_spec(cfg, rows["rskip-t1", "3rSkip+LN"][0]).depth == 110
 
 
 def test_at_paper_size_is_a_scale_key_not_part_of_the_recipe(mini):
@@ -401,8 +401,8 @@ def test_cutting_the_test_set_reevaluates_and_cutting_the_dev_set_retrains_in_th
     before, after = experiments.make_plan(mini), experiments.make_plan(cut)
     assert after.runs.keys() == before.runs.keys()  # absent or present, the folders are the same
     run = next(path for path, r in before.runs.items() if r.task == "translation")
-    assert experiments.train_spec(cut, after.runs[run]) == {**experiments.train_spec(mini, before.runs[run]), "dev_sentences": 5}
-    assert experiments.eval_spec(after.runs[run]) == {**experiments.eval_spec(before.runs[run]), "test_sentences": 7}
+    assert experiments.train_spec(cut, after.runs[run]) == experiments.train_spec(mini, before.runs[run]).replace(dev_sentences=5)
+    assert experiments.eval_spec(after.runs[run]) == experiments.eval_spec(before.runs[run]).replace(test_sentences=7)
     refined = copy.deepcopy(mini)  # a refinement may set them, as any optional recipe key
     refined["translation"]["refine"] = [refinement("short-test", {"size": "big"}, {"test_sentences": 3, "dev_sentences": 2})]
     experiments.make_plan(refined)

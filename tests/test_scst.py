@@ -72,12 +72,13 @@ from resrepro.evaluate.beam_search import draw, greedy, greedy_and_sample, sampl
 from resrepro.train import captioning as train_captioning  # noqa: E402
 from test_captioning import captioner, scenes_dir  # noqa: E402, F401
 from test_captioning import spec as caption_spec  # noqa: E402
+from test_captioning import typed as caption_typed  # noqa: E402
 
 SPECIALS = {"pad_id": 0, "bos_id": 1, "eos_id": 2}
 
 
 def test_sampled_targets_end_with_eos_only_when_the_sample_drew_it():
-    tin, tout = train_captioning.sampled_targets([[5, 6], [7, 8, 9]], limit=3, spec=SPECIALS)
+    tin, tout = train_captioning.sampled_targets([[5, 6], [7, 8, 9]], limit=3, spec=caption_typed(**SPECIALS))
     assert tin.tolist() == [[1, 5, 6, 0], [1, 7, 8, 9]]
     assert tout.tolist() == [[5, 6, 2, 0], [7, 8, 9, 0]]  # the second reached the limit: no EOS was drawn
 

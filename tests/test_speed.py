@@ -9,6 +9,7 @@ import torch
 
 from resrepro import speed
 from resrepro.models import transformer
+from resrepro.specs import TranslationTrainSpec
 from resrepro.speed import Speed, speed_of
 from resrepro.train import classification, translation
 from test_train import digits, spec  # noqa: F401 (digits: a fixture, the prepared digits dataset)
@@ -272,7 +273,7 @@ def test_the_translation_loop_compiles_for_each_of_its_length_buckets(monkeypatc
     assert translation.length_buckets({"max_train_len": 10, "length_bucket": 4}) == 3  # 4, 8, 12
     assert translation.length_buckets({"max_train_len": 256}) == 1
     pairs = corpus(60, 0)
-    data = translation.TokenPairs(pairs, text_spec(max_tokens=64, length_bucket=4, max_train_len=12), max_len=12)
+    data = translation.TokenPairs(pairs, TranslationTrainSpec.from_dict(text_spec(max_tokens=64, length_bucket=4, max_train_len=12)), max_len=12)
     shapes = {data.collate(idx)[0].shape for idx in data.batches(torch.Generator().manual_seed(0))}
     assert len(shapes) <= translation.length_buckets({"max_train_len": 12, "length_bucket": 4})
     asked = []

@@ -103,7 +103,7 @@ def test_a_diverging_seed_stops_as_alone_and_the_others_go_on(digits, tmp_path, 
 
     def poisoned(spec, *args, **kwargs):
         run = prepare_run(spec, *args, **kwargs)
-        if spec["seed"] == 1:
+        if spec.seed == 1:
             with torch.no_grad():
                 run.model.fc.weight.fill_(float("inf"))
         return run

@@ -56,7 +56,8 @@ def tiny(monkeypatch):
 def test_a_translation_run_stopped_at_its_time_limit_continues_to_the_uninterrupted_numbers(tmp_path, tiny):
     g = torch.Generator().manual_seed(0)
     pairs = [(s, s[::-1]) for s in (torch.randint(4, 20, (int(torch.randint(3, 8, (1,), generator=g)),), generator=g).tolist() for _ in range(80))]
-    spec = dict(task="translation", model="transformer", size="base_2block", variant="add", args={}, seed=0, max_tokens=200, update_freq=1,
+    spec = dict(task="translation", dataset="synthetic", arch="transformer_base_2block", model="transformer", size="base_2block", variant="add",
+                args={}, seed=0, world_size=1, max_tokens=200, update_freq=1,
                 warmup=10, lr_scale=1.0, label_smoothing=0.1, max_updates=12, checkpoint_every=4, keep_checkpoints=3, pad_id=0, bos_id=1, eos_id=2)
     whole = translation.train(spec, pairs, pairs[:8], 21, tmp_path / "whole", device="cpu", progress=False)
     with pytest.raises(TimeLimitReached, match="stopped after update 4 of 12, checkpointed"):

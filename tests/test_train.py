@@ -9,6 +9,7 @@ import torch
 from resrepro import models
 from resrepro.data.digits import prepare_digits
 from resrepro.train import classification
+from resrepro.specs import MISSING, ClassificationTrainSpec
 from resrepro.train.classification import lr_at, train
 
 
@@ -29,22 +30,27 @@ def spec(**over):
     return {**base, **over}
 
 
+def typed(**over) -> ClassificationTrainSpec:
+    """spec(**over) as the job parses its --spec."""
+    return ClassificationTrainSpec.from_dict(spec(**over))
+
+
 def test_lr_schedule_matches_the_papers_recipe():
-    s = spec(depth=110, lr_milestones=[81, 122], warmup_iterations=400)
+    s = typed(depth=110, lr_milestones=[81, 122], warmup_iterations=400)
     assert lr_at(s, 0, 0) == 0.01 and lr_at(s, 0, 399) == 0.01  # He et al. 2016b warm-up at depth 110
     assert lr_at(s, 1, 400) == 0.1
     assert lr_at(s, 81, 10**5) == pytest.approx(0.01) and lr_at(s, 122, 10**6) == pytest.approx(0.001)
-    assert lr_at(spec(depth=56, warmup_iterations=400), 0, 0) == 0.1  # no warm-up below 110
+    assert lr_at(typed(depth=56, warmup_iterations=400), 0, 0) == 0.1  # no warm-up below 110
 
 
 def test_lr_decay_gives_each_milestone_its_factor():
     """Paper 003: 0.1 until 40, 0.02 until 60, 0.004 until 80, 0.0008 after (factor 0.2); its
     ResNet-110: 0.1, 0.01, 0.001, 0.00001, 0.000011 (one factor per milestone)."""
-    s = spec(lr_milestones=[40, 60, 80], lr_decay=0.2)
+    s = typed(lr_milestones=[40, 60, 80], lr_decay=0.2)
     assert [lr_at(s, e, 0) for e in (39, 40, 59, 60, 80, 199)] == pytest.approx([0.1, 0.02, 0.02, 0.004, 0.0008, 0.0008])
-    s = spec(lr_milestones=[80, 120, 200, 240], lr_decay=[0.1, 0.1, 0.01, 1.1])
+    s = typed(lr_milestones=[80, 120, 200, 240], lr_decay=[0.1, 0.1, 0.01, 1.1])
     assert [lr_at(s, e, 0) for e in (0, 80, 120, 200, 240)] == pytest.approx([0.1, 0.01, 0.001, 0.00001, 0.000011])
-    no_depth = {k: v for k, v in spec(warmup_iterations=400, warmup_min_depth=0).items() if k != "depth"}
+    no_depth = typed(warmup_iterations=400, warmup_min_depth=0).replace(depth=MISSING)
     assert lr_at(no_depth, 0, 0) == 0.01 and lr_at(no_depth, 1, 400) == 0.1  # a net sized by name warms up as the recipe says
 
 

@@ -7,6 +7,7 @@ import torch
 
 from resrepro import models
 from resrepro.models import transformer
+from resrepro.specs import TranslationTrainSpec
 from resrepro.train import translation
 from resrepro.train.translation import TokenPairs, bucketed, collate, inverse_sqrt_lr, pad_to_bucket, token_batches, train
 
@@ -27,10 +28,16 @@ def corpus(n, seed):
 
 
 def spec(**over):
-    base = dict(task="translation", model="transformer", size="base_2block", variant="rskip_ln", args={"lam": 2}, seed=0, max_tokens=300,
+    base = dict(task="translation", dataset="synthetic", arch="transformer_base_2block", model="transformer", size="base_2block",
+                variant="rskip_ln", args={"lam": 2}, seed=0, world_size=1, max_tokens=300,
                 update_freq=2, warmup=50, lr_scale=1.0, label_smoothing=0.1, max_updates=24, checkpoint_every=8,
                 keep_checkpoints=2, pad_id=0, bos_id=1, eos_id=2)
     return {**base, **over}
+
+
+def typed(**over) -> TranslationTrainSpec:
+    """spec(**over) as the job parses its --spec."""
+    return TranslationTrainSpec.from_dict(spec(**over))
 
 
 def test_inverse_sqrt_schedule():
@@ -94,7 +101,7 @@ def test_pad_to_bucket_pads_columns_and_adds_empty_sentences():
 
 def test_bucketed_batches_take_one_shape_per_length_bucket_and_keep_every_token():
     pairs = corpus(400, 0)
-    data = TokenPairs(pairs, spec(max_tokens=64, length_bucket=4))
+    data = TokenPairs(pairs, typed(max_tokens=64, length_bucket=4))
     shapes, real = set(), 0
     for idx in data.batches(torch.Generator().manual_seed(0)):
         src, tin, tout = data.collate(idx)
@@ -105,7 +112,7 @@ def test_bucketed_batches_take_one_shape_per_length_bucket_and_keep_every_token(
     assert shapes <= {(16, 4), (8, 8), (5, 12)} and len(shapes) >= 2
     assert real == sum(len(t) + 1 for _, t in pairs)
     uneven = [([5, 6, 7], [8]), ([9], [10, 11])]  # without length_bucket, batches stay as collate makes them
-    assert [t.shape for t in TokenPairs(uneven, spec(max_tokens=64)).collate([0, 1])] == [(2, 4), (2, 3), (2, 3)]
+    assert [t.shape for t in TokenPairs(uneven, typed(max_tokens=64)).collate([0, 1])] == [(2, 4), (2, 3), (2, 3)]
 
 
 def test_padding_to_a_bucket_leaves_the_real_tokens_logits_and_the_loss_unchanged():
@@ -131,11 +138,11 @@ def test_a_run_with_length_buckets_trains(tmp_path):
 
 def test_pairs_with_a_side_over_the_limit_are_no_examples():
     pairs = [([5, 6, 7], [8]), ([9] * 5, [10]), ([11], [12] * 4), ([13], [14, 15])]  # sides with EOS: (4, 2), (6, 2), (2, 5), (2, 3)
-    data = TokenPairs(pairs, spec(max_tokens=64), max_len=4)
+    data = TokenPairs(pairs, typed(max_tokens=64), max_len=4)
     assert data.dropped == 2 and data.lengths == [(4, 2), (2, 3)]
     src, _, tgt_out = data.collate([1, 0])
     assert src.tolist() == [[13, 2, 0, 0], [5, 6, 7, 2]] and tgt_out.tolist() == [[14, 15, 2], [8, 2, 0]]
-    everything = TokenPairs(pairs, spec(max_tokens=64))
+    everything = TokenPairs(pairs, typed(max_tokens=64))
     assert everything.dropped == 0 and len(everything.lengths) == 4
 
 
@@ -278,8 +285,8 @@ def test_the_dev_loss_reads_only_the_first_dev_sentences(tmp_path):
     assert dev_losses("cut") == dev_losses("alone") and len(dev_losses("cut")) == 3
     assert dev_losses("cut") != dev_losses("whole")
     assert cut["final"]["train_loss"] == alone["final"]["train_loss"] == whole["final"]["train_loss"]
-    assert len(translation.dev_examples(dev_pairs, spec(dev_sentences=100)).lengths) == 30  # at most the split
-    assert len(translation.dev_examples(dev_pairs, spec()).lengths) == 30
+    assert len(translation.dev_examples(dev_pairs, typed(dev_sentences=100)).lengths) == 30  # at most the split
+    assert len(translation.dev_examples(dev_pairs, typed()).lengths) == 30
 
 
 @pytest.mark.parametrize("task", ["translation", "captioning"])
@@ -290,11 +297,12 @@ def test_a_run_that_diverged_is_not_evaluated_and_its_evaluation_succeeds(tmp_pa
     import json
 
     from resrepro import jobs
+    from test_evaluate import SPEC as EVAL_SPEC
 
     run_dir = tmp_path / "seed0"
     m = train(spec(lr_scale=1e12, variant="add", args={}), corpus(100, 0), corpus(10, 1), 26, run_dir, device="cpu", progress=False)
     assert m["diverged"]
-    a = argparse.Namespace(task=task, threads=0, spec=json.dumps({"average_last": 2, "beam": 2}), data=str(tmp_path / "no-data"), device="cpu")
+    a = argparse.Namespace(task=task, threads=0, spec=json.dumps({**EVAL_SPEC, "average_last": 2, "beam": 2}), data=str(tmp_path / "no-data"), device="cpu")
     assert jobs.evaluation(a)(0, run_dir) == {"diverged": True}
     assert not (run_dir / "averaged.pt").exists()
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from . import catalog, layout, recipes, schemas
+from . import catalog, layout, recipes, schemas, specs
 from .catalog import ConfigError
 from .data import backbones
 
@@ -708,11 +708,11 @@ def model_keys(run: Run) -> dict:
     return {key: recipe[key] for key in catalog.architecture(run.model).run_keys if key in recipe}
 
 
-def train_spec(config: dict, run: Run) -> dict:
+def train_spec(config: dict, run: Run) -> specs.TrainSpec:
     """Everything a training job needs, flat and deterministic: it becomes the rule's params, so
     changing any value reruns exactly the runs that read it. Evaluation settings are left out
     (`eval_spec`): changing them never retrains."""
-    spec = {
+    values = {
         "task": run.task,
         "dataset": run.dataset,
         "arch": run.arch,
@@ -725,23 +725,23 @@ def train_spec(config: dict, run: Run) -> dict:
     }
     if run.task in ("translation", "captioning"):
         # The GPU count is part of the recipe: each rank takes a batch, so it sets the batch.
-        spec.update(_model_ids(run), world_size=max(1, gpus_for(config, run)))
-    return spec
+        values.update(_model_ids(run), world_size=max(1, gpus_for(config, run)))
+    return specs.train_spec_from(values)
 
 
-def job_train_spec(config: dict, runs: list[Run]) -> dict:
+def job_train_spec(config: dict, runs: list[Run]) -> specs.TrainSpec:
     """A training job's spec: its runs' train_spec without the seed, which is all they differ in
     (the job gets its seeds apart, and gives each run its own)."""
-    specs = [{k: v for k, v in train_spec(config, run).items() if k != "seed"} for run in runs]
-    if any(spec != specs[0] for spec in specs[1:]):  # group_into_jobs groups one cell's runs
+    cell_specs = [train_spec(config, run).replace(seed=specs.MISSING) for run in runs]
+    if any(spec != cell_specs[0] for spec in cell_specs[1:]):  # group_into_jobs groups one cell's runs
         raise ValueError(f"a job's runs differ in more than their seed: {[run.path for run in runs]}")
-    return specs[0]
+    return cell_specs[0]
 
 
-def eval_spec(run: Run) -> dict:
+def eval_spec(run: Run) -> specs.EvalSpec:
     """What evaluating a trained translation or captioning run needs: the model's identity and the evaluation
     settings (recipes.EVAL_KEYS). The evaluation rules' params: changing it reruns only them."""
-    return {**_model_ids(run), **recipes.evaluation_part(run.task, json.loads(run.recipe_json))}
+    return specs.EvalSpec.from_dict({**_model_ids(run), **recipes.evaluation_part(run.task, json.loads(run.recipe_json))})
 
 
 def _model_ids(run: Run) -> dict:

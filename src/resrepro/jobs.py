@@ -18,6 +18,7 @@ import traceback
 from pathlib import Path
 
 from . import files, layout
+from .specs import EvalSpec, train_spec_from
 
 
 def on_sigterm(signum, frame):
@@ -87,10 +88,10 @@ def run_seeds_stacked(a) -> None:
         sys.exit(f"{job_name(a)}: --stack trains the job's seeds as one program; it cannot combine with --parallel {a.parallel}")
     if a.threads:
         torch.set_num_threads(a.threads)
-    spec = json.loads(a.spec)
+    spec = train_spec_from(json.loads(a.spec))
     run_dirs = [layout.run_dir(a.cell_dir, seed) for seed in a.seeds]
     try:
-        metrics = train_stacked([{**spec, "seed": seed} for seed in a.seeds], a.data, run_dirs, device=a.device,
+        metrics = train_stacked([spec.replace(seed=seed) for seed in a.seeds], a.data, run_dirs, device=a.device,
                                 progress=not a.no_progress, stop_by=a.stop_by)
     except Exception as exc:
         traceback.print_exc()
@@ -178,11 +179,13 @@ def training(a):
 
     if a.threads:
         torch.set_num_threads(a.threads)
-    spec = json.loads(a.spec)
+    spec = train_spec_from(json.loads(a.spec))
+    if spec.task != a.task:
+        sys.exit(f"{job_name(a)}: its --spec is a {spec.task} spec")
     train_one, outcome = TRAINERS[a.task](a)
 
     def train_seed(seed: int, run_dir: Path) -> dict:
-        metrics = train_one({**spec, "seed": seed}, run_dir)
+        metrics = train_one(spec.replace(seed=seed), run_dir)
         print(f"{run_dir}: {'diverged' if metrics['diverged'] else ''}{outcome(metrics)}", file=sys.stderr)
         return {"diverged": metrics["diverged"], "final": metrics["final"]}
 
@@ -193,7 +196,7 @@ def training(a):
 # one scorer per task, `score(averaged, run_dir)` -> (what the job records, the line that says it).
 
 
-def translation_scorer(a, spec: dict):
+def translation_scorer(a, spec: EvalSpec):
     from .evaluate.translation import evaluate_prepared
 
     def score(averaged: Path, run_dir: Path) -> tuple[dict, str]:
@@ -204,7 +207,7 @@ def translation_scorer(a, spec: dict):
     return score
 
 
-def captioning_scorer(a, spec: dict):
+def captioning_scorer(a, spec: EvalSpec):
     from .evaluate.captioning import Scorers, evaluate_prepared
 
     scorers = Scorers()  # once per job: METEOR's Java process serves every seed
@@ -240,7 +243,7 @@ def evaluation(a):
 
     if a.threads:
         torch.set_num_threads(a.threads)
-    spec = json.loads(a.spec)
+    spec = EvalSpec.from_json(a.spec)
     score = SCORERS[a.task](a, spec)
 
     def evaluate_seed(seed: int, run_dir: Path) -> dict:
@@ -249,7 +252,7 @@ def evaluation(a):
             print(f"{run_dir}: diverged in training at update {metrics['diverged_at']['step']}: not evaluated", file=sys.stderr)
             return {"diverged": True}
         averaged = run_dir / "averaged.pt"
-        average_newest(run_dir / "checkpoints", spec["average_last"], averaged)
+        average_newest(run_dir / "checkpoints", spec.average_last, averaged)
         summary, line = score(averaged, run_dir)
         print(f"{run_dir}: {line}", file=sys.stderr)
         return summary

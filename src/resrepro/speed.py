@@ -35,12 +35,14 @@ differ) that a recipe may leave out:
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import torch
 
 from .catalog import architecture
 from .recipes import GRAPH_REPLAYS
+from .specs import MISSING, TrainSpec
 
 # `compile` values that name one of inductor's modes rather than a backend
 INDUCTOR_MODES = ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -152,11 +154,11 @@ def _on(value, device: torch.device) -> bool:
     raise ValueError(f"expected auto, true or false, got {value!r}")
 
 
-def speed_of(spec: dict, device: torch.device, image_model: bool = False) -> Speed:
+def speed_of(spec: TrainSpec | Mapping, device: torch.device, image_model: bool = False) -> Speed:
     """The switches of a run's spec (DEFAULTS for those it leaves out) resolved for `device`.
     channels_last applies to image models only. For a GPU this also sets the process's float32
     matrix-product precision (`tf32`): torch keeps it process-wide, not per module."""
-    options = {**DEFAULTS, **{k: spec[k] for k in DEFAULTS if k in spec}}
+    options = {**DEFAULTS, **{k: spec.get(k) for k in DEFAULTS if spec.get(k, MISSING) is not MISSING}}
     amp, dtype = options["amp"], options["dtype"]
     if amp not in ("auto", "bf16", "fp32"):
         raise ValueError(f"amp: expected auto, bf16 or fp32, got {amp!r}")
@@ -168,7 +170,7 @@ def speed_of(spec: dict, device: torch.device, image_model: bool = False) -> Spe
     if backend is True:
         backend = "inductor"
     elif backend == "auto":
-        replays = "model" not in spec or architecture(spec["model"]).replays_graphs
+        replays = spec.get("model") is None or architecture(spec.get("model")).replays_graphs
         backend = "cudagraphs" if device.type == "cuda" and image_model and dtype == "float32" and replays else None
     tf32 = _on(options["tf32"], device) and device.type == "cuda"
     if device.type == "cuda":

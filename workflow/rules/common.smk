@@ -43,12 +43,12 @@ def job_runs(task, wildcards):
 def run_spec(task):
     """The job's training spec (its cell's, without the seed) as JSON: the rule's params, so a
     changed value reruns it."""
-    return lambda wildcards: json.dumps(experiments.job_train_spec(config, job_runs(task, wildcards)), sort_keys=True)
+    return lambda wildcards: experiments.job_train_spec(config, job_runs(task, wildcards)).to_json()
 
 
 def eval_spec(task):
     """The job's evaluation spec (model identity, beam, alpha, length limits, average_last)."""
-    return lambda wildcards: json.dumps(experiments.eval_spec(job_runs(task, wildcards)[0]), sort_keys=True)
+    return lambda wildcards: experiments.eval_spec(job_runs(task, wildcards)[0]).to_json()
 
 
 def job_seeds(task):

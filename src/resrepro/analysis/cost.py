@@ -81,7 +81,7 @@ def eval_key(run: Run) -> str | None:
     if run.task != "classification":
         return None
     recipe = json.loads(run.recipe_json)
-    return f"{run.task}/{run.arch}/{run.variant_id}/eval{eval_batch_size(recipe)}{precision_suffix(recipe)}"
+    return f"{run.task}/{run.arch}/{run.variant_id}/eval{eval_batch_size(recipe['batch_size'])}{precision_suffix(recipe)}"
 
 
 def eval_batches_of(run: Run) -> int:
@@ -89,7 +89,7 @@ def eval_batches_of(run: Run) -> int:
     recipe = json.loads(run.recipe_json)
     if run.dataset not in TEST_EXAMPLES:
         raise ConfigError(f"cost: the number of test images of {run.dataset!r} is unknown; known: {', '.join(TEST_EXAMPLES)}")
-    return recipe["epochs"] * math.ceil(TEST_EXAMPLES[run.dataset] / eval_batch_size(recipe))
+    return recipe["epochs"] * math.ceil(TEST_EXAMPLES[run.dataset] / eval_batch_size(recipe["batch_size"]))
 
 
 def is_eval_key(key: str) -> bool:

@@ -12,6 +12,7 @@ why and which command supplies them, and every other metric is still computed.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ import torch
 
 from .. import files
 from ..data import captions
+from ..specs import EvalSpec, eval_spec_of
 from .beam_search import beam_search
 from .translation import load_model
 
@@ -89,23 +91,24 @@ class Scorers:
         return 100.0 * float(score), ""
 
 
-def caption_images(model, features: np.ndarray, spec: dict, device: torch.device, batch_images: int = 100) -> list[list[int]]:
+def caption_images(model, features: np.ndarray, spec: EvalSpec, device: torch.device, batch_images: int = 100) -> list[list[int]]:
     """Beam search (spec's beam, alpha, max_len_b words at most) over every image, in batches."""
     out = []
     for start in range(0, len(features), batch_images):
         batch = torch.from_numpy(np.asarray(features[start : start + batch_images], dtype=np.float32)).to(device)
-        out += beam_search(model, batch, spec["bos_id"], spec["eos_id"], beam=spec["beam"], alpha=spec["alpha"],
-                           max_len_a=0.0, max_len_b=spec["max_len_b"])
+        out += beam_search(model, batch, spec.bos_id, spec.eos_id, beam=spec.beam, alpha=spec.alpha,
+                           max_len_a=0.0, max_len_b=spec.max_len_b)
     return out
 
 
-def evaluate_prepared(spec: dict, data_dir: str | Path, averaged: str | Path, out_dir: str | Path, scorers: Scorers,
+def evaluate_prepared(spec: EvalSpec | Mapping, data_dir: str | Path, averaged: str | Path, out_dir: str | Path, scorers: Scorers,
                       device: str = "auto") -> dict:
     """Caption the test split with the averaged model of one run and score it; writes
     out_dir/{captions.tsv (image id, caption), eval.json}. eval.json's `samples` are the test
     images with thumbnails (data/captions.THUMBNAILS): picture, first reference, this run's caption."""
     from ..devices import pick_device
 
+    spec = eval_spec_of(spec)
     out_dir = Path(out_dir)
     dev = pick_device(device)
     vocabulary = captions.load_vocabulary(data_dir)
@@ -114,7 +117,7 @@ def evaluate_prepared(spec: dict, data_dir: str | Path, averaged: str | Path, ou
     hyps = {image: captions.decode(ids, vocabulary) for image, ids in zip(test.image_ids, caption_images(model, test.features, spec, dev))}
     refs = {image: [" ".join(c) for c in caps] for image, caps in zip(test.image_ids, test.captions)}
     files.write_text(out_dir / "captions.tsv", "".join(f"{image}\t{caption}\n" for image, caption in hyps.items()))
-    result = {**scorers.score(refs, hyps), "images": len(hyps), "beam": spec["beam"], "alpha": spec["alpha"],
+    result = {**scorers.score(refs, hyps), "images": len(hyps), "beam": spec.beam, "alpha": spec.alpha,
               "words": len(vocabulary) - 4, "features": captions.load_meta(data_dir)["features"]["kind"], "java": _java_version(),
               "samples": [{"image": image, "thumbnail": uri, "reference": refs[image][0], "caption": hyps[image]}
                           for image, uri in captions.load_thumbnails(data_dir, "test").items() if image in hyps]}

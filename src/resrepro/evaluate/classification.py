@@ -15,9 +15,9 @@ FLOAT32 = Speed(amp=False, channels_last=False, compile=None, fused_optimizer=Fa
 EVAL_BATCHES = 4
 
 
-def eval_batch_size(spec: dict) -> int:
+def eval_batch_size(batch_size: int) -> int:
     """The images a classification run evaluates at once: EVAL_BATCHES of its training batches."""
-    return EVAL_BATCHES * spec["batch_size"]
+    return EVAL_BATCHES * batch_size
 
 
 def evaluate(model, x_uint8: torch.Tensor, y: torch.Tensor, mean, std, batch_size: int, speed: Speed = FLOAT32) -> tuple[float, float]:

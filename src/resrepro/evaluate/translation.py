@@ -10,6 +10,7 @@ decoded and scored; eval.json says how many (`test_sentences`) of how many (`tes
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Callable
 
@@ -19,41 +20,42 @@ from .. import files
 from ..data.moses import detokenize_moses, moses_tokenize
 from .. import models
 from ..models.transformer import Transformer
+from ..specs import EvalSpec, eval_spec_of
 from .beam_search import beam_search
 from .bleu import sacre_bleu, tokenized_bleu, write_lines
 
 
-def load_model(averaged: str | Path, spec: dict, device: torch.device) -> Transformer:
+def load_model(averaged: str | Path, spec: EvalSpec, device: torch.device) -> Transformer:
     """The averaged model, rebuilt from the spec its checkpoints carry; that must be the model the
     evaluation spec names (a stale averaged.pt from another model would be scored silently)."""
     ckpt = torch.load(averaged, map_location="cpu", weights_only=True)
     for key in ("model", "size", "variant", "args"):
         held = ckpt["model_spec"]["arch" if key == "model" else key]
-        if held != spec[key]:
-            raise RuntimeError(f"{averaged} holds a model with {key}={held!r}, the evaluation asks for {spec[key]!r}; "
+        if held != getattr(spec, key):
+            raise RuntimeError(f"{averaged} holds a model with {key}={held!r}, the evaluation asks for {getattr(spec, key)!r}; "
                                "rerun its averaging (delete the file)")
     return models.from_checkpoint(ckpt).to(device).eval()
 
 
-def translate(model: Transformer, sources: list[list[int]], spec: dict, device: torch.device, batch_sentences: int = 64) -> list[list[int]]:
+def translate(model: Transformer, sources: list[list[int]], spec: EvalSpec, device: torch.device, batch_sentences: int = 64) -> list[list[int]]:
     """Beam search over the test set in batches of similar length (order restored)."""
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     out: list[list[int] | None] = [None] * len(sources)
     for start in range(0, len(order), batch_sentences):
         idx = order[start : start + batch_sentences]
         width = max(len(sources[i]) for i in idx) + 1
-        src = torch.full((len(idx), width), spec["pad_id"], dtype=torch.long)
+        src = torch.full((len(idx), width), spec.pad_id, dtype=torch.long)
         for row, i in enumerate(idx):
-            src[row, : len(sources[i]) + 1] = torch.tensor(sources[i] + [spec["eos_id"]])
-        hyps = beam_search(model, src.to(device), spec["bos_id"], spec["eos_id"], beam=spec["beam"], alpha=spec["alpha"],
-                           max_len_a=spec["max_len_a"], max_len_b=spec["max_len_b"])
+            src[row, : len(sources[i]) + 1] = torch.tensor(sources[i] + [spec.eos_id])
+        hyps = beam_search(model, src.to(device), spec.bos_id, spec.eos_id, beam=spec.beam, alpha=spec.alpha,
+                           max_len_a=spec.max_len_a, max_len_b=spec.max_len_b)
         for i, hyp in zip(idx, hyps):
             out[i] = hyp
     return out  # type: ignore[return-value]
 
 
 def evaluate(model, sources, refs_tok: list[str], refs_detok: list[str], decode: Callable[[list[int]], str],
-             to_tokenized: Callable[[str], str], to_detokenized: Callable[[str], str], spec: dict, device, out_dir: str | Path,
+             to_tokenized: Callable[[str], str], to_detokenized: Callable[[str], str], spec: EvalSpec, device, out_dir: str | Path,
              split_sentences: int | None = None) -> dict:
     """`decode` gives the dataset's own form (tokenized as distributed, or raw text); the two
     functions make the tokenized and the detokenized forms from it. `split_sentences`: the test
@@ -72,14 +74,14 @@ def evaluate(model, sources, refs_tok: list[str], refs_detok: list[str], decode:
         "sentences": len(hyps_tok),
         "test_sentences": len(hyps_tok),
         "test_split_sentences": split_sentences or len(hyps_tok),
-        "beam": spec["beam"],
-        "alpha": spec["alpha"],
+        "beam": spec.beam,
+        "alpha": spec.alpha,
     }
     files.write_json(out_dir / "eval.json", result)
     return result
 
 
-def evaluate_prepared(spec: dict, data_dir: str | Path, averaged: str | Path, out_dir: str | Path, device: str = "auto") -> dict:
+def evaluate_prepared(spec: EvalSpec | Mapping, data_dir: str | Path, averaged: str | Path, out_dir: str | Path, device: str = "auto") -> dict:
     """Evaluate the averaged model of one run on a prepared dataset (data/translation.py format).
 
     Tokenized datasets (IWSLT15, synthetic) are scored as distributed for tokenized BLEU and
@@ -92,6 +94,7 @@ def evaluate_prepared(spec: dict, data_dir: str | Path, averaged: str | Path, ou
     from ..devices import pick_device
     from .bleu import read_lines
 
+    spec = eval_spec_of(spec)
     data_dir = Path(data_dir)
     meta = load_prepared_meta(data_dir)
     vocab = SubwordVocab.load(data_dir / meta["subword"]["model"])
@@ -115,7 +118,7 @@ def evaluate_prepared(spec: dict, data_dir: str | Path, averaged: str | Path, ou
     return evaluate(model, sources, refs_tok, refs_detok, vocab.decode, tokenize, same, spec, dev, out_dir, len(test))
 
 
-def scored_sentences(spec: dict, split_size: int) -> int:
+def scored_sentences(spec: EvalSpec, split_size: int) -> int:
     """How many test sentences, from the first, are decoded and scored: the recipe's
     `test_sentences` (a scale whose paper-size models cannot beam-decode a 3,000 sentence test set
     on its CPUs), else the whole split."""

@@ -15,6 +15,7 @@ here with `@register(name)`.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Callable
 
@@ -23,6 +24,7 @@ from torch import nn
 
 from ..catalog import ARCHITECTURES, DEFAULT_FOR_TASK, Architecture  # noqa: F401  (what each builder builds)
 from ..catalog import architecture as get
+from ..specs import MISSING, TrainSpec
 from ..speed import default_dtype
 
 BUILDERS: dict[str, Callable[[dict], nn.Module]] = {}
@@ -42,11 +44,12 @@ def register(name: str):
     return decorator
 
 
-def model_spec(run_spec: dict, **from_data) -> dict:
+def model_spec(run_spec: TrainSpec | Mapping, **from_data) -> dict:
     """The model spec of a run: its architecture, what the architecture reads of the run's training
     spec, and what only the data knows (e.g. classes=10, in_channels=3; vocab_size=32768)."""
-    arch = get(run_spec["model"])
-    return {"arch": arch.name, **{k: run_spec[k] for k in arch.run_keys if k in run_spec}, **from_data}
+    arch = get(run_spec.get("model"))
+    given = {key: run_spec.get(key, MISSING) for key in arch.run_keys}
+    return {"arch": arch.name, **{key: value for key, value in given.items() if value is not MISSING}, **from_data}
 
 
 def build(spec: dict) -> nn.Module:

@@ -19,6 +19,7 @@ import itertools
 import math
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -31,17 +32,19 @@ from ..devices import pick_device, use_deterministic_algorithms
 from ..evaluate.classification import eval_batch_size, evaluate_stacked
 from ..models import first_step_path
 from ..models.stacked import StackedRuns, optimizer_state, stack_optimizer_states
+from ..specs import MISSING, ClassificationTrainSpec, train_spec_of
 from ..speed import speed_of
 from .checkpoint import random_state, save, save_snapshot
 from .classification import PreparedRun, epoch_row, log_csv, lr_at, prepare_run, write_results
 from .time_limit import TimeLimitReached, must_stop
 
 
-def train_stacked(specs: list[dict], data_path: str | Path, out_dirs: list, device: str = "auto", progress: bool = True,
+def train_stacked(specs: list[ClassificationTrainSpec | Mapping], data_path: str | Path, out_dirs: list, device: str = "auto", progress: bool = True,
                   stop_by: float | None = None) -> list[dict]:
     """Train (or resume) the runs `specs` (one cell's: the same spec but the seed) into `out_dirs`,
     stacked; returns each run's metrics, in order."""
-    if len({tuple(sorted((k, str(v)) for k, v in s.items() if k != "seed")) for s in specs}) > 1:
+    specs = [train_spec_of(spec) for spec in specs]
+    if any(spec.replace(seed=MISSING) != specs[0].replace(seed=MISSING) for spec in specs):
         raise ValueError("train_stacked: the runs differ in more than their seed; only one cell's seeds stack")
     spec0 = specs[0]
     if spec0.get("deterministic"):
@@ -51,7 +54,7 @@ def train_stacked(specs: list[dict], data_path: str | Path, out_dirs: list, devi
     data = load_prepared(data_path)
     out_dirs = [Path(d) for d in out_dirs]
     runs = [prepare_run(spec, data, out_dir, device, speed) for spec, out_dir in zip(specs, out_dirs)]
-    unfinished = [k for k, run in enumerate(runs) if run.state.epoch < spec0["epochs"] and run.state.diverged is None]
+    unfinished = [k for k, run in enumerate(runs) if run.state.epoch < spec0.epochs and run.state.diverged is None]
     stacked_with = {}  # run -> how many runs it trained stacked with now (runs finished before: none)
     for _, group in itertools.groupby(sorted(unfinished, key=lambda k: runs[k].state.step), key=lambda k: runs[k].state.step):
         group = list(group)
@@ -81,22 +84,22 @@ def train_group(specs, data, out_dirs, runs: list[PreparedRun], device, speed, p
         runs[k].state.generator = runs[k].gen.get_state()
         runs[k].model.load_state_dict(stack.state_dict(k))
         runs[k].opt.load_state_dict(optimizer_state(opt.state_dict(), k, optimized(opt)))
-        save(out_dirs[k] / "checkpoints" / "last.pt", runs[k].model, runs[k].opt, specs[k], runs[k].state, runs[k].model_spec,
+        save(out_dirs[k] / "checkpoints" / "last.pt", runs[k].model, runs[k].opt, specs[k].to_dict(), runs[k].state, runs[k].model_spec,
              [random_state(device)])
 
     train_x, train_y = data["train_x"].to(device), data["train_y"].to(device)
     test_x, test_y = data["test_x"].to(device), data["test_y"].to(device)
     mean, std = data["mean"], data["std"]
-    batch_size, steps_per_epoch = spec["batch_size"], math.ceil(len(train_y) / spec["batch_size"])
-    bar = tqdm(total=spec["epochs"] * steps_per_epoch, initial=step, desc=f"{out_dirs[0].parent} ({count} stacked)",
+    batch_size, steps_per_epoch = spec.batch_size, math.ceil(len(train_y) / spec.batch_size)
+    bar = tqdm(total=spec.epochs * steps_per_epoch, initial=step, desc=f"{out_dirs[0].parent} ({count} stacked)",
                disable=not progress, mininterval=2, file=sys.stderr)
-    while epoch < spec["epochs"] and any(live):
+    while epoch < spec.epochs and any(live):
         stack.train()
         started = time.perf_counter()
         loss_sums = torch.zeros(count, dtype=torch.float64, device=device)  # on the device: no host sync a step
         wrong = torch.zeros(count, dtype=torch.int64, device=device)
         seen = 0
-        pad, flip = spec["augment_pad"], spec["augment_flip"]
+        pad, flip = spec.augment_pad, spec.augment_flip
         for batches in zip(*(epoch_batches(len(train_y), batch_size, pad, flip, run.gen, device) for run in runs)):
             xs = [shifted(train_x[idx].float(), pad, *draws) for idx, *draws in batches]
             x, y = normalize(torch.stack(xs), mean, std).to(speed.dtype), torch.stack([train_y[idx] for idx, *_ in batches])
@@ -123,7 +126,7 @@ def train_group(specs, data, out_dirs, runs: list[PreparedRun], device, speed, p
             # each run's loss, summed: run k's gradient is its own loss's; a diverged run's slot learns nothing
             torch.where(live_mask, losses, 0.0).sum().backward()
             for weight, centre in centred.items():  # as alone: decay towards the centre, SGD's own decay off
-                weight.grad.add_(weight.detach() - centre, alpha=spec["weight_decay"])
+                weight.grad.add_(weight.detach() - centre, alpha=spec.weight_decay)
             opt.step()
             if step == 1 and runs[0].keep:  # the weights "after the first iteration" (paper 002, SM D.4.2)
                 for k in range(count):
@@ -135,7 +138,7 @@ def train_group(specs, data, out_dirs, runs: list[PreparedRun], device, speed, p
         if not any(live):
             break
         epoch += 1
-        tested = evaluate_stacked(stack, test_x, test_y, mean, std, eval_batch_size(spec), speed)
+        tested = evaluate_stacked(stack, test_x, test_y, mean, std, eval_batch_size(spec.batch_size), speed)
         for k, (loss_sum, errors, (test_loss, test_error)) in enumerate(zip(loss_sums.tolist(), wrong.tolist(), tested)):
             if live[k]:
                 states[k].epoch = epoch
@@ -145,8 +148,8 @@ def train_group(specs, data, out_dirs, runs: list[PreparedRun], device, speed, p
                     save_snapshot(out_dirs[k], epoch, stack.module(k, like=runs[k].model), runs[k].model_spec)
                 checkpoint(k)
         bar.set_postfix(test_error=" ".join(f"{e:.2f}" for (_, e), on in zip(tested, live) if on))
-        if epoch < spec["epochs"] and must_stop(stop_by, time.perf_counter() - started):
-            raise TimeLimitReached(f"{out_dirs[0].parent}: {count} stacked runs stopped after epoch {epoch} of {spec['epochs']}, "
+        if epoch < spec.epochs and must_stop(stop_by, time.perf_counter() - started):
+            raise TimeLimitReached(f"{out_dirs[0].parent}: {count} stacked runs stopped after epoch {epoch} of {spec.epochs}, "
                                    "checkpointed, before the job's time limit; the next attempt continues them")
     bar.close()
 

@@ -29,6 +29,7 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 
@@ -41,6 +42,7 @@ from .. import files, models, provenance, residual
 from ..catalog import MAX_POSITIONS
 from ..devices import pick_device, use_deterministic_algorithms
 from ..models.transformer import label_smoothed_loss
+from ..specs import SequenceTrainSpec, TranslationTrainSpec, train_spec_of
 from ..speed import Speed, own_gradients, speed_of
 from .checkpoint import LoopState, new_run_id, random_state, resume, save
 from .time_limit import TimeLimitReached, must_stop
@@ -125,13 +127,13 @@ def pad_to_bucket(batch: tuple[torch.Tensor, ...], bucket: int, max_tokens: int,
     return grown(src, eos), grown(tin, bos), grown(tout, None)
 
 
-def max_train_len(spec: dict) -> int:
+def max_train_len(spec: SequenceTrainSpec) -> int:
     """The most tokens (with EOS or BOS) a side of a training example may have: the recipe's
     `max_train_len`, else every position the model holds a sinusoid for."""
     return spec.get("max_train_len", MAX_POSITIONS)
 
 
-def length_buckets(spec: dict) -> int:
+def length_buckets(spec: TranslationTrainSpec) -> int:
     """How many batch shapes the loop can feed its model: one per length bucket up to the longest
     side (`pad_to_bucket` sets the rows from the length); 1 without buckets (no graph mode then:
     the plan refuses one)."""
@@ -146,7 +148,7 @@ class TokenPairs:
     is no example (`dropped` counts them). The captioning track gives the loop its own
     (train/captioning.CaptionedImages): the loop is the same for both."""
 
-    def __init__(self, pairs, spec: dict, max_len: int | None = None):
+    def __init__(self, pairs, spec: TranslationTrainSpec, max_len: int | None = None):
         self.pairs, self.spec = pairs, spec
         lengths = [(len(s) + 1, len(t) + 1) for s, t in pairs]
         self.kept = [i for i, n in enumerate(lengths) if max_len is None or max(n) <= max_len]  # example -> its pair
@@ -154,17 +156,17 @@ class TokenPairs:
         self.dropped = len(lengths) - len(self.kept)
 
     def batches(self, generator: torch.Generator) -> list[list[int]]:
-        return token_batches(self.lengths, self.spec["max_tokens"], generator, self.spec.get("length_bucket", 0))
+        return token_batches(self.lengths, self.spec.max_tokens, generator, self.spec.get("length_bucket", 0))
 
     def collate(self, idx: list[int]):
-        ids = self.spec["pad_id"], self.spec["bos_id"], self.spec["eos_id"]
+        ids = self.spec.pad_id, self.spec.bos_id, self.spec.eos_id
         batch = collate(self.pairs, [self.kept[i] for i in idx], *ids)
         if bucket := self.spec.get("length_bucket", 0):
-            batch = pad_to_bucket(batch, bucket, self.spec["max_tokens"], *ids)
+            batch = pad_to_bucket(batch, bucket, self.spec.max_tokens, *ids)
         return batch
 
 
-def dev_examples(dev_pairs, spec: dict) -> TokenPairs:
+def dev_examples(dev_pairs, spec: TranslationTrainSpec) -> TokenPairs:
     """The dev pairs the dev loss reads: the first `dev_sentences` of the split (the recipe's; every
     pair when absent). A paper-size model on a few CPU cores cannot afford the loss over a 3,000
     sentence dev set at every checkpoint; the first N keep it one fixed set across checkpoints."""
@@ -184,7 +186,7 @@ def dev_loss(model, data, spec, device, speed: Speed) -> float:
         n = target_tokens(data, idx)
         with speed.autocast(device):
             logits = model(src, tin)
-        total += label_smoothed_loss(logits, tout, spec["pad_id"], spec["label_smoothing"]).double() * n
+        total += label_smoothed_loss(logits, tout, spec.pad_id, spec.label_smoothing).double() * n
         tokens += n
     model.train()
     return total.item() / max(tokens, 1)
@@ -202,14 +204,15 @@ def update_target_tokens(data, batches: list[list[int]]) -> int:
     return sum(target_tokens(data, idx) for idx in batches)
 
 
-def train(spec: dict, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Path, device: str = "auto", progress: bool = True,
+def train(spec: TranslationTrainSpec | Mapping, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Path, device: str = "auto", progress: bool = True,
           stop_by: float | None = None) -> dict:
     """Run (or resume) one translation run; writes out_dir/{train_log.csv, metrics.json, checkpoints/}."""
+    spec = train_spec_of(spec)
     train_data = TokenPairs(train_pairs, spec, max_train_len(spec))
     return train_sequences(spec, train_data, dev_examples(dev_pairs, spec), {"vocab_size": vocab_size}, out_dir, device, progress, stop_by)
 
 
-def train_sequences(spec: dict, train_data, dev_data, model_inputs: dict, out_dir: str | Path, device: str = "auto", progress: bool = True,
+def train_sequences(spec: SequenceTrainSpec, train_data, dev_data, model_inputs: dict, out_dir: str | Path, device: str = "auto", progress: bool = True,
                     stop_by: float | None = None) -> dict:
     """The loop of a translation or captioning run (module docstring): `train_data` and `dev_data`
     as TokenPairs (`train_data` without the examples over max_train_len), `model_inputs` what the
@@ -219,7 +222,7 @@ def train_sequences(spec: dict, train_data, dev_data, model_inputs: dict, out_di
     ckpt_dir = out_dir / "checkpoints"
     world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
     if spec.get("world_size", world) != world:  # the batch would not be the recipe's
-        raise RuntimeError(f"the spec asks for {spec['world_size']} ranks (translation.gpus), this job has {world}; "
+        raise RuntimeError(f"the spec asks for {spec.world_size} ranks (translation.gpus), this job has {world}; "
                            "run it through `resrepro launch --gpus N`")
     if spec.get("deterministic"):
         use_deterministic_algorithms()
@@ -228,12 +231,12 @@ def train_sequences(spec: dict, train_data, dev_data, model_inputs: dict, out_di
     if world > 1 and not torch.distributed.is_initialized():
         torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
 
-    torch.manual_seed(spec["seed"])
-    gen = torch.Generator().manual_seed(spec["seed"])
+    torch.manual_seed(spec.seed)
+    gen = torch.Generator().manual_seed(spec.seed)
     model_spec = models.model_spec(spec, **model_inputs)
     model = models.build(model_spec).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9, **speed.optimizer_options())
-    state = resume(ckpt_dir / "last.pt", spec, model, opt, device, rank)
+    state = resume(ckpt_dir / "last.pt", spec.to_dict(), model, opt, device, rank)
     if state is None:
         if rank == 0:  # an earlier run's steps (another spec, same folder) must never be averaged with this one's
             remove_checkpoints(ckpt_dir)
@@ -241,7 +244,7 @@ def train_sequences(spec: dict, train_data, dev_data, model_inputs: dict, out_di
         # Admin's profile (a no-op for other variants): one batch through the fresh model, before DDP,
         # whose construction gives every rank rank 0's result
         def first_batch():
-            src, tin, _ = (t.to(device) for t in train_data.collate(train_data.batches(torch.Generator().manual_seed(spec["seed"]))[0]))
+            src, tin, _ = (t.to(device) for t in train_data.collate(train_data.batches(torch.Generator().manual_seed(spec.seed))[0]))
             return model(src, tin)
 
         with speed.autocast(device):
@@ -253,17 +256,17 @@ def train_sequences(spec: dict, train_data, dev_data, model_inputs: dict, out_di
     if rank == 0:
         print(f"{out_dir}: dropped {train_data.dropped} training examples with a side over {max_train_len(spec)} tokens "
               "(max_train_len)", file=sys.stderr)
-    bar = tqdm(total=spec["max_updates"], initial=state.step, desc=str(out_dir), disable=not progress or rank > 0, mininterval=2, file=sys.stderr)
+    bar = tqdm(total=spec.max_updates, initial=state.step, desc=str(out_dir), disable=not progress or rank > 0, mininterval=2, file=sys.stderr)
     # The epoch's loss sum stays on the device: a step reads one tensor, its divergence check.
     started, loss_sum, loss_tokens, seen_tokens = time.perf_counter(), torch.zeros((), dtype=torch.float64, device=device), 0, 0
-    per_update = spec["update_freq"] * world  # batches of one update, all ranks together
-    while state.step < spec["max_updates"] and state.diverged is None:
+    per_update = spec.update_freq * world  # batches of one update, all ranks together
+    while state.step < spec.max_updates and state.diverged is None:
         gen.set_state(state.generator)
         batches = train_data.batches(gen)
         batches = batches[: len(batches) - len(batches) % world]  # as many on every rank: DDP's collectives pair up
         updates = [batches[i : i + per_update] for i in range(0, len(batches), per_update)]
-        while state.position < len(updates) and state.step < spec["max_updates"]:
-            lr = inverse_sqrt_lr(state.step + 1, model.cfg.d_model, spec["warmup"], spec["lr_scale"])
+        while state.position < len(updates) and state.step < spec.max_updates:
+            lr = inverse_sqrt_lr(state.step + 1, model.cfg.d_model, spec.warmup, spec.lr_scale)
             for group in opt.param_groups:
                 group["lr"] = lr
             opt.zero_grad(set_to_none=True)
@@ -283,7 +286,7 @@ def train_sequences(spec: dict, train_data, dev_data, model_inputs: dict, out_di
                 with contextlib.nullcontext() if syncing else ddp_model.no_sync():
                     with speed.autocast(device):
                         logits = forward(src, tin)
-                    loss = label_smoothed_loss(logits, tout, spec["pad_id"], spec["label_smoothing"])
+                    loss = label_smoothed_loss(logits, tout, spec.pad_id, spec.label_smoothing)
                     (loss * n * world / update_tokens).backward()
                     if speed.replays_graphs and k < len(update) - 1:
                         own_gradients(model)
@@ -302,7 +305,7 @@ def train_sequences(spec: dict, train_data, dev_data, model_inputs: dict, out_di
             opt.step()
             state.step, state.position = state.step + 1, state.position + 1
             bar.update(1)
-            if state.step % spec["checkpoint_every"] == 0 or state.step == spec["max_updates"]:
+            if state.step % spec.checkpoint_every == 0 or state.step == spec.max_updates:
                 elapsed = time.perf_counter() - started
                 loss_sum, loss_tokens, seen_tokens = sum_over_ranks([loss_sum.item(), loss_tokens, seen_tokens], device, world)
                 row = {"step": state.step, "epoch": state.epoch, "lr": lr, "train_loss": loss_sum / max(loss_tokens, 1),
@@ -314,8 +317,8 @@ def train_sequences(spec: dict, train_data, dev_data, model_inputs: dict, out_di
                 if rank == 0:
                     files.write_text(out_dir / "train_log.csv", log_csv(state.log, LOG_FIELDS))
                     _save(ckpt_dir, model, opt, spec, state, model_spec, random_states)
-                if state.step < spec["max_updates"] and must_stop(stop_by, elapsed, device, world):
-                    raise TimeLimitReached(f"{out_dir}: stopped after update {state.step} of {spec['max_updates']}, checkpointed, "
+                if state.step < spec.max_updates and must_stop(stop_by, elapsed, device, world):
+                    raise TimeLimitReached(f"{out_dir}: stopped after update {state.step} of {spec.max_updates}, checkpointed, "
                                            "before the job's time limit; the next attempt continues from it")
         if state.diverged is None and state.position >= len(updates):
             state.epoch, state.position, state.generator = state.epoch + 1, 0, gen.get_state()
@@ -326,7 +329,7 @@ def train_sequences(spec: dict, train_data, dev_data, model_inputs: dict, out_di
             _save(ckpt_dir, model, opt, spec, state, model_spec, random_states)
 
     rows = state.log
-    metrics = {"spec": spec, "seed": spec["seed"], "diverged": state.diverged is not None, "diverged_at": state.diverged,
+    metrics = {"spec": spec.to_dict(), "seed": spec.seed, "diverged": state.diverged is not None, "diverged_at": state.diverged,
                "dropped_long_pairs": train_data.dropped, "max_train_len": max_train_len(spec),
                "updates": state.step, "epochs": state.epoch, "parameters": models.count_parameters(model), "speed": asdict(speed),
                "wall_time_s": sum(r["seconds"] for r in rows), "final": rows[-1] if rows and state.diverged is None else None,
@@ -362,12 +365,12 @@ def averaged_steps(max_updates: int, every: int, keep: int) -> list[int]:
     return written[-keep:]
 
 
-def _save(ckpt_dir: Path, model, opt, spec: dict, state: LoopState, model_spec: dict, random_states: list[dict]) -> None:
+def _save(ckpt_dir: Path, model, opt, spec: SequenceTrainSpec, state: LoopState, model_spec: dict, random_states: list[dict]) -> None:
     """last.pt for resuming; step<N>.pt (model and its spec) for averaging, written only for the
     updates averaging reads (a big Transformer's file is 0.85 GB; a paper run checkpoints 550 times)."""
-    if state.diverged is None and state.step in averaged_steps(spec["max_updates"], spec["checkpoint_every"], spec["keep_checkpoints"]):
-        save_step(ckpt_dir, model, model_spec, state.step, spec["keep_checkpoints"], state.run_id)
-    save(ckpt_dir / "last.pt", model, opt, spec, state, model_spec, random_states)
+    if state.diverged is None and state.step in averaged_steps(spec.max_updates, spec.checkpoint_every, spec.keep_checkpoints):
+        save_step(ckpt_dir, model, model_spec, state.step, spec.keep_checkpoints, state.run_id)
+    save(ckpt_dir / "last.pt", model, opt, spec.to_dict(), state, model_spec, random_states)
 
 
 def step_checkpoints(ckpt_dir: Path) -> list[Path]:

@@ -1,0 +1,93 @@
+"""Typed specs (specs.py): JSON in, the same JSON out; absent is not None; a wrong key is named."""
+
+import argparse
+import json
+import subprocess
+import sys
+
+import pytest
+
+from resrepro import jobs, specs
+from resrepro.specs import MISSING, CaptioningTrainSpec, ClassificationTrainSpec, EvalSpec, ScstSpec, SpecError, TranslationTrainSpec
+
+CLASSIFICATION = {"task": "classification", "dataset": "digits", "arch": "preact_resnet8", "model": "preact_resnet", "depth": 8,
+                  "variant": "rskip_ln", "args": {"lam": 2}, "epochs": 3, "batch_size": 128, "lr": 0.1, "momentum": 0.9,
+                  "weight_decay": 2e-4, "lr_milestones": [2], "warmup_lr": 0.01, "warmup_iterations": 0, "warmup_min_depth": 110,
+                  "augment_pad": 1, "augment_flip": False}
+SCST = {"updates": 20, "lr": 5e-4, "batch_images": 20, "checkpoint_every": 10, "max_len": 12}
+CAPTIONING = {"task": "captioning", "dataset": "scenes", "arch": "captioner_mini", "model": "transformer_captioner", "size": "mini",
+              "variant": "add", "args": None, "world_size": 1, "pad_id": 0, "bos_id": 1, "eos_id": 2, "batch_size": 50, "update_freq": 1,
+              "max_updates": 30, "warmup": 10, "lr_scale": 2.0, "label_smoothing": 0.1, "checkpoint_every": 10, "keep_checkpoints": 3,
+              "scst": SCST}
+
+
+def test_a_spec_reads_its_json_and_writes_it_back_byte_for_byte():
+    for values in (CLASSIFICATION, CAPTIONING, {**CAPTIONING, "scst": None}, {**CLASSIFICATION, "lr_decay": [0.2, 0.5], "seed": 3}):
+        text = json.dumps(values, sort_keys=True)
+        spec = specs.train_spec_from(json.loads(text))
+        assert spec.to_json() == text and json.loads(spec.to_json()) == values
+
+
+def test_the_folder_is_arch_dir_and_the_architecture_is_model():
+    spec = ClassificationTrainSpec.from_dict(CLASSIFICATION)
+    assert (spec.arch_dir, spec.model) == ("preact_resnet8", "preact_resnet")
+    assert spec.to_dict()["arch"] == "preact_resnet8" and "arch_dir" not in spec.to_dict()
+
+
+def test_absent_keys_stay_absent_and_none_is_a_value():
+    spec = ClassificationTrainSpec.from_dict(CLASSIFICATION)
+    assert spec.lr_decay is MISSING and spec.get("lr_decay", 0.1) == 0.1 and "lr_decay" not in spec.to_dict()
+    assert spec.seed is MISSING and spec.replace(seed=4).to_dict()["seed"] == 4
+    captioning = CaptioningTrainSpec.from_dict({**CAPTIONING, "scst": None})
+    assert captioning.args is None and captioning.to_dict()["args"] is None  # a variant without arguments: null, written
+    assert captioning.scst is None and captioning.to_dict()["scst"] is None
+    assert CaptioningTrainSpec.from_dict({k: v for k, v in CAPTIONING.items() if k != "scst"}).get("scst") is None
+    assert spec.get("dtype", "float32") == "float32" and TranslationTrainSpec.__dataclass_fields__.get("dtype") is None
+
+
+def test_a_nested_stage_is_its_own_spec():
+    spec = CaptioningTrainSpec.from_dict(CAPTIONING)
+    assert spec.scst == ScstSpec(**SCST) and spec.scst.batch_images == 20
+    assert spec.to_dict()["scst"] == SCST
+    assert "scst" not in spec.replace(scst=MISSING).to_dict()  # the cross-entropy stage's spec
+
+
+def test_values_are_taken_as_they_are():
+    spec = ClassificationTrainSpec.from_dict({**CLASSIFICATION, "lr": "0.1"})  # the schema types the config, not the spec
+    assert spec.lr == "0.1"
+
+
+@pytest.mark.parametrize("values, error", [
+    ({**CLASSIFICATION, "lr_decya": 0.2}, "unknown key 'lr_decya'"),
+    ({k: v for k, v in CLASSIFICATION.items() if k != "epochs"}, "key 'epochs' is required"),
+    ({**CLASSIFICATION, "task": "regression"}, "task is one of classification, translation, captioning; got 'regression'"),
+    ({**CAPTIONING, "scst": {**SCST, "lr_scale": 1}}, "ScstSpec: unknown key 'lr_scale'"),
+])
+def test_a_wrong_key_is_named(values, error):
+    with pytest.raises(SpecError, match=error):
+        specs.train_spec_from(values)
+
+
+def test_a_task_spec_holds_only_its_task():
+    with pytest.raises(SpecError, match="task 'classification', not 'captioning'"):
+        CaptioningTrainSpec.from_dict({**CAPTIONING, "task": "classification"})
+
+
+def test_an_eval_spec_keeps_translation_only_keys_optional():
+    captioning = {"model": "transformer_captioner", "size": "mini", "variant": "add", "args": {}, "pad_id": 0, "bos_id": 1, "eos_id": 2,
+                  "average_last": 2, "beam": 3, "alpha": 0.0, "max_len_b": 16}
+    spec = EvalSpec.from_dict(captioning)
+    assert spec.max_len_a is MISSING and spec.to_dict() == captioning
+    assert specs.eval_spec_of(spec) is spec and specs.eval_spec_of(captioning) == spec
+
+
+def test_a_job_refuses_a_spec_of_another_task():
+    a = argparse.Namespace(command="train", task="translation", threads=0, spec=json.dumps(CLASSIFICATION))
+    with pytest.raises(SystemExit, match="train translation: its --spec is a classification spec"):
+        jobs.training(a)
+
+
+def test_the_specs_import_no_torch():
+    """The workflow builds specs while Snakemake parses: the module must not pull torch in."""
+    code = "import sys, resrepro.specs, resrepro.experiments; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
