@@ -293,7 +293,7 @@ def test_runs_columns_rows_cells_and_per_seed_values(tmp_path):
     assert out["curves"].empty and list(out["curves"].columns) == ["run", "epoch"]  # no train_log.csv written
     row = out["rows"].iloc[1]
     first = plan.runs[plan.rows[1]["runs"][0]]
-    assert (row["dataset"], row["arch"], row["recipe"], row["variant_id"]) == (first.dataset, first.arch, "default", first.variant_id)
+    assert (row["dataset"], row["arch"], row["recipe"], row["variant_id"]) == (first.dataset, first.arch_dir, "default", first.variant_id)
     assert json.loads(row["values"]) == [95.43]  # 100 - 4.5678, rounded for display; the mean is not
     assert row["mean"] == pytest.approx(100 - 4.5678)
 

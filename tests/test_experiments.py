@@ -57,30 +57,30 @@ def test_paper_plan_runs_five_seeds_at_the_papers_depths():
     with open("config/paper.yaml") as f:
         paper = yaml.safe_load(f)
     plan = experiments.make_plan(paper)
-    assert {run.seed for run in plan.runs.values() if "simple_net" not in run.arch} == {0, 1, 2, 3, 4}
+    assert {run.seed for run in plan.runs.values() if "simple_net" not in run.arch_dir} == {0, 1, 2, 3, 4}
     # paper 002's Figure 9 repeats its four nets "10 times each"; nothing else runs a sixth seed
-    tenfold = {(r.arch, r.variant) for r in plan.runs.values() if r.seed == 9}
+    tenfold = {(r.arch_dir, r.variant) for r in plan.runs.values() if r.seed == 9}
     assert tenfold == {(f"simple_net{d}", v) for d in (32, 44) for v in ("plain", "add")}
-    assert {run.arch for run in plan.runs.values() if run.task == "classification"} == {
+    assert {run.arch_dir for run in plan.runs.values() if run.task == "classification"} == {
         *(f"preact_resnet{d}" for d in (20, 32, 38, 44, 56, 110)), "single_rep_resnet_paper", "avgpool_resnet_paper", "wide_resnet_paper",
         *(f"shared_resnet_ubn_{d}" for d in (110, 146, 182)), *(f"shared_resnet_{s}_110" for s in ("naive", "stats", "stats_gamma")),
         *(f"simple_net{d}" for d in (20, 32, 44)), *(f"simple_net_diagonal{d}" for d in (20, 32, 44)),  # paper 002's simplified nets
         "resnet_cifar20"}  # and its fully fledged ResNet-20 with the plain counterpart
-    assert {run.arch for run in plan.runs.values() if run.task == "translation"} == {"transformer_base", "transformer_big", "transformer_base_2block"}
-    assert {run.arch for run in plan.runs.values() if run.task == "captioning"} == {"captioner_paper"}
+    assert {run.arch_dir for run in plan.runs.values() if run.task == "translation"} == {"transformer_base", "transformer_big", "transformer_base_2block"}
+    assert {run.arch_dir for run in plan.runs.values() if run.task == "captioning"} == {"captioner_paper"}
     assert set(plan.datasets()) == {"cifar10", "cifar100", "iwslt15_en_vi", "wmt14_en_de", "wmt14_en_fr", "mscoco"}
-    run = next(r for r in plan.runs.values() if r.arch == "preact_resnet110" and r.recipe == "default")
+    run = next(r for r in plan.runs.values() if r.arch_dir == "preact_resnet110" and r.recipe == "default")
     spec = experiments.train_spec(paper, run)
     assert (spec.epochs, spec.lr_milestones, spec.weight_decay, spec.warmup_iterations) == (164, [81, 122], 2e-4, 400)
     # paper 003's own protocol (Sec. 4) for its nets; one run each, as its figures show
-    recipes = {(r.arch, r.recipe) for r in plan.runs.values() if r.recipe.startswith("iter-")}
+    recipes = {(r.arch_dir, r.recipe) for r in plan.runs.values() if r.recipe.startswith("iter-")}
     assert {(r, recipe) for r, recipe in recipes if not r.startswith(("preact", "shared"))} == {
         ("single_rep_resnet_paper", "iter-single+iter-snapshots"), ("avgpool_resnet_paper", "iter-pool+iter-snapshots"),
         ("wide_resnet_paper", "iter-wide+iter-snapshots")}
     # Table 1's nets (and Figs. 6-9's) train by the original ResNet's recipe, 4 seeds (Table 1, Fig. 7)
     assert {recipe for r, recipe in recipes if r.startswith("preact")} == {"iter-resnet110+iter-snapshots+iter-init"}
     assert {recipe for r, recipe in recipes if r.startswith("shared")} == {"iter-resnet110+iter-shared+iter-snapshots+iter-init"}
-    shared = experiments.train_spec(paper, next(r for r in plan.runs.values() if r.arch.startswith("shared")))
+    shared = experiments.train_spec(paper, next(r for r in plan.runs.values() if r.arch_dir.startswith("shared")))
     assert (shared.epochs, shared.lr_milestones) == (200, [80, 120])  # the axes of its Figures 18-19
     assert {r.seed for r in plan.runs.values() if r.recipe.startswith("iter-resnet110")} == {0, 1, 2, 3}
     single = experiments.train_spec(paper, next(r for r in plan.runs.values() if r.recipe == "iter-single+iter-snapshots"))

@@ -159,7 +159,7 @@ def test_paper_config_states_each_papers_translation_protocol(paper):
     assert "dropout" not in train.to_dict() and TransformerConfig.from_spec(train.to_dict(), 100).dropout == 0.3  # the big preset's
     run, train, evaluation = specs("sas-t3", "EN-VI Base")
     assert (run.recipe, train.max_tokens, train.world_size, train.max_updates, evaluation.average_last) == ("default", 4096, 1, 100000, 10)
-    classification = next(r for r in plan.runs.values() if r.arch == "preact_resnet20")
+    classification = next(r for r in plan.runs.values() if r.arch_dir == "preact_resnet20")
     spec = experiments.train_spec(paper, classification)
     assert (spec.warmup_iterations, spec.warmup_min_depth) == (400, 0)  # He et al. 2016b: every CIFAR depth
     for refined in paper["translation"]["refine"]:
@@ -326,13 +326,13 @@ def test_cells_at_paper_size_run_the_papers_size_and_the_others_the_scales_map(m
     cfg["classification"]["at_paper_size"] = [{"paper": "rskip", "variant": "rskip_ln", "depth": 110}]
     rows = _runs_by_row(experiments.make_plan(cfg))
     big = rows["rskip-t7", "EN-DE Big"]
-    assert {(run.arch, run.size) for run in big} == {("transformer_big", "big")}
+    assert {(run.arch_dir, run.size) for run in big} == {("transformer_big", "big")}
     assert all("/transformer_big/" in run.path for run in big)
     assert experiments.train_spec(cfg, big[0]).size == experiments.eval_spec(big[0]).size == "big"
     for label in ("EN-DE Big + proposal", "EN-VI Big", "EN-DE Base"):  # the scale's map: big and base run as mini_base
-        assert {(run.arch, run.size) for run in rows["rskip-t7", label]} == {("transformer_mini_base", "mini_base")}, label
-    assert {(run.arch, run.size) for run in rows["rskip-t1", "2rSkip+LN"]} == {("preact_resnet110", 110)}
-    assert {(run.arch, run.size) for run in rows["rskip-t1", "2xSkip+LN"]} == {("preact_resnet32", 32)}  # mini: 110 -> 32
+        assert {(run.arch_dir, run.size) for run in rows["rskip-t7", label]} == {("transformer_mini_base", "mini_base")}, label
+    assert {(run.arch_dir, run.size) for run in rows["rskip-t1", "2rSkip+LN"]} == {("preact_resnet110", 110)}
+    assert {(run.arch_dir, run.size) for run in rows["rskip-t1", "2xSkip+LN"]} == {("preact_resnet32", 32)}  # mini: 110 -> 32
     assert experiments.train_spec(cfg, rows["rskip-t1", "3rSkip+LN"][0]).depth == 110
 
 

@@ -76,8 +76,8 @@ def test_every_architecture_runs_at_its_paper_size_in_at_least_one_cell():
     paper, rehearsal = plan_of(scale("paper")), plan_of(scale("rehearsal"))
     assert [(r["table"], r["label"]) for r in rehearsal.rows] == [(r["table"], r["label"]) for r in paper.rows]
     assert set(rehearsal.tables) == set(paper.tables) and len(rehearsal.measures) == len(paper.measures)
-    architectures = {(run.task, run.arch) for run in paper.runs.values()}
-    assert architectures <= {(run.task, run.arch) for run in rehearsal.runs.values()}
+    architectures = {(run.task, run.arch_dir) for run in paper.runs.values()}
+    assert architectures <= {(run.task, run.arch_dir) for run in rehearsal.runs.values()}
     assert {run.seed for run in rehearsal.runs.values()} == {0}
 
 

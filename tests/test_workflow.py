@@ -471,7 +471,7 @@ def test_paper_scale_dry_run_lists_every_job(workdir):
     # own), and its fully fledged ResNet-20 pair trains one seed for Figure 12 (b) and the cushions
     expected += [(f"simple_net{d}", "noise", seed) for d in (32, 44) for _ in ("plain", "add") for seed in range(5, 10)]
     expected += [("resnet_cifar20", "noise+noise-fully-fledged", 0)] * 2
-    assert sorted((plan.runs[r].arch, plan.runs[r].recipe, plan.runs[r].seed) for r in only_figures) == sorted(expected)
+    assert sorted((plan.runs[r].arch_dir, plan.runs[r].recipe, plan.runs[r].seed) for r in only_figures) == sorted(expected)
     # paper 001: 6 cells on EN-VI base, 2 two-block, 2 on each other dataset x size; SAS: 2 on
     # each dataset x size. Each paper's protocol differs (refine:), so no cell is shared; 5 seeds.
     assert n_mt == (6 + 2 + 2 * 5 + 2 * 6) * 5

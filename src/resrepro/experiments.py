@@ -264,7 +264,7 @@ class Run:
 
     task: str
     dataset: str  # the dataset this scale runs (e.g. digits for the paper's cifar10 at mini)
-    arch: str  # the architecture this scale runs, e.g. preact_resnet32: a folder name
+    arch_dir: str  # the architecture's folder at this scale's size, e.g. preact_resnet32 (written "arch": plan.json, runs.csv)
     model: str  # the architecture (catalog.ARCHITECTURES), e.g. preact_resnet
     size: int | str  # the size this scale runs, under the architecture's size key: depth 32, size "base"
     variant: str
@@ -280,12 +280,18 @@ class Run:
     @property
     def cell_path(self) -> str:
         """The cell's folder, relative to results/<scale>/: its runs are seed<N>/ inside it."""
-        return layout.cell_path(self.task, self.dataset, self.arch, self.recipe, self.variant_id)
+        return layout.cell_path(self.task, self.dataset, self.arch_dir, self.recipe, self.variant_id)
 
     @property
     def path(self) -> str:
         """Relative to results/<scale>/: the stable layout people script against."""
         return layout.run_path(self.cell_path, self.seed)
+
+    def plan_entry(self) -> dict:
+        """The run in plan.json: its fields, the folder under the key "arch" as the layout names it."""
+        entry = asdict(self)
+        entry["arch"] = entry.pop("arch_dir")
+        return entry
 
 
 @dataclass
@@ -315,7 +321,7 @@ def resolved_plan(plan: Plan, config: dict) -> dict:
     every run's parts and each job's runs. Plain JSON: no YAML to read again. Written as two files
     (PLAN_FILES), so that editing a claim or a figure's check judges again without aggregating again."""
     return plan_document(plan.scale, plan.all_tables, plan.all_figures, plan.claims, plan.rows, plan.measures,
-                         {path: asdict(run) for path, run in plan.runs.items()}, plan.jobs, claims_source=config.get("claims") or "")
+                         {path: run.plan_entry() for path, run in plan.runs.items()}, plan.jobs, claims_source=config.get("claims") or "")
 
 
 # The resolved plan's files and their keys: what the aggregate reads (results/<scale>/plan.json),
@@ -715,7 +721,7 @@ def train_spec(config: dict, run: Run) -> specs.TrainSpec:
     values = {
         "task": run.task,
         "dataset": run.dataset,
-        "arch": run.arch,
+        "arch": run.arch_dir,
         "model": run.model,
         catalog.architecture(run.model).size_key: run.size,
         "variant": run.variant,

@@ -62,7 +62,7 @@ def step_key(run: Run) -> str:
     recipe = json.loads(run.recipe_json)
     batch = {"classification": f"batch{recipe.get('batch_size')}", "captioning": f"captions{recipe.get('batch_size')}"}.get(
         run.task, f"tokens{recipe.get('max_tokens')}")
-    return f"{run.task}/{run.arch}/{run.variant_id}/{batch}{precision_suffix(recipe)}"
+    return f"{run.task}/{run.arch_dir}/{run.variant_id}/{batch}{precision_suffix(recipe)}"
 
 
 def steps_of(run: Run) -> int:
@@ -81,7 +81,7 @@ def eval_key(run: Run) -> str | None:
     if run.task != "classification":
         return None
     recipe = json.loads(run.recipe_json)
-    return f"{run.task}/{run.arch}/{run.variant_id}/eval{eval_batch_size(recipe['batch_size'])}{precision_suffix(recipe)}"
+    return f"{run.task}/{run.arch_dir}/{run.variant_id}/eval{eval_batch_size(recipe['batch_size'])}{precision_suffix(recipe)}"
 
 
 def eval_batches_of(run: Run) -> int:
@@ -120,7 +120,7 @@ def eval_hours(run: Run, step_ms: dict[str, float], gpus: int, share: str = "") 
 def scst_key(run: Run) -> str | None:
     """The step key of a captioning run's self-critical updates; None without them."""
     scst = json.loads(run.recipe_json).get("scst")
-    return f"{run.task}/{run.arch}/{run.variant_id}/scst{scst['batch_images']}" if scst else None
+    return f"{run.task}/{run.arch_dir}/{run.variant_id}/scst{scst['batch_images']}" if scst else None
 
 
 def stages_of(run: Run) -> list[tuple[str, int]]:
