@@ -3,9 +3,11 @@
 import torch
 from torch import nn
 
+from resrepro.specs import ModelSpec
 from resrepro.train.checkpoint import LoopState, random_state, resume, save
 
 SPEC = {"seed": 0, "lr": 0.1}
+LINEAR = ModelSpec(arch="linear", variant="add")  # stored, never built here
 
 
 def model_and_optimizer():
@@ -25,7 +27,7 @@ def test_each_rank_gets_back_its_own_cpu_and_gpu_random_state(tmp_path, monkeypa
     assert rank0["cuda"].tolist() == [1, 2, 3] and not torch.equal(rank0["cpu"], rank1["cpu"])
 
     model, opt = model_and_optimizer()
-    save(tmp_path / "last.pt", model, opt, SPEC, LoopState(step=5), {"model": "linear"}, [rank0, rank1])
+    save(tmp_path / "last.pt", model, opt, SPEC, LoopState(step=5), LINEAR, [rank0, rank1])
     torch.manual_seed(3)
     state = resume(tmp_path / "last.pt", SPEC, *model_and_optimizer(), torch.device("cuda", 1), rank=1)
     assert state.step == 5
@@ -45,7 +47,7 @@ def test_on_the_cpu_no_gpu_state_is_taken_or_set(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "set_rng_state", no_gpu)
     assert random_state(torch.device("cpu"))["cuda"] is None
     model, opt = model_and_optimizer()
-    save(tmp_path / "last.pt", model, opt, SPEC, LoopState(step=1), {}, [random_state(torch.device("cpu"))])
+    save(tmp_path / "last.pt", model, opt, SPEC, LoopState(step=1), LINEAR, [random_state(torch.device("cpu"))])
     expected = torch.rand(4)  # what the run draws next
     assert resume(tmp_path / "last.pt", SPEC, model, opt) is not None
     assert torch.equal(torch.rand(4), expected)
@@ -66,7 +68,7 @@ def test_a_checkpoint_of_the_same_spec_whose_weights_do_not_fit_is_not_resumed(t
     """A size preset changed in the code (the spec names the preset, not its widths): the run starts
     afresh and says why, instead of failing to load the old weights."""
     model, opt = model_and_optimizer()
-    save(tmp_path / "last.pt", model, opt, SPEC, LoopState(step=3), {}, [random_state(torch.device("cpu"))])
+    save(tmp_path / "last.pt", model, opt, SPEC, LoopState(step=3), LINEAR, [random_state(torch.device("cpu"))])
     wider = nn.Linear(3, 4)
     assert resume(tmp_path / "last.pt", SPEC, wider, torch.optim.SGD(wider.parameters(), lr=0.1)) is None
     assert "do not fit this model" in capsys.readouterr().err

@@ -62,7 +62,7 @@ def test_a_runs_bytes_are_its_files_copies_of_its_weights(paper):
     from resrepro import models
 
     config, plan = paper
-    resnet = a_run(plan, task="classification", arch="preact_resnet110", variant="add", dataset="cifar10", recipe="default")
+    resnet = a_run(plan, task="classification", arch_dir="preact_resnet110", variant="add", dataset="cifar10", recipe="default")
     parameters = models.parameters_of({"arch": "preact_resnet", "depth": 110, "variant": "add", "args": {}, "classes": 10, "in_channels": 3})
     assert 1_700_000 < parameters < 1_750_000  # He et al. (2016) Table 6: 1.7M
     assert disk.weight_bytes(resnet, config) == 4 * parameters

@@ -13,6 +13,7 @@ from resrepro.data.digits import prepare_digits
 from resrepro.measure import over_training
 from resrepro.measure.over_training import ACCURACY, COSINE, RATIO, last_stage, measure_last_stage, summarize_over_training
 from resrepro.measure.run import run_measurement
+from resrepro.specs import ModelSpec
 from resrepro.report import figures
 from resrepro.residual import ConfigError
 from resrepro.models import snapshots
@@ -108,7 +109,7 @@ def test_a_resnet_is_measured_on_its_last_stage_numbered_as_in_the_whole_net():
 def snapshot_run(tmp_path, epochs=(0, 3)):
     torch.manual_seed(0)
     for epoch in epochs:
-        model_spec = {"arch": "preact_resnet", "depth": 8, "variant": "add", "args": {}, "classes": 2, "in_channels": 1}
+        model_spec = ModelSpec(arch="preact_resnet", depth=8, variant="add", args={}, classes=2, in_channels=1)
         save_snapshot(tmp_path, epoch, models.build(model_spec), model_spec)
     return tmp_path
 

@@ -9,6 +9,7 @@ import yaml
 
 from resrepro import experiments, recipes
 from resrepro.config_types import validate_refinements
+from resrepro.models import model_spec
 from resrepro.models.transformer import TransformerConfig
 from resrepro.residual import ConfigError
 
@@ -153,10 +154,10 @@ def test_paper_config_states_each_papers_translation_protocol(paper):
     assert run.recipe == "rskip-wmt+rskip-avg5"
     run, train, evaluation = specs("rskip-t7", "EN-FR Big")
     assert (train.max_updates, evaluation.average_last, train.keep_checkpoints, train.dropout) == (550000, 20, 20, 0.1)
-    assert TransformerConfig.from_spec(train.to_dict(), 100).dropout == 0.1
+    assert TransformerConfig.from_spec(model_spec(train, vocab_size=100)).dropout == 0.1
     run, train, evaluation = specs("sas-t3", "EN-DE Big")
     assert (train.max_tokens * train.world_size, train.max_updates, evaluation.average_last) == (25000, 300000, 10)
-    assert "dropout" not in train.to_dict() and TransformerConfig.from_spec(train.to_dict(), 100).dropout == 0.3  # the big preset's
+    assert "dropout" not in train.to_dict() and TransformerConfig.from_spec(model_spec(train, vocab_size=100)).dropout == 0.3  # the big preset's
     run, train, evaluation = specs("sas-t3", "EN-VI Base")
     assert (run.recipe, train.max_tokens, train.world_size, train.max_updates, evaluation.average_last) == ("default", 4096, 1, 100000, 10)
     classification = next(r for r in plan.runs.values() if r.arch_dir == "preact_resnet20")

@@ -74,10 +74,10 @@ def test_checking_a_config_imports_no_torch():
 
 def test_model_spec_takes_the_run_keys_and_the_data_dimensions():
     run = {"model": "preact_resnet", "depth": 20, "variant": "xskip", "args": {"lam": 2}, "seed": 3, "lr": 0.1}
-    assert models.model_spec(run, classes=100, in_channels=3) == {
+    assert models.model_spec(run, classes=100, in_channels=3).to_dict() == {
         "arch": "preact_resnet", "depth": 20, "variant": "xskip", "args": {"lam": 2}, "classes": 100, "in_channels": 3}
     mt = {"model": "transformer", "size": "big", "variant": "xskip_ln", "args": {"lam": 1}, "pad_id": 0, "dropout": 0.1, "beam": 4}
-    assert models.model_spec(mt, vocab_size=99) == {"arch": "transformer", "size": "big", "variant": "xskip_ln", "args": {"lam": 1},
+    assert models.model_spec(mt, vocab_size=99).to_dict() == {"arch": "transformer", "size": "big", "variant": "xskip_ln", "args": {"lam": 1},
                                                     "pad_id": 0, "dropout": 0.1, "vocab_size": 99}
 
 
@@ -109,7 +109,7 @@ def test_parameters_of_skips_initialization_and_gives_torch_its_initializers_bac
 
 def test_unknown_or_foreign_architecture_is_refused_naming_the_allowed():
     with pytest.raises(ConfigError, match="architecture 'resnext' unknown; allowed: preact_resnet, transformer"):
-        models.build({"arch": "resnext"})
+        models.build({"arch": "resnext", "variant": "add"})
     with pytest.raises(ConfigError, match="architecture 'transformer' unknown for classification; allowed: preact_resnet"):
         registry.get("transformer", "classification")
 

@@ -1,5 +1,5 @@
 """What a job is started with, typed: the training spec of each task, its captioning runs'
-self-critical stage, and the evaluation spec.
+self-critical stage, the evaluation spec, and the model spec every checkpoint carries.
 
 A spec is built at plan time (experiments.job_train_spec, experiments.eval_spec), travels as JSON
 (the rule's params, so that changing one value reruns exactly the jobs that read it, and the job's
@@ -8,8 +8,9 @@ when left out, and then absent from the JSON: the job's params stay byte for byt
 and the consumer's default applies (`spec.get("lr_decay", 0.1)`). None is a value, not an absence
 (a variant's `args: null`).
 
-Names say which is which: `arch_dir` is the run's architecture folder (e.g. preact_resnet110,
-written as the JSON key "arch"); `model` is the architecture's catalog name (e.g. preact_resnet).
+Names say which is which: in a training spec `arch_dir` is the run's architecture folder (e.g.
+preact_resnet110, written as the JSON key "arch") and `model` the architecture's catalog name (e.g.
+preact_resnet), which a model spec calls `arch`, as its checkpoints always have.
 Torch-free: the workflow builds these while Snakemake parses.
 """
 
@@ -89,6 +90,13 @@ class Spec:
         such field: a switch one task's recipe has and another's not, e.g. dtype)."""
         value = getattr(self, name, MISSING)
         return default if value is MISSING else value
+
+    def need(self, name: str) -> Any:
+        """A field this use of the spec cannot do without (e.g. a classifier's `classes`): an error naming it where absent."""
+        value = getattr(self, name, MISSING)
+        if value is MISSING:
+            raise SpecError(f"{type(self).__name__}: {name!r} is required here; the spec has {', '.join(sorted(self.to_dict()))}")
+        return value
 
     def replace(self: S, **changes) -> S:
         return dataclasses.replace(self, **changes)
@@ -231,3 +239,30 @@ class EvalSpec(Spec):
 def eval_spec_of(values: EvalSpec | Mapping) -> EvalSpec:
     """An evaluation spec as it is, or parsed from its JSON's dict."""
     return values if isinstance(values, EvalSpec) else EvalSpec.from_dict(values)
+
+
+@spec
+class ModelSpec(Spec):
+    """What builds a model (models/registry.py): its architecture, what that reads of the run's
+    training spec (catalog.Architecture.run_keys) and what only the data knows. Every checkpoint
+    carries it as its dict, so a job that reads the file rebuilds the model from it alone."""
+
+    arch: str  # the catalog's architecture, e.g. preact_resnet (a training spec's `model`, not its folder)
+    depth: int = optional()  # or `size`: the architecture's size key
+    size: int | str = optional()
+    variant: str
+    args: dict | None = optional()
+    init: str = optional()  # the architecture's initialisation (its default where absent)
+    pad_id: int = optional()
+    dropout: float = optional()  # the Transformers': default the size preset's
+    # what only the data knows
+    classes: int = optional()
+    in_channels: int = optional()  # default 3
+    image_size: int = optional()
+    vocab_size: int = optional()
+    feature_dim: int = optional()  # the captioner's image features
+
+
+def model_spec_of(values: ModelSpec | Mapping) -> ModelSpec:
+    """A model spec as it is, or parsed from a checkpoint's dict."""
+    return values if isinstance(values, ModelSpec) else ModelSpec.from_dict(values)

@@ -98,7 +98,7 @@ def weight_bytes(run: Run, config: dict) -> int:
     else:
         inputs = data_inputs(run.task, run.dataset)
     counted = models.model_spec(spec, **inputs)
-    return parameters_of(json.dumps(counted, sort_keys=True)) * (8 if spec.get("dtype") == "float64" else 4)
+    return parameters_of(counted.to_json()) * (8 if spec.get("dtype") == "float64" else 4)
 
 
 def run_bytes(run: Run, config: dict, copies: dict[str, float]) -> float:

@@ -20,7 +20,7 @@ from .. import files
 from ..data.moses import detokenize_moses, moses_tokenize
 from .. import models
 from ..models.transformer import Transformer
-from ..specs import EvalSpec, eval_spec_of
+from ..specs import EvalSpec, ModelSpec, eval_spec_of
 from .beam_search import beam_search
 from .bleu import sacre_bleu, tokenized_bleu, write_lines
 
@@ -29,8 +29,9 @@ def load_model(averaged: str | Path, spec: EvalSpec, device: torch.device) -> Tr
     """The averaged model, rebuilt from the spec its checkpoints carry; that must be the model the
     evaluation spec names (a stale averaged.pt from another model would be scored silently)."""
     ckpt = torch.load(averaged, map_location="cpu", weights_only=True)
+    holds = ModelSpec.from_dict(ckpt["model_spec"])
     for key in ("model", "size", "variant", "args"):
-        held = ckpt["model_spec"]["arch" if key == "model" else key]
+        held = holds.arch if key == "model" else holds.get(key)
         if held != getattr(spec, key):
             raise RuntimeError(f"{averaged} holds a model with {key}={held!r}, the evaluation asks for {getattr(spec, key)!r}; "
                                "rerun its averaging (delete the file)")

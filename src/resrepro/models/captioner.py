@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..specs import MISSING, ModelSpec
 from .registry import register
 from .transformer import Transformer, TransformerConfig
 
@@ -58,10 +59,10 @@ class Captioner(Transformer):
 
 
 @register("transformer_captioner")
-def build(spec: dict) -> Captioner:
-    if spec["size"] not in PRESETS:
-        raise ValueError(f"captioner size {spec['size']!r} unknown; allowed: {', '.join(PRESETS)}")
-    extra = {"dropout": spec["dropout"]} if "dropout" in spec else {}
-    cfg = TransformerConfig(vocab_size=spec["vocab_size"], **{**PRESETS[spec["size"]], **extra}, variant=spec["variant"],
-                            args=spec["args"], pad_id=spec["pad_id"])
-    return Captioner(cfg, spec["feature_dim"])
+def build(spec: ModelSpec) -> Captioner:
+    if spec.size not in PRESETS:
+        raise ValueError(f"captioner size {spec.size!r} unknown; allowed: {', '.join(PRESETS)}")
+    extra = {"dropout": spec.dropout} if spec.dropout is not MISSING else {}
+    cfg = TransformerConfig(vocab_size=spec.need("vocab_size"), **{**PRESETS[spec.size], **extra}, variant=spec.variant,
+                            args=spec.get("args"), pad_id=spec.need("pad_id"))
+    return Captioner(cfg, spec.need("feature_dim"))

@@ -36,6 +36,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .. import residual
+from ..specs import MISSING, ModelSpec
 from .preact_resnet import PreActBlock
 from .registry import register
 
@@ -88,14 +89,14 @@ def keras_count(model: nn.Module) -> int:
 
 
 def _builder(name: str):
-    def build(spec: dict) -> StagedResNet:
+    def build(spec: ModelSpec) -> StagedResNet:
         sizes = SIZES[name]
-        if spec["size"] not in sizes:
-            raise residual.ConfigError(f"{name}: size {spec['size']!r} unknown; allowed: {', '.join(sizes)}")
-        if "image_size" not in spec:  # the classifier's input depends on it: 1,600 features or 100 at paper size
+        if spec.size not in sizes:
+            raise residual.ConfigError(f"{name}: size {spec.size!r} unknown; allowed: {', '.join(sizes)}")
+        if spec.image_size is MISSING:  # the classifier's input depends on it: 1,600 features or 100 at paper size
             raise residual.ConfigError(f"{name}: the model spec needs the input's image_size (the classifier's AveragePool(8,8) reads it)")
-        widths, blocks, pool = sizes[spec["size"]]
-        return StagedResNet(widths, blocks, pool, spec["classes"], spec["variant"], spec["args"], spec["in_channels"], spec["image_size"])
+        widths, blocks, pool = sizes[spec.size]
+        return StagedResNet(widths, blocks, pool, spec.need("classes"), spec.variant, spec.get("args"), spec.get("in_channels", 3), spec.image_size)
 
     return register(name)(build)
 

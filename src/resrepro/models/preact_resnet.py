@@ -23,6 +23,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .. import residual
+from ..specs import ModelSpec
 from .registry import register
 
 DEPTHS = (20, 32, 44, 56, 110)  # the papers' CIFAR depths; any 6n+2 is accepted
@@ -104,6 +105,6 @@ class PreActResNet(nn.Module):
 
 
 @register("preact_resnet")
-def build(spec: dict) -> PreActResNet:
-    return PreActResNet(spec["depth"], spec["classes"], spec["variant"], spec["args"], in_channels=spec["in_channels"],
+def build(spec: ModelSpec) -> PreActResNet:
+    return PreActResNet(spec.need("depth"), spec.need("classes"), spec.variant, spec.get("args"), in_channels=spec.get("in_channels", 3),
                         init=spec.get("init", "fan_out"))

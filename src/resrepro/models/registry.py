@@ -1,11 +1,10 @@
 """Architectures by name: the one place that builds a model, like residual.py for the variants.
 
 A table row names an architecture (`arch:`, else its task's default) and a size (`depth:` for
-the ResNets, `size:` for the Transformers). A model spec is a flat dict:
-`{"arch": <registered name>, <the size key>: ..., "variant", "args", ...}` plus what only the data
-knows (classes, input channels, vocabulary size). Training writes it into every checkpoint
-(`model_spec`), so that evaluation and measurement jobs rebuild the model from the checkpoint
-alone (`from_checkpoint`).
+the ResNets, `size:` for the Transformers). A model spec (specs.ModelSpec) holds the registered
+name, the size, the variant and its args, and what only the data knows (classes, input channels,
+vocabulary size). Training writes it into every checkpoint as its dict (`model_spec`), so that
+evaluation and measurement jobs rebuild the model from the checkpoint alone (`from_checkpoint`).
 
 A new architecture is its entry in catalog.ARCHITECTURES (task, size key, folder name, what its
 model spec reads: declared without torch, for the workflow's parse) and one builder registered
@@ -24,16 +23,16 @@ from torch import nn
 
 from ..catalog import ARCHITECTURES, DEFAULT_FOR_TASK, Architecture  # noqa: F401  (what each builder builds)
 from ..catalog import architecture as get
-from ..specs import MISSING, TrainSpec
+from ..specs import MISSING, ModelSpec, TrainSpec, model_spec_of
 from ..speed import default_dtype
 
-BUILDERS: dict[str, Callable[[dict], nn.Module]] = {}
+BUILDERS: dict[str, Callable[[ModelSpec], nn.Module]] = {}
 
 
 def register(name: str):
     """The builder of an architecture declared in catalog.ARCHITECTURES."""
 
-    def decorator(build: Callable[[dict], nn.Module]):
+    def decorator(build: Callable[[ModelSpec], nn.Module]):
         if name not in ARCHITECTURES:
             raise ValueError(f"architecture {name!r}: declare it in catalog.ARCHITECTURES first")
         if name in BUILDERS:
@@ -44,16 +43,18 @@ def register(name: str):
     return decorator
 
 
-def model_spec(run_spec: TrainSpec | Mapping, **from_data) -> dict:
+def model_spec(run_spec: TrainSpec | Mapping, **from_data) -> ModelSpec:
     """The model spec of a run: its architecture, what the architecture reads of the run's training
     spec, and what only the data knows (e.g. classes=10, in_channels=3; vocab_size=32768)."""
     arch = get(run_spec.get("model"))
     given = {key: run_spec.get(key, MISSING) for key in arch.run_keys}
-    return {"arch": arch.name, **{key: value for key, value in given.items() if value is not MISSING}, **from_data}
+    return ModelSpec.from_dict({"arch": arch.name, **{key: value for key, value in given.items() if value is not MISSING}, **from_data})
 
 
-def build(spec: dict) -> nn.Module:
-    return BUILDERS[get(spec["arch"]).name](spec)
+def build(spec: ModelSpec | Mapping) -> nn.Module:
+    """The model a spec names (a checkpoint's dict parsed first)."""
+    spec = model_spec_of(spec)
+    return BUILDERS[get(spec.arch).name](spec)
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -25,6 +25,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .. import residual
+from ..specs import ModelSpec
 from .registry import register
 
 STAGE_CHANNELS = (16, 32, 64)
@@ -79,5 +80,5 @@ class ResNetCIFAR(nn.Module):
 
 
 @register("resnet_cifar")
-def build(spec: dict) -> ResNetCIFAR:
-    return ResNetCIFAR(spec["depth"], spec["classes"], spec["variant"], spec.get("args"), in_channels=spec.get("in_channels", 3))
+def build(spec: ModelSpec) -> ResNetCIFAR:
+    return ResNetCIFAR(spec.need("depth"), spec.need("classes"), spec.variant, spec.get("args"), in_channels=spec.get("in_channels", 3))

@@ -28,6 +28,7 @@ from __future__ import annotations
 from torch import nn
 
 from .. import residual
+from ..specs import ModelSpec
 from .preact_resnet import PreActBlock, PreActResNet
 from .registry import register
 
@@ -79,12 +80,12 @@ class SharedPreActResNet(PreActResNet):
 def _builder(strategy: str):
     name = f"shared_resnet_{strategy}"
 
-    def build(spec: dict) -> SharedPreActResNet:
-        size = str(spec["size"])
+    def build(spec: ModelSpec) -> SharedPreActResNet:
+        size = str(spec.need("size"))
         if size not in SIZES:
             raise residual.ConfigError(f"{name}: size {size!r} unknown; allowed: {', '.join(SIZES)}")
         blocks, own = SIZES[size]
-        return SharedPreActResNet(blocks, own, strategy, spec["classes"], spec["variant"], spec["args"], spec["in_channels"],
+        return SharedPreActResNet(blocks, own, strategy, spec.need("classes"), spec.variant, spec.get("args"), spec.get("in_channels", 3),
                                   spec.get("init", "fan_out"))
 
     return register(name)(build)

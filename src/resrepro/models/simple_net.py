@@ -40,6 +40,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .. import residual
+from ..specs import ModelSpec
 from .registry import register
 
 DEPTHS = (20, 32, 44)  # the paper's; any 3n + 2 >= 5 is accepted
@@ -159,15 +160,15 @@ def equivalent(model: SimpleNet, variant: str) -> SimpleNet:
     return mapped
 
 
-def build_simple_net(spec: dict, diagonal: bool) -> SimpleNet:
-    variant, init = spec["variant"], spec.get("init", "paper")
+def build_simple_net(spec: ModelSpec, diagonal: bool) -> SimpleNet:
+    variant, init = spec.variant, spec.get("init", "paper")
     if init not in INITS:
         raise residual.ConfigError(f"init={init!r} unknown for the simplified nets; allowed: {', '.join(INITS)}")
     if init == "equivalent" and variant != "plain":
         raise residual.ConfigError("init=equivalent starts a plain net from the mapped residual init: its variant must be `plain`")
     # equivalent: the residual run's init, from the same random stream, so the two runs of a seed start equal
     drawn = "add" if init == "equivalent" else variant
-    model = SimpleNet(spec["depth"], num_classes=spec["classes"], variant=drawn, in_channels=spec.get("in_channels", 3), diagonal=diagonal)
+    model = SimpleNet(spec.need("depth"), num_classes=spec.need("classes"), variant=drawn, in_channels=spec.get("in_channels", 3), diagonal=diagonal)
     (kwi_ if drawn == "plain" else hmwi_)(model)
     if diagonal:  # the weights off the diagonal are 0, not merely unused: the weight mass counts them
         with torch.no_grad():
@@ -177,10 +178,10 @@ def build_simple_net(spec: dict, diagonal: bool) -> SimpleNet:
 
 
 @register("simple_net")
-def _build(spec: dict) -> SimpleNet:
+def _build(spec: ModelSpec) -> SimpleNet:
     return build_simple_net(spec, diagonal=False)
 
 
 @register("simple_net_diagonal")
-def _build_diagonal(spec: dict) -> SimpleNet:
+def _build_diagonal(spec: ModelSpec) -> SimpleNet:
     return build_simple_net(spec, diagonal=True)

@@ -23,6 +23,7 @@ from torch.nn import functional as F
 
 from .. import residual
 from ..catalog import MAX_POSITIONS
+from ..specs import MISSING, ModelSpec
 from .registry import register
 
 # The papers' configurations (Vaswani et al. 2017 Table 3; paper 001 Table 5's two-block model).
@@ -74,11 +75,12 @@ class TransformerConfig:
         return replace(cls(vocab_size=vocab_size), **{**PRESETS[name], **overrides})
 
     @classmethod
-    def from_spec(cls, spec: dict, vocab_size: int) -> "TransformerConfig":
-        """The model a run's spec (experiments.train_spec / eval_spec) names: its size preset, residual
-        variant, padding id and, where the recipe sets it, dropout (e.g. EN-FR big: 0.1)."""
-        extra = {"dropout": spec["dropout"]} if "dropout" in spec else {}
-        return cls.preset(spec["size"], vocab_size, variant=spec["variant"], args=spec["args"], pad_id=spec["pad_id"], **extra)
+    def from_spec(cls, spec: ModelSpec) -> "TransformerConfig":
+        """The model a model spec names: its size preset, residual variant, padding id, vocabulary
+        and, where the recipe sets it, dropout (e.g. EN-FR big: 0.1)."""
+        extra = {"dropout": spec.dropout} if spec.dropout is not MISSING else {}
+        return cls.preset(spec.need("size"), spec.need("vocab_size"), variant=spec.variant, args=spec.get("args"), pad_id=spec.need("pad_id"),
+                          **extra)
 
 
 def sinusoid_positions(length: int, d: int) -> torch.Tensor:
@@ -266,5 +268,5 @@ def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, pad_id: int,
 
 
 @register("transformer")
-def build(spec: dict) -> Transformer:
-    return Transformer(TransformerConfig.from_spec(spec, spec["vocab_size"]))
+def build(spec: ModelSpec) -> Transformer:
+    return Transformer(TransformerConfig.from_spec(spec))

@@ -38,7 +38,7 @@ from ..data import captions
 from ..devices import pick_device
 from ..evaluate.beam_search import banned_tokens, greedy, greedy_and_sample
 from ..evaluate.cider import CiderD
-from ..specs import MISSING, CaptioningTrainSpec, train_spec_of
+from ..specs import MISSING, CaptioningTrainSpec, ModelSpec, train_spec_of
 from ..speed import speed_of
 from .checkpoint import LoopState, random_state, resume, save
 from .time_limit import TimeLimitReached, must_stop
@@ -148,7 +148,8 @@ def self_critical(spec: CaptioningTrainSpec, first_step: int, splits: dict, voca
     out_dir, device = Path(out_dir), pick_device(device)
     ckpt_dir, speed = out_dir / "checkpoints", speed_of(spec, device)
     xe = load_checkpoint(ckpt_dir / "last.pt")
-    model = models.build(xe["model_spec"]).to(device)
+    model_spec = ModelSpec.from_dict(xe["model_spec"])
+    model = models.build(model_spec).to(device)
     model.load_state_dict(xe["model"])
     model.eval()  # dropout off: the log-probabilities are the sampling policy's
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-9, **speed.optimizer_options())
@@ -197,15 +198,15 @@ def self_critical(spec: CaptioningTrainSpec, first_step: int, splits: dict, voca
             started, sums = time.perf_counter(), np.zeros(2)
             state.generator = gen.get_state()
             files.write_text(out_dir / "scst_log.csv", log_csv(state.log, SCST_LOG_FIELDS))
-            save_step(ckpt_dir, model, xe["model_spec"], first_step + state.step, spec.keep_checkpoints, xe.get("run_id"))
-            save(ckpt_dir / "scst.pt", model, opt, spec.to_dict(), state, xe["model_spec"], [random_state(device)])
+            save_step(ckpt_dir, model, model_spec, first_step + state.step, spec.keep_checkpoints, xe.get("run_id"))
+            save(ckpt_dir / "scst.pt", model, opt, spec.to_dict(), state, model_spec, [random_state(device)])
             if state.step < cfg.updates and must_stop(stop_by, row["seconds"]):
                 raise TimeLimitReached(f"{out_dir}: stopped after self-critical update {state.step} of {cfg.updates}, "
                                        "checkpointed, before the job's time limit; the next attempt continues from it")
     bar.close()
     if state.diverged is not None:
         state.generator = gen.get_state()
-        save(ckpt_dir / "scst.pt", model, opt, spec.to_dict(), state, xe["model_spec"], [random_state(device)])
+        save(ckpt_dir / "scst.pt", model, opt, spec.to_dict(), state, model_spec, [random_state(device)])
     return {"updates": state.step, "lr": cfg.lr, "diverged": state.diverged is not None, "diverged_at": state.diverged,
             "final": state.log[-1] if state.log and state.diverged is None else None,
             "wall_time_s": sum(r["seconds"] for r in state.log)}

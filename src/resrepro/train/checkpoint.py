@@ -17,6 +17,7 @@ import torch
 
 from .. import files
 from ..models import load_checkpoint, snapshot_path
+from ..specs import ModelSpec
 
 
 @dataclass
@@ -50,10 +51,10 @@ def set_random_state(saved: dict, device: torch.device) -> None:
         torch.cuda.set_rng_state(saved["cuda"], device)
 
 
-def save(path: Path, model, optimizer, spec: dict, state: LoopState, model_spec: dict, random_states: list[dict]) -> None:
+def save(path: Path, model, optimizer, spec: dict, state: LoopState, model_spec: ModelSpec, random_states: list[dict]) -> None:
     """`model_spec` (models/registry.py) rebuilds the model from this file alone; `random_states`
     holds every rank's random_state(), in rank order."""
-    files.save_torch(path, {"model": model.state_dict(), "model_spec": model_spec, "optimizer": optimizer.state_dict(),
+    files.save_torch(path, {"model": model.state_dict(), "model_spec": model_spec.to_dict(), "optimizer": optimizer.state_dict(),
                             "random_states": random_states, "spec": spec, **asdict(state)})
 
 
@@ -86,7 +87,7 @@ def same_shapes(saved: dict, current: dict) -> bool:
     return saved.keys() == current.keys() and all(saved[k].shape == current[k].shape for k in saved)
 
 
-def save_snapshot(run_dir: Path, epoch: float, model, model_spec: dict, path: Path | None = None) -> None:
+def save_snapshot(run_dir: Path, epoch: float, model, model_spec: ModelSpec, path: Path | None = None) -> None:
     """The model's weights after `epoch` epochs (at `path`, else the epoch's own snapshot path),
     rebuilt by models.from_checkpoint like last.pt."""
-    files.save_torch(path or snapshot_path(run_dir, epoch), {"model": model.state_dict(), "model_spec": model_spec, "epoch": epoch})
+    files.save_torch(path or snapshot_path(run_dir, epoch), {"model": model.state_dict(), "model_spec": model_spec.to_dict(), "epoch": epoch})

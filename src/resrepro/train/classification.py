@@ -32,7 +32,7 @@ from ..data.images import epoch_batches, load_prepared, normalize, shifted
 from ..devices import pick_device, use_deterministic_algorithms
 from ..evaluate.classification import eval_batch_size, evaluate
 from ..recipes import snapshot_epochs
-from ..specs import ClassificationTrainSpec, train_spec_of
+from ..specs import ClassificationTrainSpec, ModelSpec, train_spec_of
 from ..speed import speed_of
 from .checkpoint import LoopState, random_state, resume, save, save_snapshot
 from .time_limit import TimeLimitReached, must_stop
@@ -89,7 +89,7 @@ class PreparedRun:
     generator at the state to continue from, and the epochs whose weights it keeps."""
 
     model: torch.nn.Module
-    model_spec: dict
+    model_spec: ModelSpec
     opt: torch.optim.Optimizer
     centred: dict
     state: LoopState

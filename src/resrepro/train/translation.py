@@ -42,7 +42,7 @@ from .. import files, models, provenance, residual
 from ..catalog import MAX_POSITIONS
 from ..devices import pick_device, use_deterministic_algorithms
 from ..models.transformer import label_smoothed_loss
-from ..specs import SequenceTrainSpec, TranslationTrainSpec, train_spec_of
+from ..specs import ModelSpec, SequenceTrainSpec, TranslationTrainSpec, train_spec_of
 from ..speed import Speed, own_gradients, speed_of
 from .checkpoint import LoopState, new_run_id, random_state, resume, save
 from .time_limit import TimeLimitReached, must_stop
@@ -365,7 +365,7 @@ def averaged_steps(max_updates: int, every: int, keep: int) -> list[int]:
     return written[-keep:]
 
 
-def _save(ckpt_dir: Path, model, opt, spec: SequenceTrainSpec, state: LoopState, model_spec: dict, random_states: list[dict]) -> None:
+def _save(ckpt_dir: Path, model, opt, spec: SequenceTrainSpec, state: LoopState, model_spec: ModelSpec, random_states: list[dict]) -> None:
     """last.pt for resuming; step<N>.pt (model and its spec) for averaging, written only for the
     updates averaging reads (a big Transformer's file is 0.85 GB; a paper run checkpoints 550 times)."""
     if state.diverged is None and state.step in averaged_steps(spec.max_updates, spec.checkpoint_every, spec.keep_checkpoints):
@@ -384,9 +384,9 @@ def remove_checkpoints(ckpt_dir: Path) -> None:
         old.unlink()
 
 
-def save_step(ckpt_dir: Path, model, model_spec: dict, step: int, keep: int, run_id: str | None) -> None:
+def save_step(ckpt_dir: Path, model, model_spec: ModelSpec, step: int, keep: int, run_id: str | None) -> None:
     """step<N>.pt (the model and its spec, what averaging reads, stamped with the run that wrote it),
     the newest `keep` kept."""
-    files.save_torch(ckpt_dir / f"step{step}.pt", {"model": model.state_dict(), "model_spec": model_spec, "step": step, "run_id": run_id})
+    files.save_torch(ckpt_dir / f"step{step}.pt", {"model": model.state_dict(), "model_spec": model_spec.to_dict(), "step": step, "run_id": run_id})
     for old in step_checkpoints(ckpt_dir)[:-keep]:
         old.unlink()
