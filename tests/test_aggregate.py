@@ -12,6 +12,7 @@ from resrepro.analysis import stats
 from resrepro.analysis.aggregate import aggregate, paper_model
 from resrepro.analysis.parameters import by_row, parameter_counts
 from resrepro.experiments import load_tables
+from resrepro.specs import TableRow
 
 
 def counted(plan_rows: list[dict]) -> dict:
@@ -381,7 +382,7 @@ def test_the_shared_nets_have_the_papers_parameter_counts(scale):
     plan = make_plan(config_for(["iter-t1"], 1, scale=scale, config_dir="config"))
     for plan_row in plan.rows:
         row = table["rows"][plan_row["row"]]
-        ours = parameters_at_paper_size(row, "classification", plan_row["model_keys"])
+        ours = parameters_at_paper_size(TableRow.from_dict(row), "classification", plan_row["model_keys"])
         assert ours // 1000 * 1000 == row["paper_parameters"], (row["label"], ours)
 
 
@@ -562,9 +563,12 @@ def test_train_length_says_what_the_recipe_trained(spec, task, length):
 
 
 def test_the_papers_model_a_row_stands_for_reads_in_a_sentence():
-    assert paper_model({"depth": 110, "size": "big"}) == "depth 110"
-    assert paper_model({"size": "big"}) == "size big"
-    assert paper_model({"size": "paper"}) == "model"  # the captioner: "captioner_mini for the paper's model"
+    def row(**size):
+        return TableRow(label="x", dataset="cifar10", variant="add", paper=None, **size)
+
+    assert paper_model(row(depth=110, size="big")) == "depth 110"
+    assert paper_model(row(size="big")) == "size big"
+    assert paper_model(row(size="paper")) == "model"  # the captioner: "captioner_mini for the paper's model"
 
 
 def test_a_row_whose_nets_did_not_learn_says_so():

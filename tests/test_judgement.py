@@ -11,6 +11,7 @@ from resrepro.analysis.claims import load_claims, summarise
 from resrepro.analysis.judgement import CHECK_COLUMNS, CLAIM_COLUMNS, judge, judge_figures, read_claims, read_figure_checks
 from resrepro.analysis.parameters import parameter_counts, parameters_at_paper_size, read_counts
 from resrepro.experiments import load_figures, load_tables, plan_document
+from resrepro.specs import TableRow
 
 SAS_F3 = load_figures(["tests/fixtures/config/figures/sas.yaml"])
 TABLES = load_tables("tests/fixtures/config/tables")
@@ -84,7 +85,7 @@ def test_parameter_counts_are_those_of_the_rows_that_show_them(tmp_path):
     assert set(counts["table"]) == {"rskip-t7"} and len(counts) == sum(r["table"] == "rskip-t7" for r in plan.rows)
     big = next(r for r in plan.rows if r["label"] == "EN-DE Big")
     assert counts.set_index("label").loc["EN-DE Big", "parameters_at_paper_size"] == parameters_at_paper_size(
-        TABLES["rskip-t7"]["rows"][big["row"]], "translation") == 209_838_080
+        TableRow.from_dict(TABLES["rskip-t7"]["rows"][big["row"]]), "translation") == 209_838_080
     counts.to_csv(tmp_path / "parameters.csv", index=False)
     assert read_counts(tmp_path / "parameters.csv") == {(r["table"], r["label"]): r["parameters_at_paper_size"] for _, r in counts.iterrows()}
 

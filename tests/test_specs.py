@@ -91,3 +91,27 @@ def test_the_specs_import_no_torch():
     """The workflow builds specs while Snakemake parses: the module must not pull torch in."""
     code = "import sys, resrepro.specs, resrepro.experiments; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_a_model_spec_names_what_a_builder_needs_and_checkpoints_hold_its_dict(tmp_path):
+    import torch
+
+    from resrepro import models
+    from resrepro.specs import ModelSpec
+    from resrepro.train.checkpoint import save_snapshot
+
+    with pytest.raises(SpecError, match="ModelSpec: 'classes' is required here"):
+        models.build({"arch": "preact_resnet", "depth": 8, "variant": "add"})
+    spec = models.model_spec({**CLASSIFICATION, "seed": 0}, classes=10, in_channels=1, image_size=8)
+    assert spec == ModelSpec(arch="preact_resnet", depth=8, variant="rskip_ln", args={"lam": 2}, classes=10, in_channels=1, image_size=8)
+    save_snapshot(tmp_path, 0, models.build(spec), spec)
+    held = torch.load(next((tmp_path / "checkpoints").iterdir()), weights_only=True)["model_spec"]
+    assert type(held) is dict and held == spec.to_dict() and held["arch"] == "preact_resnet"
+
+
+def test_a_table_row_has_the_keys_the_tables_schema_allows_and_an_extra_rows_new():
+    import yaml
+
+    schema = yaml.safe_load(open("workflow/schemas/tables.schema.yaml"))
+    keys = {f.metadata.get("key", f.name) for f in specs.dataclasses.fields(specs.TableRow)}
+    assert keys == set(schema["$defs"]["row"]["properties"]) | {"new"}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import urllib.parse
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -146,15 +147,15 @@ def _check_measured_row(table: dict, row: dict, where: str) -> None:
         raise ConfigError(f"{where}: a measured row's metric is its quantity; drop 'metric'")
 
 
-def row_metric(table: dict, row: dict) -> str:
+def row_metric(table: dict, row: Mapping | specs.TableRow) -> str:
     """A row's metric: its measured quantity, else its own metric, else its table's."""
     return row.get("quantity") or row.get("metric", table.get("metric"))
 
 
-def higher_is_better(table: dict, row: dict) -> bool | None:
+def higher_is_better(table: dict, row: Mapping | specs.TableRow) -> bool | None:
     """Whether a larger value of the row's metric is better; None for a measured quantity, which
     is larger or smaller, not better or worse."""
-    return None if "quantity" in row else METRICS[row_metric(table, row)]
+    return None if row.get("quantity") else METRICS[row_metric(table, row)]
 
 
 def _check_cell(task: str, cell: dict, where: str, also_required: tuple[str, ...] = (), allowed: set[str] | None = None) -> None:

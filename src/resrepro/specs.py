@@ -1,5 +1,6 @@
 """What a job is started with, typed: the training spec of each task, its captioning runs'
-self-critical stage, the evaluation spec, and the model spec every checkpoint carries.
+self-critical stage, the evaluation spec, and the model spec every checkpoint carries; and a
+table row as the analysis reads it.
 
 A spec is built at plan time (experiments.job_train_spec, experiments.eval_spec), travels as JSON
 (the rule's params, so that changing one value reruns exactly the jobs that read it, and the job's
@@ -266,3 +267,31 @@ class ModelSpec(Spec):
 def model_spec_of(values: ModelSpec | Mapping) -> ModelSpec:
     """A model spec as it is, or parsed from a checkpoint's dict."""
     return values if isinstance(values, ModelSpec) else ModelSpec.from_dict(values)
+
+
+@spec
+class TableRow(Spec):
+    """A row of a paper's table as config/tables gives it (workflow/schemas/tables.schema.yaml's
+    `row`, which checks its values), or an extra row (experiments.extra_row: `new`). The paper's
+    dataset and size, not what a scale runs."""
+
+    label: str
+    formula: str = optional()
+    dataset: str
+    arch: str = optional()  # the catalog's architecture; absent: the task's default
+    depth: int = optional()  # or `size`: the architecture's size key
+    size: int | str = optional()
+    variant: str
+    args: dict | None = optional()
+    paper: float | None  # None: our copy of the paper lost the number (its note says so)
+    baseline: str | None = optional()  # the row it is compared with; absent: the table's
+    note: str = optional()
+    paper_parameters: int = optional()  # what the paper prints beside the row
+    paper_train_error: float = optional()
+    metric: str = optional()  # absent: the table's
+    claim: str = optional()  # direction (default) or same
+    quantity: str = optional()  # a value the table's measurement computes, `at` init or final
+    at: str = optional()
+    series: str = optional()  # the depth study's line and its `layers` (a table with `plot: layers`)
+    layers: int = optional()
+    new: bool = optional()  # an extra row: no paper reports it

@@ -24,8 +24,9 @@ import pandas as pd
 from .. import layout
 from ..data.subword import VOCAB_SIZES
 from ..experiments import CAPTION_METRICS, METRICS, higher_is_better, load_tables, row_metric
+from ..specs import MISSING, TableRow
 from . import stats
-from .parameters import CLASSES, is_new, row_spec
+from .parameters import CLASSES, is_new, table_row
 
 UNFINISHED = ("failed", "incomplete", "missing")
 # A change to the columns below or to rows.csv's: bump experiments.TIDY_FORMAT, so that the aggregate reruns.
@@ -135,11 +136,11 @@ def measured_values(results_dir: Path, runs: pd.DataFrame, run_ids: list[str], m
     return out
 
 
-def row_seed_values(results_dir: Path, runs: pd.DataFrame, run_ids: list[str], spec: dict, metric: str, measurement: str | None,
+def row_seed_values(results_dir: Path, runs: pd.DataFrame, run_ids: list[str], row: TableRow, metric: str, measurement: str | None,
                     epoch_basis: str) -> list[float | None]:
     """A row's value per seed: its measured quantity (a row naming `quantity`), else its runs' metric."""
-    if "quantity" in spec:
-        return measured_values(results_dir, runs, run_ids, measurement, spec["quantity"], spec["at"])
+    if row.quantity is not MISSING:
+        return measured_values(results_dir, runs, run_ids, measurement, row.quantity, row.need("at"))
     return seed_values(runs, run_ids, metric, epoch_basis)
 
 
@@ -202,12 +203,12 @@ def unlearned_note(train_losses: pd.Series, dataset: str) -> str:
             f"{chance:.3f}, which predicting every class alike gives.")
 
 
-def paper_model(spec: dict) -> str:
+def paper_model(row: TableRow) -> str:
     """The paper's model a table row stands for, as "ran as" names it: "depth 110", "size big", or
     "model" where the size is the paper's own (the captioner: `size: paper`)."""
-    if "depth" in spec:
-        return f"depth {spec['depth']}"
-    return "model" if spec["size"] == "paper" else f"size {spec['size']}"
+    if row.depth is not MISSING:
+        return f"depth {row.depth}"
+    return "model" if row.size == "paper" else f"size {row.size}"
 
 
 def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: dict | str | Path | list, epoch_basis: str,
@@ -226,58 +227,58 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: dict | str
     out_rows = []
     for plan_row in plan_rows:
         table = tables[plan_row["table"]]
-        spec = row_spec(plan_row, tables)
-        new = is_new(table, spec)
-        metric = row_metric(table, spec)
-        higher = higher_is_better(table, spec)
-        each = row_seed_values(results_dir, runs, plan_row["runs"], spec, metric, table.get("measurement"), epoch_basis)
+        row = table_row(plan_row, tables)
+        new = is_new(table, row)
+        metric = row_metric(table, row)
+        higher = higher_is_better(table, row)
+        each = row_seed_values(results_dir, runs, plan_row["runs"], row, metric, table.get("measurement"), epoch_basis)
         values, shown = shown_values(runs, plan_row["runs"], each, metric)
         unscored = "" if values else unscored_reason(runs, plan_row["runs"], metric)
         if unscored:  # finished runs without this metric (SPICE without its jars): say so in each seed's place
             shown = ["unavailable" if v == "not measured" else v for v in shown]
         first = runs.loc[plan_row["runs"][0]]  # every row has >= 1 run: seeds >= 1 (config schema)
         line = {
-            "table": plan_row["table"], "row": plan_row["row"], "label": plan_row["label"], "formula": spec.get("formula", ""),
-            "note": " ".join(filter(None, [spec.get("note", ""), unscored])),
-            "paper_dataset": spec["dataset"], "paper_arch": spec.get("depth", spec.get("size")),
-            "paper_model": paper_model(spec),
+            "table": plan_row["table"], "row": plan_row["row"], "label": plan_row["label"], "formula": row.get("formula", ""),
+            "note": " ".join(filter(None, [row.get("note", ""), unscored])),
+            "paper_dataset": row.dataset, "paper_arch": row.get("depth", row.get("size")),
+            "paper_model": paper_model(row),
             "dataset": first["dataset"], "arch": first["arch"], "recipe": first["recipe"], "variant_id": first["variant_id"],
-            "metric": metric, "higher_is_better": higher, "epoch_basis": epoch_basis, "paper": spec["paper"], "new": new,
-            "at": spec.get("at", ""), "n": len(values), "n_runs": len(plan_row["runs"]),
+            "metric": metric, "higher_is_better": higher, "epoch_basis": epoch_basis, "paper": row.paper, "new": new,
+            "at": row.get("at", ""), "n": len(values), "n_runs": len(plan_row["runs"]),
             "n_diverged": shown.count("diverged"), "n_unfinished": sum(shown.count(s) for s in UNFINISHED),
             # NaN (an empty cell in rows.csv) without a finished seed; std also with only one
             "mean": pd.Series(values, dtype=float).mean(), "std": pd.Series(values, dtype=float).std(ddof=1),
             "values": json.dumps(shown), "baseline": plan_row["baseline"],
-            **({"series": spec["series"], "layers": spec["layers"]} if "plot" in table else {}),  # the table's plot (workflow/schemas/tables.schema.yaml)
+            **({"series": row.need("series"), "layers": row.need("layers")} if "plot" in table else {}),  # the table's plot (workflow/schemas/tables.schema.yaml)
         }
-        line["delta"] = line["mean"] - spec["paper"] if spec["paper"] is not None else float("nan")
+        line["delta"] = line["mean"] - row.paper if row.paper is not None else float("nan")
         baseline = by_label.get((plan_row["table"], plan_row["baseline"]))
         if baseline is None or baseline is plan_row:
             is_baseline = (plan_row["table"], plan_row["label"]) in baseline_labels
             line.update(verdict="baseline" if is_baseline else "", reason="")
         else:
-            base_spec = table["rows"][baseline["row"]]
-            base_each = row_seed_values(results_dir, runs, baseline["runs"], base_spec, metric, table.get("measurement"), epoch_basis)
+            base_row = TableRow.from_dict(table["rows"][baseline["row"]])
+            base_each = row_seed_values(results_dir, runs, baseline["runs"], base_row, metric, table.get("measurement"), epoch_basis)
             base_values = [v for v in base_each if v is not None]
             if table.get("ratio"):  # the row against its baseline as a factor, beside the paper's
                 line["ratio"] = line["mean"] / pd.Series(base_values, dtype=float).mean()
-                line["paper_ratio"] = spec["paper"] / base_spec["paper"] if None not in (spec["paper"], base_spec["paper"]) else float("nan")
+                line["paper_ratio"] = row.paper / base_row.paper if None not in (row.paper, base_row.paper) else float("nan")
             if set(plan_row["runs"]) == set(baseline["runs"]):  # e.g. two paper depths one mini depth stands for
                 v = stats.Verdict("no claim", None, None, None, "the same runs as its baseline at this scale: a row cannot be tested against itself")
             elif new:
                 v = stats.compare_new(values, base_values, higher)
-            elif None in (spec["paper"], base_spec["paper"]):
+            elif None in (row.paper, base_row.paper):
                 v = stats.Verdict("no claim", None, stats.difference_of_means(values, base_values), None, "the paper's value is not in our copy of its text")
-            elif spec.get("claim") == "same":  # seed by seed (paper 002's equivalent training)
-                v = stats.compare_same(each, base_each, spec["paper"], base_spec["paper"])
+            elif row.get("claim") == "same":  # seed by seed (paper 002's equivalent training)
+                v = stats.compare_same(each, base_each, row.paper, base_row.paper)
             else:
-                v = stats.compare(values, base_values, spec["paper"], base_spec["paper"], higher)
+                v = stats.compare(values, base_values, row.paper, base_row.paper, higher)
                 # power: the seeds the paper's difference needs at this run's spreads, and whether its own runs had them
-                paper_effect = spec["paper"] - base_spec["paper"]
+                paper_effect = row.paper - base_row.paper
                 line["seeds_needed"] = stats.seeds_needed(values, base_values, paper_effect)
                 line["paper_runs"] = (table.get("paper_runs") or {}).get("runs")
                 line["paper_resolved"] = stats.paper_could_resolve(line["paper_runs"], values, base_values, paper_effect,
-                                                                   same_data=line["dataset"] == spec["dataset"])
+                                                                   same_data=line["dataset"] == row.dataset)
             line.update(verdict=v.verdict, p_value=v.p_value, difference=v.difference, resolvable=v.resolvable, reason=v.reason)
             if not values or not base_values:  # nothing to compare: say so rather than "inconclusive"
                 line.update(verdict="no result", reason=unscored or "no finished seed in this row or its baseline")
@@ -292,13 +293,13 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: dict | str
         line.update(note=" ".join(filter(None, [line["note"], unlearned])), unlearned=bool(unlearned))
         if table["task"] == "translation":
             line["sacrebleu"] = runs.loc[ok, "sacrebleu"].astype(float).mean()
-            line["parameters_vocabulary"] = VOCAB_SIZES[spec["dataset"]]
-        if "paper_train_error" in spec:  # the training error of the last epoch, beside the paper's
+            line["parameters_vocabulary"] = VOCAB_SIZES[row.dataset]
+        if row.paper_train_error is not MISSING:  # the training error of the last epoch, beside the paper's
             line["train_error"] = runs.loc[ok, "final_train_error"].astype(float).mean()
-            line["paper_train_error"] = spec["paper_train_error"]
-        if table["task"] == "translation" or "paper_parameters" in spec:
+            line["paper_train_error"] = row.paper_train_error
+        if table["task"] == "translation" or row.paper_parameters is not MISSING:
             line["parameters_at_paper_size"] = count
-            line["paper_parameters"] = spec.get("paper_parameters")
+            line["paper_parameters"] = row.get("paper_parameters")
         out_rows.append(line)
 
     curves = []
