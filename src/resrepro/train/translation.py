@@ -221,7 +221,7 @@ def train_sequences(spec: SequenceTrainSpec, train_data, dev_data, model_inputs:
     out_dir = Path(out_dir)
     ckpt_dir = out_dir / "checkpoints"
     world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
-    if spec.get("world_size", world) != world:  # the batch would not be the recipe's
+    if spec.world_size != world:  # the batch would not be the recipe's
         raise RuntimeError(f"the spec asks for {spec.world_size} ranks (translation.gpus), this job has {world}; "
                            "run it through `resrepro launch --gpus N`")
     if spec.get("deterministic"):
