@@ -103,11 +103,12 @@ class Spec:
         return dataclasses.replace(self, **changes)
 
 
-def spec(cls):
+def spec_class(cls):
+    """A spec's dataclass: frozen (a spec is a value) and keyword-only (required fields may follow optional ones)."""
     return dataclasses.dataclass(frozen=True, kw_only=True)(cls)
 
 
-@spec
+@spec_class
 class TrainSpec(Spec):
     """What every task's training reads. `seed` is MISSING in a job's spec, which all its seeds share
     (the job gives each run its own: `spec.replace(seed=N)`)."""
@@ -121,11 +122,11 @@ class TrainSpec(Spec):
     seed: int = optional()
     deterministic: bool | str = optional()  # torch's deterministic kernels (default off)
     # speed switches (speed.DEFAULTS): what a recipe leaves out takes speed.py's default
-    amp: str = optional()
-    channels_last: str = optional()
-    compile: str = optional()
-    fused_optimizer: str = optional()
-    tf32: str = optional()
+    amp: str = optional()  # auto, bf16 or fp32
+    channels_last: str | bool = optional()  # auto, true or false, as fused_optimizer and tf32
+    compile: str | bool = optional()  # auto, false, true (inductor) or a backend's name
+    fused_optimizer: str | bool = optional()
+    tf32: str | bool = optional()
 
     task_name: ClassVar[str] = ""
 
@@ -134,7 +135,7 @@ class TrainSpec(Spec):
             raise SpecError(f"{type(self).__name__}: task {self.task!r}, not {self.task_name!r}")
 
 
-@spec
+@spec_class
 class ClassificationTrainSpec(TrainSpec):
     task_name: ClassVar[str] = "classification"
     depth: int = optional()  # the size key of preact_resnet, simple_net, resnet_cifar (catalog.Architecture.size_key)
@@ -156,7 +157,7 @@ class ClassificationTrainSpec(TrainSpec):
     dtype: str = optional()  # float32 (default) or float64
 
 
-@spec
+@spec_class
 class ScstSpec(Spec):
     """Self-critical training on CIDEr-D after the cross-entropy updates (Rennie et al. 2017)."""
 
@@ -167,7 +168,7 @@ class ScstSpec(Spec):
     max_len: int
 
 
-@spec
+@spec_class
 class SequenceTrainSpec(TrainSpec):
     """What translation and captioning training share: a Transformer trained by updates."""
 
@@ -187,7 +188,7 @@ class SequenceTrainSpec(TrainSpec):
     max_train_len: int = optional()  # default: catalog.MAX_POSITIONS
 
 
-@spec
+@spec_class
 class TranslationTrainSpec(SequenceTrainSpec):
     task_name: ClassVar[str] = "translation"
     max_tokens: int
@@ -195,7 +196,7 @@ class TranslationTrainSpec(SequenceTrainSpec):
     dev_sentences: int = optional()  # default: the whole dev split
 
 
-@spec
+@spec_class
 class CaptioningTrainSpec(SequenceTrainSpec):
     task_name: ClassVar[str] = "captioning"
     batch_size: int
@@ -217,7 +218,7 @@ def train_spec_of(values: TrainSpec | Mapping) -> TrainSpec:
     return values if isinstance(values, TrainSpec) else train_spec_from(values)
 
 
-@spec
+@spec_class
 class EvalSpec(Spec):
     """What evaluating a trained translation or captioning run reads: the model's identity and the
     evaluation settings (recipes.EVAL_KEYS). Changing it re-evaluates, never retrains."""
@@ -242,7 +243,7 @@ def eval_spec_of(values: EvalSpec | Mapping) -> EvalSpec:
     return values if isinstance(values, EvalSpec) else EvalSpec.from_dict(values)
 
 
-@spec
+@spec_class
 class ModelSpec(Spec):
     """What builds a model (models/registry.py): its architecture, what that reads of the run's
     training spec (catalog.Architecture.run_keys) and what only the data knows. Every checkpoint
@@ -269,7 +270,7 @@ def model_spec_of(values: ModelSpec | Mapping) -> ModelSpec:
     return values if isinstance(values, ModelSpec) else ModelSpec.from_dict(values)
 
 
-@spec
+@spec_class
 class TableRow(Spec):
     """A row of a paper's table as config/tables gives it (workflow/schemas/tables.schema.yaml's
     `row`, which checks its values), or an extra row (experiments.extra_row: `new`). The paper's
