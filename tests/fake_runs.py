@@ -12,7 +12,8 @@ from resrepro import experiments, files
 
 
 CONFIG = "tests/fixtures/config"
-FIXTURE_DATA = {"tables_dir": f"{CONFIG}/tables", "figures_dir": f"{CONFIG}/figures", "claims": f"{CONFIG}/claims.yaml"}
+TABLES, FIGURES, CLAIMS = f"{CONFIG}/tables", f"{CONFIG}/figures", f"{CONFIG}/claims.yaml"
+FIXTURE_DATA = {"tables_dir": TABLES, "figures_dir": FIGURES, "claims": CLAIMS}
 
 
 def tiny_config() -> dict:

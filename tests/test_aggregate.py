@@ -6,6 +6,7 @@ import math
 import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
+from fake_runs import TABLES
 
 from resrepro import files
 from resrepro.analysis import stats
@@ -17,7 +18,7 @@ from resrepro.specs import TableRow
 
 def counted(plan_rows: list[dict]) -> dict:
     """The parameters job's counts of these rows (analysis/parameters.py), as the aggregate takes them."""
-    return by_row(parameter_counts(plan_rows, load_tables("tests/fixtures/config/tables")))
+    return by_row(parameter_counts(plan_rows, load_tables(TABLES)))
 
 
 def test_welch_verdicts():
@@ -60,7 +61,7 @@ def test_aggregate_rows_runs_and_curves(tmp_path):
     _write_run(tmp_path, f"{base}/sas-normbn/seed0", diverged=True)
     _write_run(tmp_path, f"{base}/sas-normbn/seed1", 3.0)
     _write_run(tmp_path, f"{base}/sas/seed0", 2.0)  # seed1 missing (a failed job under --keep-going)
-    out = aggregate(plan, tmp_path, "tests/fixtures/config/tables", "final")
+    out = aggregate(plan, tmp_path, TABLES, "final")
     rows = out["rows"].set_index("label")
     assert rows.loc["x + F (Baseline)", "mean"] == pytest.approx(95.0)  # accuracy = 100 - error
     assert rows.loc["x + F (Baseline)", "std"] == pytest.approx(2 ** 0.5)
@@ -78,7 +79,7 @@ def test_aggregate_rows_runs_and_curves(tmp_path):
     assert runs.loc[f"{base}/sas/seed1", "status"] == "missing"
     assert list(out["curves"].columns[:2]) == ["run", "epoch"] and list(out["curves"].index) == list(range(5 * 2))
     assert set(out["curves"]["run"]) == {f"{base}/add/seed0", f"{base}/add/seed1", f"{base}/sas-normbn/seed0", f"{base}/sas-normbn/seed1", f"{base}/sas/seed0"}
-    best = aggregate(plan, tmp_path, "tests/fixtures/config/tables", "best")["rows"].set_index("label")
+    best = aggregate(plan, tmp_path, TABLES, "best")["rows"].set_index("label")
     assert best.loc["x + F (Baseline)", "mean"] == pytest.approx(95.5)
 
 
@@ -91,7 +92,7 @@ def test_rows_named_as_baseline_by_others_are_marked_baseline(tmp_path):
     ]
     _write_run(tmp_path, f"{base}/add/seed0", 4.0)
     _write_run(tmp_path, f"{base}/sas/seed0", 3.0)
-    rows = aggregate(plan, tmp_path, "tests/fixtures/config/tables", "final")["rows"].set_index("label")
+    rows = aggregate(plan, tmp_path, TABLES, "final")["rows"].set_index("label")
     assert rows.loc["CIFAR-10 Baseline", "verdict"] == "baseline"
     assert rows.loc["CIFAR-10 + Proposal", "verdict"] == "inconclusive"
 
@@ -108,7 +109,7 @@ def test_a_row_on_its_baselines_own_runs_makes_no_claim(tmp_path):
     ]
     for run, error in zip(adds + xskips, (4.0, 6.0, 9.0, 11.0)):
         _write_run(tmp_path, run, error)
-    rows = aggregate(plan, tmp_path, "tests/fixtures/config/tables", "final")["rows"].set_index("label")
+    rows = aggregate(plan, tmp_path, TABLES, "final")["rows"].set_index("label")
     same = rows.loc["Baseline (He et al. 2016b)"]
     assert same["verdict"] == "no claim" and "same runs as its baseline" in same["reason"]
     assert all(pd.isna(same[k]) for k in ("p_value", "difference", "resolvable", "seeds_needed"))
@@ -126,7 +127,7 @@ def test_runs_without_a_result_say_why(tmp_path):
     _write_run(tmp_path, runs[0], 4.0)
     files.write_json(tmp_path / runs[1] / "failed.json", {"error": "RuntimeError: CUDA out of memory", "command": "train"})
     files.write_text(tmp_path / runs[2] / "checkpoints" / "last.pt", "x")
-    out = aggregate(plan, tmp_path, "tests/fixtures/config/tables", "final")
+    out = aggregate(plan, tmp_path, TABLES, "final")
     table = out["runs"].set_index("run")
     assert list(table["status"]) == ["ok", "failed", "incomplete", "missing"]
     assert table.loc[runs[1], "error"] == "RuntimeError: CUDA out of memory"
@@ -135,7 +136,7 @@ def test_runs_without_a_result_say_why(tmp_path):
     assert (row["n"], row["n_unfinished"], row["n_runs"]) == (1, 3, 4)
     assert json.loads(row["values"]) == [96.0, "failed", "incomplete", "missing"]
     plan.append({"table": "sas-t7", "row": 2, "label": "SAS with LN", "baseline": "x + F (Baseline)", "runs": [f"{base}/sas/seed0"]})
-    no_result = aggregate(plan, tmp_path, "tests/fixtures/config/tables", "final")["rows"].iloc[1]
+    no_result = aggregate(plan, tmp_path, TABLES, "final")["rows"].iloc[1]
     assert (no_result["verdict"], no_result["reason"], no_result["n"]) == ("no result", "no finished seed in this row or its baseline", 0)
     assert math.isnan(no_result["mean"]) and math.isnan(no_result["std"]) and math.isnan(no_result["delta"])  # empty cells
     assert math.isnan(out["rows"].iloc[0]["std"])  # one finished seed: no spread
@@ -159,7 +160,7 @@ def test_translation_rows_bleu_bootstrap_and_paper_size_parameters(tmp_path):
     for path, run in plan.runs.items():
         v = run.variant_id
         write_translation_run(tmp_path, path, bleus[v][run.seed], bleus[v][run.seed] - 3, hyps[v][: 20 + run.seed], refs[: 20 + run.seed])
-    rows = aggregate(plan.rows, tmp_path, "tests/fixtures/config/tables", "final", counted(plan.rows))["rows"].set_index("label")
+    rows = aggregate(plan.rows, tmp_path, TABLES, "final", counted(plan.rows))["rows"].set_index("label")
     base, prop = rows.loc["1xSkip+LN, 6 blocks"], rows.loc["2rSkip+LN, 6 blocks"]
     assert base["mean"] == pytest.approx(93.5 / 3) and prop["mean"] == pytest.approx(104 / 3)
     assert base["sacrebleu"] == pytest.approx(93.5 / 3 - 3) and prop["sacrebleu"] == pytest.approx(104 / 3 - 3)
@@ -186,7 +187,7 @@ def test_paper_parameters_come_from_the_table_and_ours_from_the_model():
     from fake_runs import plan_for
 
     plan = plan_for(["rskip-t7"], seeds=1)
-    rows = aggregate(plan.rows, "/nonexistent", "tests/fixtures/config/tables", "final", counted(plan.rows))["rows"].set_index("label")
+    rows = aggregate(plan.rows, "/nonexistent", TABLES, "final", counted(plan.rows))["rows"].set_index("label")
     de = rows.loc[["EN-DE Base", "EN-DE Base + proposal", "EN-DE Big", "EN-DE Big + proposal"]]
     assert list(de["paper_parameters"]) == [65_000_000, 65_030_000, 213_000_000, 213_060_000]
     assert list(de["parameters_at_paper_size"]) == [BASE_PARAMETERS_32K, BASE_PARAMETERS_32K + 30 * 1024, 209_838_080, 209_838_080 + 30 * 2048]
@@ -199,7 +200,7 @@ def test_a_trained_translation_run_without_eval_json_is_missing(tmp_path):
     plan = plan_for(["rskip-t5"], seeds=1)
     for path in plan.runs:
         files.write_json(tmp_path / path / "metrics.json", {"diverged": False, "wall_time_s": 1.0, "spec": {"max_updates": 9}, "provenance": {"device": "cpu", "git_commit": "abc"}})
-    runs = aggregate(plan.rows, tmp_path, "tests/fixtures/config/tables", "final")["runs"]
+    runs = aggregate(plan.rows, tmp_path, TABLES, "final")["runs"]
     assert set(runs["status"]) == {"missing"} and set(runs["error"]) == {"trained, not evaluated (see evaluate.log)"}
 
 
@@ -215,7 +216,7 @@ def test_bootstrap_is_skipped_where_either_seed_has_no_result(tmp_path):
                                                                 "provenance": {"device": "cpu", "git_commit": "abc"}})
         else:
             write_translation_run(tmp_path, path, 30.0, 27.0, refs, refs)
-    rows = aggregate(plan.rows, tmp_path, "tests/fixtures/config/tables", "final")["rows"].set_index("label")
+    rows = aggregate(plan.rows, tmp_path, TABLES, "final")["rows"].set_index("label")
     assert json.loads(rows.loc["2rSkip+LN, 6 blocks", "bootstrap_p"]) == [1.0, None, None]
 
 
@@ -234,7 +235,7 @@ def test_bootstrap_runs_once_per_pair_of_runs_and_afresh_in_each_call(tmp_path, 
     calls = []
     real = bleu.paired_bootstrap
     monkeypatch.setattr(bleu, "paired_bootstrap", lambda *a, **k: calls.append(a) or real(*a, **k))
-    rows = aggregate(plan.rows, tmp_path, "tests/fixtures/config/tables", "final")["rows"]
+    rows = aggregate(plan.rows, tmp_path, TABLES, "final")["rows"]
     tested = rows[rows["bootstrap_p"].apply(lambda p: isinstance(p, str))]
     by_label = {(row["table"], row["label"]): row for row in plan.rows}
     pairs = {(r, b) for row in plan.rows if (row["table"], row["baseline"]) in by_label and row["baseline"] != row["label"]
@@ -244,7 +245,7 @@ def test_bootstrap_runs_once_per_pair_of_runs_and_afresh_in_each_call(tmp_path, 
         assert all(p == 1.0 if label in ("1xSkip+LN", "1rSkip+LN") else p < 0.05 for p in json.loads(ps))
     for path, run in plan.runs.items():  # the systems now translate alike: a new call sees it
         write_translation_run(tmp_path, path, 30.0, 27.0, refs, refs)
-    again = aggregate(plan.rows, tmp_path, "tests/fixtures/config/tables", "final")["rows"]
+    again = aggregate(plan.rows, tmp_path, TABLES, "final")["rows"]
     assert len(calls) == 2 * len(pairs)
     assert all(p == 1.0 for ps in again["bootstrap_p"] if isinstance(ps, str) for p in json.loads(ps))
 
@@ -289,7 +290,7 @@ def test_runs_columns_rows_cells_and_per_seed_values(tmp_path):
     plan = plan_for(["sas-t7"], seeds=1)
     for path in plan.runs:
         write_metrics(tmp_path, path, 4.5678)
-    out = aggregate(plan.rows, tmp_path, "tests/fixtures/config/tables", "final")
+    out = aggregate(plan.rows, tmp_path, TABLES, "final")
     assert list(out["runs"].columns) == RUN_COLUMNS
     assert out["curves"].empty and list(out["curves"].columns) == ["run", "epoch"]  # no train_log.csv written
     row = out["rows"].iloc[1]
@@ -311,10 +312,10 @@ def test_rows_name_their_table_row_and_the_papers_cell(tmp_path):
             write_translation_run(tmp_path / "results", path, 30.0, 27.0, ["a b c d"], ["a b c d"])
         else:
             write_metrics(tmp_path / "results", path, 5.0)
-    tables = yaml.safe_load(open("tests/fixtures/config/tables/sas.yaml"))
+    tables = yaml.safe_load(open(f"{TABLES}/sas.yaml"))
     del tables["sas-t7"]["rows"][1]["formula"]
     files.write_text(tmp_path / "sas.yaml", yaml.safe_dump(tables, sort_keys=False))
-    rows = aggregate(plan.rows, tmp_path / "results", ["tests/fixtures/config/tables/rskip.yaml", tmp_path / "sas.yaml"], "best")["rows"]
+    rows = aggregate(plan.rows, tmp_path / "results", [f"{TABLES}/rskip.yaml", tmp_path / "sas.yaml"], "best")["rows"]
     rows = rows.set_index(["table", "row"], drop=False)
     identity = ["table", "row", "label", "formula", "paper_dataset", "paper_arch", "metric", "higher_is_better", "epoch_basis",
                 "paper", "n", "n_runs", "baseline"]
@@ -353,7 +354,7 @@ def test_train_errors_and_parameter_counts_beside_the_papers(tmp_path):
     plan = plan_for(["iter-t1", "sas-t7"], seeds=2)
     for path, run in plan.runs.items():  # shared nets train worse: 4 and 5 against 2 and 3
         write_metrics(tmp_path, path, 10.0 + run.seed, train_error=(4.0 if run.model.startswith("shared") else 2.0) + run.seed)
-    rows = aggregate(plan.rows, tmp_path, "tests/fixtures/config/tables", "final", counted(plan.rows))["rows"].set_index("label")
+    rows = aggregate(plan.rows, tmp_path, TABLES, "final", counted(plan.rows))["rows"].set_index("label")
     ubn, r38 = rows.loc["ResNet-110-UBN, CIFAR-10"], rows.loc["ResNet-38, CIFAR-100"]
     assert (ubn["train_error"], ubn["paper_train_error"]) == (4.5, 0.63)
     assert (r38["train_error"], r38["paper_train_error"]) == (2.5, 10.04)
@@ -400,7 +401,7 @@ def test_a_row_may_have_its_own_metric_or_a_measured_quantity(tmp_path):
         risk = (0.05 if residual else 0.2) + run.seed / 1000
         files.write_text(tmp_path / path / "measure" / "weight_stats.csv",
                          pd.DataFrame([{"quantity": "risk", "value": v, "epoch": e} for e, v in ((0, 2.3), (4, risk))]).to_csv(index=False))
-    rows = aggregate(plan.rows, tmp_path, "tests/fixtures/config/tables", "final")["rows"].set_index("label")
+    rows = aggregate(plan.rows, tmp_path, TABLES, "final")["rows"].set_index("label")
     risk, accuracy = rows.loc["Diagonal-20, risk"], rows.loc["Diagonal-20, accuracy"]
     assert (risk["metric"], risk["at"], risk["paper"], risk["baseline"]) == ("risk", "final", 0.9385, "ResNet-20, risk")
     assert risk["mean"] == pytest.approx(0.201) and json.loads(risk["values"]) == [0.2, 0.201, 0.202]
@@ -438,7 +439,7 @@ def test_table_1s_loss_is_the_measured_training_risk():
     assert t1["PlnNet-20, risk"]["settings"] == t4["PlnNet-20 after: risk"]["settings"]
     from resrepro.experiments import load_tables
 
-    table = load_tables("tests/fixtures/config/tables")["noise-t1"]
+    table = load_tables(TABLES)["noise-t1"]
     assert {(r.get("quantity"), r.get("at")) for r in table["rows"] if r["label"].endswith("risk")} == {("risk", "final")}
 
 
@@ -467,7 +468,7 @@ def test_noise_t2s_equivalent_plain_nets_are_judged_the_same_as_their_residual_s
         write_metrics(tmp_path, path, 10.0 + run.seed)
         risk = 0.05 + run.seed / 100 + (1e-12 if run.variant == "plain" else 0)
         files.write_text(tmp_path / path / "measure" / "weight_stats.csv", f"quantity,value,epoch\nrisk,2.3,0\nrisk,{risk!r},2\n")
-    rows = aggregate(plan.rows, tmp_path, "tests/fixtures/config/tables", "final")["rows"].set_index("label")
+    rows = aggregate(plan.rows, tmp_path, TABLES, "final")["rows"].set_index("label")
     loss = rows.loc["PlnNet-20 (equivalent), risk"]
     assert (loss["verdict"], loss["baseline"]) == ("supported", "ResNet-20, risk") and abs(loss["difference"]) < 1e-9
     assert rows.loc["PlnNet-44 (equivalent), error", "verdict"] == "supported"
@@ -475,7 +476,7 @@ def test_noise_t2s_equivalent_plain_nets_are_judged_the_same_as_their_residual_s
         if run.variant == "plain" and run.seed == 1:
             write_metrics(tmp_path, path, 12.0)
             files.write_text(tmp_path / path / "measure" / "weight_stats.csv", "quantity,value,epoch\nrisk,2.3,0\nrisk,0.07,2\n")
-    rows = aggregate(plan.rows, tmp_path, "tests/fixtures/config/tables", "final")["rows"].set_index("label")
+    rows = aggregate(plan.rows, tmp_path, TABLES, "final")["rows"].set_index("label")
     assert rows.loc["PlnNet-20 (equivalent), error", "verdict"] == "contradicted"
     assert rows.loc["PlnNet-20 (equivalent), risk", "verdict"] == "contradicted"
 
@@ -520,7 +521,7 @@ def test_captioning_rows_read_each_metric_and_say_why_spice_is_missing(tmp_path)
         write_captioning_run(tmp_path, path, scores, note)
     first = next(iter(plan.runs))
     assert read_run(tmp_path, first)["cider"] == 26.0 + plan.runs[first].seed and read_run(tmp_path, first)["features"] == "patch_grid"
-    rows = aggregate(plan.rows, tmp_path, "tests/fixtures/config/tables", "final")["rows"].set_index("label")
+    rows = aggregate(plan.rows, tmp_path, TABLES, "final")["rows"].set_index("label")
     base, prop = rows.loc["Baseline, CIDEr"], rows.loc["+ Proposal, CIDEr"]
     assert base["metric"] == "cider" and base["mean"] == 26.5 and prop["mean"] == 36.5  # cider is the 7th metric: 20 + 6
     assert json.loads(prop["values"]) == [36.0, 37.0] and prop["verdict"] == "supported"
@@ -540,14 +541,14 @@ def test_caption_samples_give_each_models_first_seed_per_test_image(tmp_path):
     plan = plan_for(["sas-t5"], seeds=2)
     for path in plan.runs:
         write_captioning_run(tmp_path, path, {m: 1.0 for m in CAPTION_METRICS})
-    samples = aggregate(plan.rows, tmp_path, "tests/fixtures/config/tables", "final")["caption_samples"]
+    samples = aggregate(plan.rows, tmp_path, TABLES, "final")["caption_samples"]
     first = {row["label"].split(", ")[0]: row["runs"][0] for row in plan.rows}
     assert list(samples["model"]) == ["Baseline", "Baseline", "+ Proposal", "+ Proposal"]  # one model per run, not per metric row
     assert list(samples["run"]) == [first["Baseline"]] * 2 + [first["+ Proposal"]] * 2
     assert samples.iloc[1].to_dict() == {"table": "sas-t5", "model": "Baseline", "run": first["Baseline"], "image": "test1",
                                          "thumbnail": "data:image/png;base64,1", "reference": "a shape 1",
                                          "caption": f"{first['Baseline']} saw 1"}
-    assert aggregate(plan_for(["rskip-t1"], seeds=1).rows, tmp_path, "tests/fixtures/config/tables", "final")["caption_samples"].empty
+    assert aggregate(plan_for(["rskip-t1"], seeds=1).rows, tmp_path, TABLES, "final")["caption_samples"].empty
 
 
 @pytest.mark.parametrize("spec, task, length", [

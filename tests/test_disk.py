@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from fake_runs import CONFIG
 
 from resrepro.analysis import disk
 from resrepro.analysis.cost import load_scale
@@ -24,7 +25,7 @@ COPIES = {"classification/last": 2.0, "classification/snapshot": 1.0, "translati
 
 @pytest.fixture(scope="module")
 def paper():
-    return load_scale("tests/fixtures/config/paper.yaml")
+    return load_scale(f"{CONFIG}/paper.yaml")
 
 
 def a_run(plan, **match):
@@ -114,7 +115,7 @@ def test_a_scales_tables_total_and_peak(paper):
 
 
 def test_a_scale_without_mscoco_has_no_features():
-    config, plan = load_scale("tests/fixtures/config/mini.yaml")
+    config, plan = load_scale(f"{CONFIG}/mini.yaml")
     sizes = disk.scale_disk(plan, config, COPIES)
     assert sizes["features"] == 0 and sizes["peak"] == sizes["total"]
 

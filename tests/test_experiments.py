@@ -5,7 +5,7 @@ import json
 
 import pytest
 import yaml
-from fake_runs import tiny_config
+from fake_runs import CONFIG, TABLES, tiny_config
 
 from resrepro import experiments
 from resrepro.residual import ConfigError
@@ -13,7 +13,7 @@ from resrepro.residual import ConfigError
 
 @pytest.fixture
 def mini():
-    with open("tests/fixtures/config/mini.yaml") as f:
+    with open(f"{CONFIG}/mini.yaml") as f:
         return yaml.safe_load(f)
 
 
@@ -190,7 +190,7 @@ def test_one_decay_factor_per_milestone(mini):
 
 
 def _bad_tables(tmp_path, mutate):
-    tables = yaml.safe_load(open("tests/fixtures/config/tables/rskip.yaml"))
+    tables = yaml.safe_load(open(f"{TABLES}/rskip.yaml"))
     mutate(tables)
     (tmp_path / "rskip.yaml").write_text(yaml.safe_dump(tables))
     return tmp_path
@@ -430,7 +430,7 @@ def test_captioning_is_refused_at_parse_without_java_or_pycocoevalcap(monkeypatc
     import importlib.util
     import shutil
 
-    plan = experiments.make_plan(snakefile_config(configfile="tests/fixtures/config/mini.yaml"))
+    plan = experiments.make_plan(snakefile_config(configfile=f"{CONFIG}/mini.yaml"))
     assert any(run.task == "captioning" for run in plan.runs.values())
     experiments.check_captioning_scorers(plan)  # here both are installed
     real_which, real_find_spec = shutil.which, importlib.util.find_spec
@@ -440,7 +440,7 @@ def test_captioning_is_refused_at_parse_without_java_or_pycocoevalcap(monkeypatc
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pycocoevalcap" else real_find_spec(name, *a))
     with pytest.raises(ConfigError, match="java on PATH and the pycocoevalcap package missing"):
         experiments.check_captioning_scorers(plan)
-    without = experiments.make_plan(snakefile_config("tables=[sas-t3]", "figures=[]", configfile="tests/fixtures/config/mini.yaml"))
+    without = experiments.make_plan(snakefile_config("tables=[sas-t3]", "figures=[]", configfile=f"{CONFIG}/mini.yaml"))
     assert not any(run.task == "captioning" for run in without.runs.values())
     experiments.check_captioning_scorers(without)  # nothing to score: nothing refused
 

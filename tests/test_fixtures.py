@@ -10,6 +10,7 @@ from contextlib import contextmanager
 import pytest
 
 import conftest
+from fake_runs import TABLES
 from resrepro import experiments
 
 
@@ -43,8 +44,21 @@ def test_a_unit_test_that_starts_snakemake_is_stopped():
         subprocess.run(["snakemake", "--version"])
 
 
+def test_a_read_the_code_caught_still_fails_the_test():
+    """Code that swallows the guard's error (an `except Exception`) does not hide the read: the
+    call's hook fails the test on the read it recorded."""
+    conftest._refusing.append("config/mini.yaml")  # as the audit hook records a read before raising
+    try:
+        call = conftest.pytest_runtest_call(None)
+        next(call)  # the test body would run here
+        with pytest.raises(AssertionError, match=r"read the live config: \['config/mini.yaml'\]"):
+            call.send(None)
+    finally:
+        conftest._refusing[:] = [None]
+
+
 def test_the_fixtures_are_read_and_other_files_too():
-    assert "sas-t7" in experiments.load_tables("tests/fixtures/config/tables")
+    assert "sas-t7" in experiments.load_tables(TABLES)
     assert open("tests/configs/tiny.yaml").read()
 
 

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from fake_runs import config_for
+from fake_runs import FIGURES, config_for
 
 from resrepro import experiments
 from resrepro.analysis.aggregate import aggregate_figures
@@ -29,7 +29,7 @@ def test_the_simulation_agrees_with_the_closed_form_and_is_seeded():
 
 
 def test_the_figure_is_computed_without_a_run_and_its_checks_hold():
-    figures = experiments.load_figures("tests/fixtures/config/figures")
+    figures = experiments.load_figures(FIGURES)
     assert figures["noise-f13"]["task"] is None and "not_reproduced" not in figures["noise-f13"]
     plan = experiments.make_plan({**config_for([], 1, scale="mini"), "figures": ["noise-f13"]})
     assert not plan.runs and [m["curve"] for m in plan.measures] == ["closed form", "simulated"]

@@ -4,7 +4,7 @@ exactly what was decided (figure_checks.csv, claims.csv, parameters.csv)."""
 import json
 
 import pandas as pd
-from fake_runs import plan_for
+from fake_runs import CLAIMS, FIGURES, TABLES, plan_for
 
 from resrepro.analysis import figure_checks
 from resrepro.analysis.claims import load_claims, summarise
@@ -13,8 +13,8 @@ from resrepro.analysis.parameters import parameter_counts, parameters_at_paper_s
 from resrepro.experiments import load_figures, load_tables, plan_document
 from resrepro.specs import TableRow
 
-SAS_F3 = load_figures(["tests/fixtures/config/figures/sas.yaml"])
-TABLES = load_tables("tests/fixtures/config/tables")
+SAS_F3 = load_figures([f"{FIGURES}/sas.yaml"])
+TABLES = load_tables(TABLES)
 
 
 def gates(seeds: dict[int, float]) -> pd.DataFrame:
@@ -44,7 +44,7 @@ def test_figure_checks_read_back_as_judged(tmp_path):
 
 
 def test_a_figure_not_measured_or_not_reproduced_is_not_judged():
-    figures = load_figures(["tests/fixtures/config/figures/sas.yaml", "tests/fixtures/config/figures/noise.yaml"])
+    figures = load_figures([f"{FIGURES}/sas.yaml", f"{FIGURES}/noise.yaml"])
     out = judge_figures(figures, gates({0: 0.1}), cells())
     assert set(out["figure_checks"]["figure"]) == {"sas-f3"}
 
@@ -54,7 +54,7 @@ def test_claims_are_judged_over_the_rows_and_the_checks_and_read_back(tmp_path):
     in the file's order, what analysis/claims.py decides; a cited figure this run did not measure
     is named as not in this run, a measured one is not."""
     plan = plan_for(["sas-t7"], seeds=2)
-    document = plan_document("tiny", TABLES, load_figures("tests/fixtures/config/figures"), "tests/fixtures/config/claims.yaml", plan.rows, [])
+    document = plan_document("tiny", TABLES, load_figures(FIGURES), CLAIMS, plan.rows, [])
     rows = pd.DataFrame([{"table": "sas-t7", "label": r["label"], "verdict": v, "n": 2, "n_diverged": 0}
                          for r, v in zip(plan.rows, ["baseline", "supported", "contradicted"], strict=True)])
     rows.to_csv(tmp_path / "rows.csv", index=False)
@@ -63,7 +63,7 @@ def test_claims_are_judged_over_the_rows_and_the_checks_and_read_back(tmp_path):
     out = judge(document, tmp_path)
     out["claims"].to_csv(tmp_path / "claims.csv", index=False)
     checked = {"sas-f3": [figure_checks.judge(gates({0: 0.1, 1: 0.2}), c) for c in SAS_F3["sas-f3"]["checks"]]}
-    stated = load_claims("tests/fixtures/config/claims.yaml", TABLES, document["figures"])
+    stated = load_claims(CLAIMS, TABLES, document["figures"])
     expected = summarise(stated, pd.read_csv(tmp_path / "rows.csv"), checked)
     assert read_claims(tmp_path / "claims.csv") == expected
     by_source = {c["source"]: c for c in expected["sas"]}
@@ -110,7 +110,7 @@ def test_claims_read_back_with_their_empty_fields_as_written(tmp_path):
 
 def test_every_figure_of_differences_keeps_its_difference_cells():
     """Two figures that draw differences (noise-f9b under a second id): each keeps its own four."""
-    figures = load_figures(["tests/fixtures/config/figures/noise.yaml"])
+    figures = load_figures([f"{FIGURES}/noise.yaml"])
     entry = figures["noise-f9b"]
     base = {"PlnNet-32": [2.0, 1.5], "PlnNet-44": [2.3, 1.8], "ResNet-32": [1.9, 1.1], "ResNet-44": [2.0, 1.2]}
     data = pd.DataFrame([{"figure": f, "cell": i, "label": label, "run": f"{label}/seed{s}", "seed": s, "epoch": e + 1,

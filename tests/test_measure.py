@@ -15,7 +15,7 @@ from resrepro.measure.gates import measure_gates, sas_blocks, summarize_gates
 from resrepro.measure.run import run_measurement
 from resrepro.residual import ConfigError
 
-from fake_runs import plan_for, tiny_config, write_metrics
+from fake_runs import TABLES, plan_for, tiny_config, write_metrics
 
 SETTINGS = {"examples": 10000, "split": "test", "batch_size": 7}
 
@@ -163,7 +163,7 @@ def test_figure_data_tags_each_run_and_sums_up_the_mean_over_finished_seeds(tmp_
     for run, alpha in alphas.items():
         rows = [(b, q, v) for b in (1, 2, 3) for q, v in (("alpha", alpha[b - 1]), ("beta", 0.1 * b), ("gamma", 0.4 - 0.1 * b))]
         files.write_text(tmp_path / run / "measure" / "sas_gates.csv", pd.DataFrame(rows, columns=["block", "quantity", "value"]).to_csv(index=False))
-    table_runs = aggregate(plan.rows, tmp_path, "tests/fixtures/config/tables", "final")["runs"]
+    table_runs = aggregate(plan.rows, tmp_path, TABLES, "final")["runs"]
     out = aggregate_figures(measures, tmp_path, table_runs)
     data, (cell,) = out["figures"], out["figure_cells"].to_dict("records")
     assert set(data["run"]) == {runs[0], runs[1]} and set(data["seed"]) == {0, 1}  # the diverged seed is not drawn
@@ -185,7 +185,7 @@ def test_a_run_that_only_a_figure_names_is_measured_and_listed_with_the_runs(tmp
     files.write_text(tmp_path / only_figure / "measure" / "grad_cosine.csv",
                      pd.DataFrame(rows, columns=["split", "block", "quantity", "value"]).to_csv(index=False))
     measures = [{"figure": "iter-f4", "cell": 3, "label": "wide ResNet", "measurement": "grad_cosine", "runs": [only_figure]}]
-    table_runs = aggregate(plan.rows, tmp_path, "tests/fixtures/config/tables", "final")["runs"]
+    table_runs = aggregate(plan.rows, tmp_path, TABLES, "final")["runs"]
     out = aggregate_figures(measures, tmp_path, table_runs)
     (cell,) = out["figure_cells"].to_dict("records")
     assert (cell["n"], cell["n_runs"]) == (1, 1)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from fake_runs import config_for, write_metrics
+from fake_runs import TABLES, config_for, write_metrics
 
 from resrepro import catalog, experiments, models, plugins, residual
 from resrepro.analysis.aggregate import aggregate
@@ -96,8 +96,8 @@ def test_an_extra_row_is_judged_against_its_baseline_without_a_paper_value(gated
         metrics = json.loads((tmp_path / path / "metrics.json").read_text())
         metrics["wall_time_s"] = seconds.get(run.variant_id, [1.0, 1.0, 1.0])[run.seed]
         (tmp_path / path / "metrics.json").write_text(json.dumps(metrics))
-    counts = by_row(parameter_counts(plan.rows, experiments.load_tables("tests/fixtures/config/tables")))
-    rows = aggregate(plan.rows, tmp_path, "tests/fixtures/config/tables", "final", counts)["rows"].set_index("label")
+    counts = by_row(parameter_counts(plan.rows, experiments.load_tables(TABLES)))
+    rows = aggregate(plan.rows, tmp_path, TABLES, "final", counts)["rows"].set_index("label")
     extra = rows.loc["+ gated_add"]
     assert extra["loop_time_ratio"] == pytest.approx(18.0 / 12.0)  # the cost beside the gain: this run's loops
     assert extra["parameters_at_paper_size"] == models.parameters_of(

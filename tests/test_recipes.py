@@ -6,6 +6,7 @@ import json
 
 import pytest
 import yaml
+from fake_runs import CONFIG
 
 from resrepro import experiments, recipes
 from resrepro.config_types import validate_refinements
@@ -26,7 +27,7 @@ def load(*paths):
 
 @pytest.fixture
 def mini():
-    return load("tests/fixtures/config/mini.yaml")
+    return load(f"{CONFIG}/mini.yaml")
 
 
 @pytest.fixture

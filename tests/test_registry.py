@@ -7,6 +7,7 @@ import sys
 import pytest
 import torch
 import yaml
+from fake_runs import CONFIG
 
 from resrepro import catalog, experiments, measure, models, residual
 from resrepro.models import registry
@@ -68,7 +69,7 @@ def test_a_name_the_catalog_does_not_declare_cannot_be_registered():
 def test_checking_a_config_imports_no_torch():
     """Snakemake's parse (every call, a no-op rerun too) plans and checks the config through these."""
     code = ("import sys, yaml; from resrepro import config_types, experiments; "
-            "experiments.make_plan(yaml.safe_load(open('tests/fixtures/config/paper.yaml'))); print('torch' in sys.modules)")
+            f"experiments.make_plan(yaml.safe_load(open('{CONFIG}/paper.yaml'))); print('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
 
 

@@ -12,7 +12,7 @@ import matplotlib.colors
 import numpy as np
 import pandas as pd
 import pytest
-from fake_runs import plan_for, tiny_config, write_metrics, write_translation_run
+from fake_runs import CLAIMS, FIGURES, TABLES, plan_for, tiny_config, write_metrics, write_translation_run
 from report_html import row_by_label, table_rows
 from scipy import stats as scipy_stats
 
@@ -35,7 +35,7 @@ def report(tmp_path):
     return build_report(tmp_path, train_logs=False)
 
 
-SAS_RSKIP = ("tests/fixtures/config/tables/sas.yaml", "tests/fixtures/config/tables/rskip.yaml")
+SAS_RSKIP = (f"{TABLES}/sas.yaml", f"{TABLES}/rskip.yaml")
 
 
 def write_plan(path: Path, rows: list[dict], tables=SAS_RSKIP, figures=(), claims=None, measures=()) -> Path:
@@ -214,7 +214,7 @@ def test_translation_cells(report):
 def test_paper_parameter_counts_stand_beside_ours(tmp_path):
     """rskip-t7: the paper's count (EN-DE rows only) beside ours at the pipeline's vocabulary."""
     plan = plan_for(["rskip-t7"], seeds=1)
-    plan_path = write_plan(tmp_path / "plan.json", plan.rows, ("tests/fixtures/config/tables/rskip.yaml",))
+    plan_path = write_plan(tmp_path / "plan.json", plan.rows, (f"{TABLES}/rskip.yaml",))
     analyse(plan_path, tmp_path / "results", tmp_path / "agg")
     html = render_report(tmp_path / "agg", tmp_path / "index.html", plan_path)
     de_big = row_by_label(html, "rskip-t7", "EN-DE Big + proposal")
@@ -232,7 +232,7 @@ def test_train_errors_and_parameter_counts_of_a_classification_table(tmp_path):
     plan = plan_for(["iter-t1", "sas-t7"], seeds=1)
     for path in plan.runs:
         write_metrics(tmp_path / "results", path, 10.0, train_error=1.25)
-    plan_path = write_plan(tmp_path / "plan.json", plan.rows, ("tests/fixtures/config/tables/iter.yaml", "tests/fixtures/config/tables/sas.yaml"))
+    plan_path = write_plan(tmp_path / "plan.json", plan.rows, (f"{TABLES}/iter.yaml", f"{TABLES}/sas.yaml"))
     analyse(plan_path, tmp_path / "results", tmp_path / "agg")
     html = render_report(tmp_path / "agg", tmp_path / "index.html", plan_path)
     ubn = row_by_label(html, "iter-t1", "ResNet-110-UBN, CIFAR-100")
@@ -325,7 +325,7 @@ def test_a_figure_section_shows_the_claim_what_each_cell_shows_and_its_drawing(t
         write_metrics(tmp_path / "results", path, 5.0)
 
     def report() -> str:
-        plan_path = write_plan(tmp_path / "plan.json", plan.rows, ("tests/fixtures/config/tables/sas.yaml",), ("tests/fixtures/config/figures/sas.yaml",),
+        plan_path = write_plan(tmp_path / "plan.json", plan.rows, (f"{TABLES}/sas.yaml",), (f"{FIGURES}/sas.yaml",),
                                measures=plan.measures)
         analyse(plan_path, tmp_path / "results", tmp_path / "agg")
         return render_report(tmp_path / "agg", tmp_path / "i.html", plan_path)
@@ -469,8 +469,8 @@ def test_a_figure_of_differences_draws_judges_and_sums_up_the_differences(tmp_pa
     data.to_csv(tmp_path / "figures.csv", index=False)
     pd.DataFrame([{"figure": "noise-f9b", "cell": i, "label": label, "measurement": "learning_curve", "kind": "per_epoch", "n": 2,
                    "n_runs": 3, "summary": "s"} for i, label in enumerate(base)]).to_csv(tmp_path / "figure_cells.csv", index=False)
-    judge_figures(tmp_path, ["tests/fixtures/config/figures/noise.yaml"])
-    sections = render_module._figure_sections(tmp_path, load_figures(["tests/fixtures/config/figures/noise.yaml"]), "noise")
+    judge_figures(tmp_path, [f"{FIGURES}/noise.yaml"])
+    sections = render_module._figure_sections(tmp_path, load_figures([f"{FIGURES}/noise.yaml"]), "noise")
     # the figures this run did not measure are left out, those it cannot reproduce say why
     assert [s["id"] for s in sections] == ["noise-f9b", "noise-f11"]  # noise-f11d, -f11e and -f13 are computed: not in this figures.csv
     section = sections[0]
@@ -482,8 +482,8 @@ def test_a_figure_of_differences_draws_judges_and_sums_up_the_differences(tmp_pa
     assert (gap["n"], gap["n_runs"]) == (2, 3)
     # a cell with nothing measured leaves its differences empty: no pairs, nothing to sum up
     data[data["label"] != "ResNet-44"].to_csv(tmp_path / "figures.csv", index=False)
-    judge_figures(tmp_path, ["tests/fixtures/config/figures/noise.yaml"])
-    unpaired = render_module._figure_sections(tmp_path, load_figures(["tests/fixtures/config/figures/noise.yaml"]), "noise")[0]["cells"][7]
+    judge_figures(tmp_path, [f"{FIGURES}/noise.yaml"])
+    unpaired = render_module._figure_sections(tmp_path, load_figures([f"{FIGURES}/noise.yaml"]), "noise")[0]["cells"][7]
     assert (unpaired["label"], unpaired["n"], unpaired["summary"]) == ("depth 44: plain minus residual", 0, "")
     data.to_csv(tmp_path / "figures.csv", index=False)
     assert gap["summary"].startswith("training loss 0.1 at epoch 1, 0.4 at epoch 2")
@@ -549,8 +549,8 @@ def test_the_summary_gives_each_claim_its_verdict_and_evidence_and_draws_every_r
     that ran (rskip-t3: one row inconclusive, so the claim is), says what did not run, and a paper
     none of whose evidence ran says "not run"; the plot of every row decodes."""
     out = tmp_path / "summary.html"
-    every = write_plan(tmp_path / "plan.json", read_plan(report.plan)["rows"], sorted(Path("tests/fixtures/config/tables").glob("*.yaml")),
-                       sorted(Path("tests/fixtures/config/figures").glob("*.yaml")), "tests/fixtures/config/claims.yaml")
+    every = write_plan(tmp_path / "plan.json", read_plan(report.plan)["rows"], sorted(Path(TABLES).glob("*.yaml")),
+                       sorted(Path(FIGURES).glob("*.yaml")), CLAIMS)
     cli.main(["judge", "--plan", str(every), "--aggregate-dir", str(report.aggregate)])
     html = render_report(report.aggregate, out, every)
     sas, rskip, noise = (table_rows(html, "summary", i) for i in range(3))
@@ -758,11 +758,11 @@ def test_the_section_beyond_the_papers_shows_only_when_selected(tmp_path):
         for path, run in plan.runs.items():
             write_metrics(results, path, 5.0 + run.seed)
         agg_dir = tmp_path / "-".join(tables) / "agg"
-        out = aggregate(plan.rows, results, "tests/fixtures/config/tables", "final")
+        out = aggregate(plan.rows, results, TABLES, "final")
         agg_dir.mkdir()
         for name in ("rows", "runs", "curves", "caption_samples"):
             out[name].to_csv(agg_dir / f"{name}.csv", index=False)
-        resolved = plan_document("tiny", load_tables("tests/fixtures/config/tables"), {}, None, plan.rows, [])
+        resolved = plan_document("tiny", load_tables(TABLES), {}, None, plan.rows, [])
         context = render_module.build_context(agg_dir, resolved, {}, results_dir=results, report_dir=tmp_path)
         assert ("beyond" in [p["id"] for p in context["papers"]]) == expected
 
@@ -782,7 +782,7 @@ def test_a_figure_that_draws_what_another_draws_says_it_repeats_it(tmp_path):
     pd.DataFrame([{"figure": f, "cell": 0, "label": "original ResNet-110", "measurement": m, "kind": "per_block", "n": 1, "n_runs": 1,
                    "summary": "s"} for f, m in (("iter-f4", "grad_cosine"), ("iter-f10", "grad_cosine"), ("iter-f2", "l2_ratio"))]
                  ).to_csv(tmp_path / "figure_cells.csv", index=False)
-    sections = {s["id"]: s for s in render_module._figure_sections(tmp_path, load_figures(["tests/fixtures/config/figures/iter.yaml"]), "iter")}
+    sections = {s["id"]: s for s in render_module._figure_sections(tmp_path, load_figures([f"{FIGURES}/iter.yaml"]), "iter")}
     assert sections["iter-f10"]["same_as"] == "iter-f4"
     assert sections["iter-f4"]["same_as"] is None and sections["iter-f2"]["same_as"] is None  # first; another quantity
     claim = {"claim": "c", "cited": [("iter-f4", "iter-f4"), ("iter-f10", "iter-f10: check 1"), ("iter-f10", "iter-f10: check 2")], "evidence": "iter-f4: 1 supported of 1 check; iter-f10: 1 supported of 1 check"}
@@ -793,5 +793,5 @@ def test_a_figure_that_draws_what_another_draws_says_it_repeats_it(tmp_path):
                                       {"iter-f10": "iter-f4", "iter-f11": "iter-f2"})
     assert both["evidence"].endswith("(iter-f10 repeats iter-f4; iter-f11 repeats iter-f2: the same runs at this scale)")
     pd.DataFrame([r for r in rows if r["figure"] == "iter-f2"]).to_csv(tmp_path / "figures.csv", index=False)  # nothing measured
-    unmeasured = {s["id"]: s for s in render_module._figure_sections(tmp_path, load_figures(["tests/fixtures/config/figures/iter.yaml"]), "iter")}
+    unmeasured = {s["id"]: s for s in render_module._figure_sections(tmp_path, load_figures([f"{FIGURES}/iter.yaml"]), "iter")}
     assert unmeasured["iter-f10"]["same_as"] is None  # two figures without data repeat nothing

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from fake_runs import config_for
+from fake_runs import FIGURES, config_for
 
 from resrepro import experiments
 from resrepro.analysis.aggregate import aggregate_figures
@@ -102,7 +102,7 @@ def test_fractions_lie_in_0_1_and_the_same_seed_gives_the_same_curves(name):
 @pytest.mark.parametrize("figure_id, measurement, column", [("noise-f11d", "trivial_flow_scale", "gradient_std"),
                                                             ("noise-f11e", "trivial_flow_p", "p")])
 def test_the_figures_are_computed_without_a_run_and_their_checks_hold(figure_id, measurement, column):
-    figures = experiments.load_figures("tests/fixtures/config/figures")
+    figures = experiments.load_figures(FIGURES)
     figure = figures[figure_id]
     assert figure["task"] is None and figure["measurement"] == measurement and "not_reproduced" not in figure
     plan = experiments.make_plan({**config_for([], 1, scale="mini"), "figures": [figure_id]})

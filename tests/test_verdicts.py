@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from fake_runs import plan_for, write_metrics
+from fake_runs import TABLES, plan_for, write_metrics
 from scipy import stats as scipy_stats
 
 from resrepro.analysis import aggregate as aggregate_module
@@ -25,7 +25,7 @@ def aggregate_with(tmp_path, tables: list[str], errors_by_variant: dict[str, lis
     plan = plan_for(tables)
     for path, run in plan.runs.items():
         write_metrics(tmp_path, path, errors_by_variant[run.variant_id][run.seed])
-    rows = aggregate(plan.rows, tmp_path, "tests/fixtures/config/tables", "final")["rows"]
+    rows = aggregate(plan.rows, tmp_path, TABLES, "final")["rows"]
     return rows.set_index("label")
 
 

@@ -8,6 +8,7 @@ import math
 import pandas as pd
 import pytest
 import torch
+from fake_runs import TABLES
 
 from resrepro import files, models
 from resrepro.analysis.aggregate import aggregate, measured_values, round_for
@@ -193,7 +194,7 @@ def test_noise_t4_plain_against_residual_decay_terms_with_ratios_and_lost_values
         jitter = 1 + run.seed / 100
         _write_measured(tmp_path, path, {0: {"risk": 2.3, "decay term": (0.5 if plain else 0.002) * jitter},
                                          6: {"risk": 0.2 if plain else 0.1, "decay term": (0.6 if plain else 0.4) * jitter}})
-    rows = aggregate(plan.rows, tmp_path, "tests/fixtures/config/tables", "final")["rows"].set_index("label")
+    rows = aggregate(plan.rows, tmp_path, TABLES, "final")["rows"].set_index("label")
     before = rows.loc["PlnNet-20 before: decay term"]
     assert (before["verdict"], before["metric"], before["at"]) == ("supported", "decay term", "init")
     assert before["ratio"] == pytest.approx(250.0) and before["paper_ratio"] == pytest.approx(0.0005393 / 2.0123e-6)
@@ -220,7 +221,7 @@ def test_noise_t1b_gives_each_kinds_degradation_from_depth_20_to_44_as_a_ratio_o
     for row in plan.rows:
         for seed, path in enumerate(row["runs"]):
             _write_measured(tmp_path, path, {0: {"risk": 2.3}, 6: {"risk": risk[row["label"]] * (1 + seed / 100)}})
-    rows = aggregate(plan.rows, tmp_path, "tests/fixtures/config/tables", "final")["rows"].set_index("label")
+    rows = aggregate(plan.rows, tmp_path, TABLES, "final")["rows"].set_index("label")
     plain, residual = rows.loc["PlnNet-44, risk"], rows.loc["ResNet-44, risk"]
     assert (plain["ratio"], plain["paper_ratio"], plain["baseline"]) == (pytest.approx(6.0), pytest.approx(0.4950 / 0.07227), "PlnNet-20, risk")
     assert (residual["ratio"], residual["paper_ratio"]) == (pytest.approx(1.6), pytest.approx(0.07397 / 0.04287))
