@@ -43,6 +43,10 @@ def test_absent_keys_stay_absent_and_none_is_a_value():
     assert captioning.scst is None and captioning.to_dict()["scst"] is None
     assert CaptioningTrainSpec.from_dict({k: v for k, v in CAPTIONING.items() if k != "scst"}).get("scst") is None
     assert spec.get("dtype", "float32") == "float32" and TranslationTrainSpec.__dataclass_fields__.get("dtype") is None
+    # a switch one task's recipe has and another's not: the default, as for a key left out
+    translation = TranslationTrainSpec.from_dict({**{k: v for k, v in CAPTIONING.items() if k not in ("scst", "batch_size")},
+                                                  "task": "translation", "max_tokens": 4096})
+    assert translation.get("dtype", "float32") == "float32" and translation.get("length_bucket", 0) == 0
 
 
 def test_a_nested_stage_is_its_own_spec():
@@ -58,7 +62,7 @@ def test_values_are_taken_as_they_are():
 
 
 @pytest.mark.parametrize("values, error", [
-    ({**CLASSIFICATION, "lr_decya": 0.2}, "unknown key 'lr_decya'"),
+    ({**CLASSIFICATION, "lr_decya": 0.2}, "unknown key 'lr_decya'; its keys: amp, arch, args, augment_flip, augment_pad, batch_size, "),
     ({k: v for k, v in CLASSIFICATION.items() if k != "epochs"}, "key 'epochs' is required"),
     ({**CLASSIFICATION, "task": "regression"}, "task is one of classification, translation, captioning; got 'regression'"),
     ({**CAPTIONING, "scst": {**SCST, "lr_scale": 1}}, "ScstSpec: unknown key 'lr_scale'"),
@@ -69,7 +73,7 @@ def test_a_wrong_key_is_named(values, error):
 
 
 def test_a_task_spec_holds_only_its_task():
-    with pytest.raises(SpecError, match="task 'classification', not 'captioning'"):
+    with pytest.raises(SpecError, match="^CaptioningTrainSpec: task 'classification', not 'captioning'$"):
         CaptioningTrainSpec.from_dict({**CAPTIONING, "task": "classification"})
 
 
@@ -100,8 +104,10 @@ def test_a_model_spec_names_what_a_builder_needs_and_checkpoints_hold_its_dict(t
     from resrepro.specs import ModelSpec
     from resrepro.train.checkpoint import save_snapshot
 
-    with pytest.raises(SpecError, match="ModelSpec: 'classes' is required here"):
+    with pytest.raises(SpecError, match="^ModelSpec: 'classes' is required here; the spec has arch, depth, variant$"):
         models.build({"arch": "preact_resnet", "depth": 8, "variant": "add"})
+    with pytest.raises(SpecError, match="'nonesuch' is required here"):
+        ModelSpec(arch="preact_resnet", variant="add").need("nonesuch")
     spec = models.model_spec({**CLASSIFICATION, "seed": 0}, classes=10, in_channels=1, image_size=8)
     assert spec == ModelSpec(arch="preact_resnet", depth=8, variant="rskip_ln", args={"lam": 2}, classes=10, in_channels=1, image_size=8)
     save_snapshot(tmp_path, 0, models.build(spec), spec)
