@@ -121,3 +121,19 @@ def test_a_table_row_has_the_keys_the_tables_schema_allows_and_an_extra_rows_new
     schema = yaml.safe_load(open("workflow/schemas/tables.schema.yaml"))
     keys = {f.metadata.get("key", f.name) for f in specs.dataclasses.fields(specs.TableRow)}
     assert keys == set(schema["$defs"]["row"]["properties"]) | {"new"}
+
+
+def test_every_key_a_recipe_may_set_has_its_field():
+    """A key the config's schema lets a task's recipe set is a field of that task's training spec, or
+    of the evaluation spec where it only scores (recipes.EVAL_KEYS): else the plan would refuse it."""
+    import yaml
+
+    from resrepro import recipes
+
+    tasks = yaml.safe_load(open("workflow/schemas/config.schema.yaml"))["properties"]
+    eval_fields = {f.name for f in specs.dataclasses.fields(EvalSpec)}
+    for task, spec_class in specs.TRAIN_SPECS.items():
+        recipe_keys = set(tasks[task]["properties"]) - recipes.SCALE_KEYS
+        train_fields = {f.metadata.get("key", f.name) for f in specs.dataclasses.fields(spec_class)}
+        assert recipe_keys - recipes.EVAL_KEYS[task] <= train_fields, task
+        assert recipes.EVAL_KEYS[task] <= eval_fields and not recipes.EVAL_KEYS[task] & train_fields, task
