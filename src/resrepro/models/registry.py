@@ -61,7 +61,7 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def parameters_of(spec: dict) -> int:
+def parameters_of(spec: ModelSpec | Mapping) -> int:
     """Parameters of the model a spec names, built on the meta device: no memory, any size."""
     with torch.device("meta"), _initializers_skipped():
         return count_parameters(build(spec))

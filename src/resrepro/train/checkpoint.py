@@ -52,7 +52,8 @@ def set_random_state(saved: dict, device: torch.device) -> None:
 
 
 def save(path: Path, model, optimizer, spec: dict, state: LoopState, model_spec: ModelSpec, random_states: list[dict]) -> None:
-    """`model_spec` (models/registry.py) rebuilds the model from this file alone; `random_states`
+    """`spec`: the run's training spec as its JSON dict (Spec.to_dict: the file holds no class);
+    `model_spec` (models/registry.py) rebuilds the model from this file alone; `random_states`
     holds every rank's random_state(), in rank order."""
     files.save_torch(path, {"model": model.state_dict(), "model_spec": model_spec.to_dict(), "optimizer": optimizer.state_dict(),
                             "random_states": random_states, "spec": spec, **asdict(state)})
@@ -60,7 +61,7 @@ def save(path: Path, model, optimizer, spec: dict, state: LoopState, model_spec:
 
 def resume(path: Path, spec: dict, model, optimizer, device: torch.device = torch.device("cpu"), rank: int = 0) -> LoopState | None:
     """Restore model, optimizer and this rank's random state from `path` when it was written for
-    this very spec, and return the loop's state; None to start afresh."""
+    this very spec (its JSON dict, as `save` wrote it), and return the loop's state; None to start afresh."""
     for stale in path.parent.glob(".*.tmp"):  # a killed job's half-written files (files.atomic_write)
         stale.unlink(missing_ok=True)
     if not path.exists():
