@@ -24,7 +24,7 @@ CAPTIONING = {"task": "captioning", "dataset": "scenes", "arch": "captioner_mini
 def test_a_spec_reads_its_json_and_writes_it_back_byte_for_byte():
     for values in (CLASSIFICATION, CAPTIONING, {**CAPTIONING, "scst": None}, {**CLASSIFICATION, "lr_decay": [0.2, 0.5], "seed": 3}):
         text = json.dumps(values, sort_keys=True)
-        spec = specs.train_spec_from(json.loads(text))
+        spec = specs.TrainSpec.from_json(text)
         assert spec.to_json() == text and json.loads(spec.to_json()) == values
 
 
@@ -69,7 +69,7 @@ def test_values_are_taken_as_they_are():
 ])
 def test_a_wrong_key_is_named(values, error):
     with pytest.raises(SpecError, match=error):
-        specs.train_spec_from(values)
+        specs.TrainSpec.from_dict(values)
 
 
 def test_a_task_spec_holds_only_its_task():
@@ -82,7 +82,7 @@ def test_an_eval_spec_keeps_translation_only_keys_optional():
                   "average_last": 2, "beam": 3, "alpha": 0.0, "max_len_b": 16}
     spec = EvalSpec.from_dict(captioning)
     assert spec.max_len_a is MISSING and spec.to_dict() == captioning
-    assert specs.eval_spec_of(spec) is spec and specs.eval_spec_of(captioning) == spec
+    assert EvalSpec.of(spec) is spec and EvalSpec.of(captioning) == spec
 
 
 def test_a_job_refuses_a_spec_of_another_task():

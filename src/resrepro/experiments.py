@@ -733,7 +733,7 @@ def train_spec(config: dict, run: Run) -> specs.TrainSpec:
     if run.task in ("translation", "captioning"):
         # The GPU count is part of the recipe: each rank takes a batch, so it sets the batch.
         values.update(_model_ids(run), world_size=max(1, gpus_for(config, run)))
-    return specs.train_spec_from(values)
+    return specs.TrainSpec.from_dict(values)
 
 
 def job_train_spec(config: dict, runs: list[Run]) -> specs.TrainSpec:

@@ -18,7 +18,7 @@ import traceback
 from pathlib import Path
 
 from . import files, layout
-from .specs import EvalSpec, train_spec_from
+from .specs import EvalSpec, TrainSpec
 
 
 def on_sigterm(signum, frame):
@@ -88,7 +88,7 @@ def run_seeds_stacked(a) -> None:
         sys.exit(f"{job_name(a)}: --stack trains the job's seeds as one program; it cannot combine with --parallel {a.parallel}")
     if a.threads:
         torch.set_num_threads(a.threads)
-    spec = train_spec_from(json.loads(a.spec))
+    spec = TrainSpec.from_json(a.spec)
     run_dirs = [layout.run_dir(a.cell_dir, seed) for seed in a.seeds]
     try:
         metrics = train_stacked([spec.replace(seed=seed) for seed in a.seeds], a.data, run_dirs, device=a.device,
@@ -179,7 +179,7 @@ def training(a):
 
     if a.threads:
         torch.set_num_threads(a.threads)
-    spec = train_spec_from(json.loads(a.spec))
+    spec = TrainSpec.from_json(a.spec)
     if spec.task != a.task:
         sys.exit(f"{job_name(a)}: its --spec is a {spec.task} spec")
     train_one, outcome = TRAINERS[a.task](a)

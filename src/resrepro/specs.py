@@ -86,6 +86,11 @@ class Spec:
     def from_json(cls: type[S], text: str) -> S:
         return cls.from_dict(json.loads(text))
 
+    @classmethod
+    def of(cls: type[S], values: S | Mapping) -> S:
+        """This spec as it is, or parsed from its JSON's dict (tests, benchmarks, a checkpoint's model spec)."""
+        return values if isinstance(values, cls) else cls.from_dict(values)
+
     def get(self, name: str, default: Any = None) -> Any:
         """A field's value, or `default` where the recipe left it out (or this task's spec has no
         such field: a switch one task's recipe has and another's not, e.g. dtype)."""
@@ -133,6 +138,15 @@ class TrainSpec(Spec):
     def __post_init__(self):
         if self.task_name and self.task != self.task_name:
             raise SpecError(f"{type(self).__name__}: task {self.task!r}, not {self.task_name!r}")
+
+    @classmethod
+    def from_dict(cls, values: Mapping) -> TrainSpec:
+        """As Spec.from_dict; TrainSpec itself gives the spec of the dict's task (`values["task"]`)."""
+        if cls is not TrainSpec:
+            return super().from_dict(values)
+        if values.get("task") not in TRAIN_SPECS:
+            raise SpecError(f"a training spec's task is one of {', '.join(TRAIN_SPECS)}; got {values.get('task')!r}")
+        return TRAIN_SPECS[values["task"]].from_dict(values)
 
 
 @spec_class
@@ -206,18 +220,6 @@ class CaptioningTrainSpec(SequenceTrainSpec):
 TRAIN_SPECS: dict[str, type[TrainSpec]] = {cls.task_name: cls for cls in (ClassificationTrainSpec, TranslationTrainSpec, CaptioningTrainSpec)}
 
 
-def train_spec_from(values: Mapping) -> TrainSpec:
-    """The training spec of its task (`values["task"]`)."""
-    if values.get("task") not in TRAIN_SPECS:
-        raise SpecError(f"a training spec's task is one of {', '.join(TRAIN_SPECS)}; got {values.get('task')!r}")
-    return TRAIN_SPECS[values["task"]].from_dict(values)
-
-
-def train_spec_of(values: TrainSpec | Mapping) -> TrainSpec:
-    """A training spec as it is, or parsed from its JSON's dict (tests, benchmarks, a job started by hand)."""
-    return values if isinstance(values, TrainSpec) else train_spec_from(values)
-
-
 @spec_class
 class EvalSpec(Spec):
     """What evaluating a trained translation or captioning run reads: the model's identity and the
@@ -236,11 +238,6 @@ class EvalSpec(Spec):
     max_len_a: float = optional()  # translation: at most a * source length + b tokens
     max_len_b: int
     test_sentences: int = optional()  # translation: the first N test sentences (default: all)
-
-
-def eval_spec_of(values: EvalSpec | Mapping) -> EvalSpec:
-    """An evaluation spec as it is, or parsed from its JSON's dict."""
-    return values if isinstance(values, EvalSpec) else EvalSpec.from_dict(values)
 
 
 @spec_class
@@ -263,11 +260,6 @@ class ModelSpec(Spec):
     image_size: int = optional()
     vocab_size: int = optional()
     feature_dim: int = optional()  # the captioner's image features
-
-
-def model_spec_of(values: ModelSpec | Mapping) -> ModelSpec:
-    """A model spec as it is, or parsed from a checkpoint's dict."""
-    return values if isinstance(values, ModelSpec) else ModelSpec.from_dict(values)
 
 
 @spec_class

@@ -20,7 +20,7 @@ import torch
 
 from .. import files
 from ..data import captions
-from ..specs import EvalSpec, eval_spec_of
+from ..specs import EvalSpec
 from .beam_search import beam_search
 from .translation import load_model
 
@@ -108,7 +108,7 @@ def evaluate_prepared(spec: EvalSpec | Mapping, data_dir: str | Path, averaged: 
     images with thumbnails (data/captions.THUMBNAILS): picture, first reference, this run's caption."""
     from ..devices import pick_device
 
-    spec = eval_spec_of(spec)
+    spec = EvalSpec.of(spec)
     out_dir = Path(out_dir)
     dev = pick_device(device)
     vocabulary = captions.load_vocabulary(data_dir)

@@ -20,7 +20,7 @@ from .. import files
 from ..data.moses import detokenize_moses, moses_tokenize
 from .. import models
 from ..models.transformer import Transformer
-from ..specs import EvalSpec, ModelSpec, eval_spec_of
+from ..specs import EvalSpec, ModelSpec
 from .beam_search import beam_search
 from .bleu import sacre_bleu, tokenized_bleu, write_lines
 
@@ -95,7 +95,7 @@ def evaluate_prepared(spec: EvalSpec | Mapping, data_dir: str | Path, averaged: 
     from ..devices import pick_device
     from .bleu import read_lines
 
-    spec = eval_spec_of(spec)
+    spec = EvalSpec.of(spec)
     data_dir = Path(data_dir)
     meta = load_prepared_meta(data_dir)
     vocab = SubwordVocab.load(data_dir / meta["subword"]["model"])

@@ -23,7 +23,7 @@ from torch import nn
 
 from ..catalog import ARCHITECTURES, DEFAULT_FOR_TASK, Architecture  # noqa: F401  (what each builder builds)
 from ..catalog import architecture as get
-from ..specs import MISSING, ModelSpec, TrainSpec, model_spec_of
+from ..specs import MISSING, ModelSpec, TrainSpec
 from ..speed import default_dtype
 
 BUILDERS: dict[str, Callable[[ModelSpec], nn.Module]] = {}
@@ -53,7 +53,7 @@ def model_spec(run_spec: TrainSpec | Mapping, **from_data) -> ModelSpec:
 
 def build(spec: ModelSpec | Mapping) -> nn.Module:
     """The model a spec names (a checkpoint's dict parsed first)."""
-    spec = model_spec_of(spec)
+    spec = ModelSpec.of(spec)
     return BUILDERS[get(spec.arch).name](spec)
 
 

@@ -38,7 +38,7 @@ from ..data import captions
 from ..devices import pick_device
 from ..evaluate.beam_search import banned_tokens, greedy, greedy_and_sample
 from ..evaluate.cider import CiderD
-from ..specs import MISSING, CaptioningTrainSpec, ModelSpec, train_spec_of
+from ..specs import MISSING, CaptioningTrainSpec, ModelSpec
 from ..speed import speed_of
 from .checkpoint import LoopState, random_state, resume, save
 from .time_limit import TimeLimitReached, must_stop
@@ -78,7 +78,7 @@ def train(spec: CaptioningTrainSpec | Mapping, data_dir: str | Path, out_dir: st
     """Run (or resume) one captioning run on a prepared dataset (data/captions.py); writes
     out_dir/{train_log.csv, metrics.json, checkpoints/} as a translation run does; both stages stop
     at a checkpoint before `stop_by` as the translation loop does."""
-    spec = train_spec_of(spec)
+    spec = CaptioningTrainSpec.of(spec)
     meta, vocabulary = captions.load_meta(data_dir), captions.load_vocabulary(data_dir)
     train_data = CaptionedImages(captions.load_split(data_dir, "train"), vocabulary, spec, max_train_len(spec))
     dev_data = CaptionedImages(captions.load_split(data_dir, "val"), vocabulary, spec)

@@ -32,7 +32,7 @@ from ..data.images import epoch_batches, load_prepared, normalize, shifted
 from ..devices import pick_device, use_deterministic_algorithms
 from ..evaluate.classification import eval_batch_size, evaluate
 from ..recipes import snapshot_epochs
-from ..specs import ClassificationTrainSpec, ModelSpec, train_spec_of
+from ..specs import ClassificationTrainSpec, ModelSpec
 from ..speed import speed_of
 from .checkpoint import LoopState, random_state, resume, save, save_snapshot
 from .time_limit import TimeLimitReached, must_stop
@@ -136,7 +136,7 @@ def train(spec: ClassificationTrainSpec | Mapping, data_path: str | Path, out_di
     and, where the recipe asks for `snapshots`, checkpoints/epoch<E>.pt (recipes.snapshot_epochs).
     With `stop_by` (time.time()), it stops after an epoch's checkpoint when the next epoch might not
     end before then (time_limit.TimeLimitReached)."""
-    spec = train_spec_of(spec)
+    spec = ClassificationTrainSpec.of(spec)
     out_dir = Path(out_dir)
     ckpt_path = out_dir / "checkpoints" / "last.pt"
     if spec.get("deterministic"):

@@ -32,7 +32,7 @@ from ..devices import pick_device, use_deterministic_algorithms
 from ..evaluate.classification import eval_batch_size, evaluate_stacked
 from ..models import first_step_path
 from ..models.stacked import StackedRuns, optimizer_state, stack_optimizer_states
-from ..specs import MISSING, ClassificationTrainSpec, train_spec_of
+from ..specs import MISSING, ClassificationTrainSpec
 from ..speed import speed_of
 from .checkpoint import random_state, save, save_snapshot
 from .classification import PreparedRun, epoch_row, log_csv, lr_at, prepare_run, write_results
@@ -43,7 +43,7 @@ def train_stacked(specs: list[ClassificationTrainSpec | Mapping], data_path: str
                   stop_by: float | None = None) -> list[dict]:
     """Train (or resume) the runs `specs` (one cell's: the same spec but the seed) into `out_dirs`,
     stacked; returns each run's metrics, in order."""
-    specs = [train_spec_of(spec) for spec in specs]
+    specs = [ClassificationTrainSpec.of(spec) for spec in specs]
     if any(spec.replace(seed=MISSING) != specs[0].replace(seed=MISSING) for spec in specs):
         raise ValueError("train_stacked: the runs differ in more than their seed; only one cell's seeds stack")
     spec0 = specs[0]

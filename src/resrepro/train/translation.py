@@ -42,7 +42,7 @@ from .. import files, models, provenance, residual
 from ..catalog import MAX_POSITIONS
 from ..devices import pick_device, use_deterministic_algorithms
 from ..models.transformer import label_smoothed_loss
-from ..specs import ModelSpec, SequenceTrainSpec, TranslationTrainSpec, train_spec_of
+from ..specs import ModelSpec, SequenceTrainSpec, TranslationTrainSpec
 from ..speed import Speed, own_gradients, speed_of
 from .checkpoint import LoopState, new_run_id, random_state, resume, save
 from .time_limit import TimeLimitReached, must_stop
@@ -207,7 +207,7 @@ def update_target_tokens(data, batches: list[list[int]]) -> int:
 def train(spec: TranslationTrainSpec | Mapping, train_pairs, dev_pairs, vocab_size: int, out_dir: str | Path, device: str = "auto", progress: bool = True,
           stop_by: float | None = None) -> dict:
     """Run (or resume) one translation run; writes out_dir/{train_log.csv, metrics.json, checkpoints/}."""
-    spec = train_spec_of(spec)
+    spec = TranslationTrainSpec.of(spec)
     train_data = TokenPairs(train_pairs, spec, max_train_len(spec))
     return train_sequences(spec, train_data, dev_examples(dev_pairs, spec), {"vocab_size": vocab_size}, out_dir, device, progress, stop_by)
 
