@@ -32,6 +32,22 @@ def test_strings_become_the_types_the_schema_expects():
     assert config["download_urls"] == {"cifar10": "file:///mirror/1"}
 
 
+def test_a_per_task_sharing_setting_takes_a_count_or_a_mapping_of_tasks():
+    """seeds_per_job and seeds_in_parallel: one value for every task, or per task (the mapping
+    alternative of the schema's oneOf is where its strings are typed)."""
+    config = {"seeds_per_job": {"classification": "4", "translation": "all"}, "seeds_in_parallel": {"classification": "4"}}
+    coerce_overrides(config, SCHEMA)
+    assert config == {"seeds_per_job": {"classification": 4, "translation": "all"}, "seeds_in_parallel": {"classification": 4}}
+    schema = yaml.safe_load(SCHEMA.read_text())
+    sharing = {"type": "object", "$defs": schema["$defs"],
+               "properties": {key: schema["properties"][key] for key in ("seeds_per_job", "seeds_in_parallel")}}
+    for good in ({"seeds_per_job": "all", "seeds_in_parallel": 2}, config):
+        jsonschema.validate(good, sharing)
+    for bad in ({"seeds_per_job": {"classifier": 4}}, {"seeds_in_parallel": {"classification": 0}}, {"seeds_in_parallel": "all"}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, sharing)
+
+
 def test_what_does_not_parse_is_left_for_the_schema_to_reject():
     config = {"classification": {"epochs": "many", "lr": "fast"}, "partial": "maybe", "unknown": "1"}
     coerce_overrides(config, SCHEMA)

@@ -146,6 +146,8 @@ def test_runs_that_share_a_gpu_cost_their_part_of_it_at_the_step_time_measured_s
     assert costed(seeds_stacked=True) == (pytest.approx(3 * steps * 0.009 / 3600), "3 runs a GPU stacked as one program")
     hours, how = costed(seeds_in_parallel=2)  # each run counts as one of 2 side by side (the job's pool keeps 2 busy)
     assert hours == pytest.approx(3 * steps * 0.020 / 3600) and how == "2 runs a GPU as processes"
+    assert costed(seeds_in_parallel={"classification": 2}) == (hours, how)  # the run's own task's setting counts
+    assert costed(seeds_in_parallel={"translation": 2})[1] == "each run alone on its GPUs"
     assert costed(seeds_in_parallel=3) == (pytest.approx(3 * steps * 0.036 / 3600),
                                            "3 runs a GPU as processes (costed alone: no step times measured so, an upper bound)")
     with pytest.raises(ConfigError, match=r"no step time for .*/processes3;.* its job shares a GPU \(processes3\)"):

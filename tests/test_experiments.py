@@ -91,7 +91,10 @@ def test_paper_plan_runs_five_seeds_at_the_papers_depths():
 @pytest.mark.parametrize(
     "seeds_per_job, jobs",
     [("all", ["seeds0-4"]), (2, ["seeds0-1", "seeds2-3", "seeds4"]), (1, ["seeds0", "seeds1", "seeds2", "seeds3", "seeds4"]),
-     (7, ["seeds0-4"])],
+     (7, ["seeds0-4"]),
+     # per task: a classification table's cells take classification's count, and a task left out 1
+     ({"classification": 2, "translation": "all"}, ["seeds0-1", "seeds2-3", "seeds4"]),
+     ({"translation": "all"}, ["seeds0", "seeds1", "seeds2", "seeds3", "seeds4"])],
 )
 def test_a_cells_seeds_are_grouped_into_jobs(mini, seeds_per_job, jobs):
     plan = experiments.make_plan({**mini, "seeds": 5, "table_seeds": {}, "tables": ["sas-fn1"], "figures": [], "seeds_per_job": seeds_per_job})

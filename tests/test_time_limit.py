@@ -37,8 +37,17 @@ def test_a_training_job_asks_for_at_most_a_day_and_continues_in_the_next_jobs():
 
 
 def test_seeds_side_by_side_take_fewer_rounds():
-    assert [experiments.training_rounds({"seeds_in_parallel": 2}, n) for n in (1, 2, 3, 5)] == [1, 1, 2, 3]
-    assert experiments.training_rounds({}, 3) == 3 and experiments.seeds_at_once({"seeds_in_parallel": 4}, 3) == 3
+    assert [experiments.training_rounds({"seeds_in_parallel": 2}, "translation", n) for n in (1, 2, 3, 5)] == [1, 1, 2, 3]
+    assert experiments.training_rounds({}, "classification", 3) == 3
+    assert experiments.seeds_at_once({"seeds_in_parallel": 4}, "classification", 3) == 3
+    per_task = {"seeds_in_parallel": {"classification": 4}}  # a task the mapping leaves out trains its seeds one by one
+    assert [experiments.seeds_at_once(per_task, task, 5) for task in ("classification", "translation")] == [4, 1]
+    assert [experiments.training_rounds(per_task, task, 5) for task in ("classification", "captioning")] == [2, 5]
+
+
+def test_a_job_asks_for_the_memory_of_each_run_it_trains_at_once():
+    config = {"resources": {"train_classifier": {"mem_mb": 8000}}}
+    assert [experiments.job_memory(config, "train_classifier", k) for k in (1, 4)] == [8000, 32000]
 
 
 def test_any_other_job_over_the_limit_is_refused_naming_the_rule():

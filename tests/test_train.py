@@ -2,6 +2,7 @@
 
 import json
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 import torch
@@ -211,6 +212,29 @@ def test_seeds_side_by_side_give_the_runs_one_after_another_give(digits, tmp_pat
     for seed in (0, 1):
         metrics = [json.loads((tmp_path / job / f"seed{seed}" / "metrics.json").read_text()) for job in ("sequential", "parallel")]
         assert metrics[0]["final"] == metrics[1]["final"] and not (tmp_path / "parallel" / f"seed{seed}" / "done.json").exists()
+
+
+def test_seeds_side_by_side_share_out_the_jobs_threads(tmp_path, monkeypatch):
+    """A job of K processes holds K cores (the rule's threads): each process takes its share of
+    them, not all of them (K processes of K threads each would oversubscribe the job's cores)."""
+    import subprocess
+
+    from resrepro import cli
+
+    started = []
+
+    def start(argv, **_):
+        started.append(argv)
+        done = Path(argv[argv.index("--done", argv.index("--parallel")) + 1])  # the per-seed --done, after the job's
+        done.parent.mkdir(parents=True, exist_ok=True)
+        done.write_text(json.dumps({"runs": {done.parent.name: {}}}))
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(subprocess, "run", start)
+    cli.main(["train", "classification", "--spec", "{}", "--seeds", "0", "1", "2", "3", "--data", str(tmp_path), "--cell-dir",
+              str(tmp_path / "cell"), "--done", str(tmp_path / "cell" / "seeds.json"), "--threads", "4", "--parallel", "2"])
+    threads = [int(argv[len(argv) - 1 - argv[::-1].index("--threads") + 1]) for argv in started]  # argparse: the last one counts
+    assert threads == [2, 2, 2, 2] and json.loads((tmp_path / "cell" / "seeds.json").read_text())["seeds"] == [0, 1, 2, 3]
 
 
 def test_a_stacked_job_writes_the_runs_and_record_of_the_sequential_job(digits, tmp_path):

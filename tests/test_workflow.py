@@ -476,8 +476,13 @@ def test_paper_scale_dry_run_lists_every_job(workdir):
     # each dataset x size. Each paper's protocol differs (refine:), so no cell is shared; 5 seeds.
     assert n_mt == (6 + 2 + 2 * 5 + 2 * 6) * 5
     assert n_cap == 2 * 5  # SAS Table 5: the captioner's baseline and + Proposal, 5 seeds (one cell per model, 8 metrics each)
-    assert cfg["seeds_per_job"] == 1 and len(plan.jobs) == len(plan.runs)  # each seed its own job, on its own GPU
-    assert jobs == {"download_cifar": 2, "prepare_cifar": 2, "train_classifier": len(plan.runs) - n_mt - n_cap,
+    # a CIFAR cell's seeds 4 to a job (side by side on its GPU); each Transformer run its own job, on its own GPUs
+    by_cell: dict[str, int] = {}
+    for run in plan.runs.values():
+        by_cell[run.cell_path] = by_cell.get(run.cell_path, 0) + (run.task == "classification")
+    n_cls_jobs = sum(-(-n // 4) for n in by_cell.values())
+    assert n_cls_jobs < len(plan.runs) - n_mt - n_cap and all(len(runs) <= 4 for runs in plan.jobs.values())
+    assert jobs == {"download_cifar": 2, "prepare_cifar": 2, "train_classifier": n_cls_jobs,
                     "fetch_translation": 3, "prepare_translation": 3, "train_translator": n_mt,
                     "evaluate_translation": n_mt, "fetch_coco": 1, "fetch_backbone": 1, "prepare_coco": 1, "train_captioner": n_cap,
                     "evaluate_captioning": n_cap, "measure": n_measured, "gpu_hours": 1, "checks": 1, **AFTER_PLAN}
@@ -499,7 +504,10 @@ def test_the_gpu_day_scale_runs_every_table_on_one_gpu_per_job(workdir):
     wmt = [json.loads(run.recipe_json) for run in plan.runs.values() if run.dataset.startswith("wmt")]
     assert wmt and {(r["max_tokens"] * r["update_freq"]) for r in wmt} == {25_000, 16_384}
     jobs = planned_jobs(workdir, "--configfile", "config/gpu-day.yaml")
-    assert jobs["train_classifier"] + jobs["train_translator"] + jobs["train_captioner"] == len(plan.runs) and jobs["gpu_hours"] == 1
+    assert jobs["train_classifier"] + jobs["train_translator"] + jobs["train_captioner"] == len(plan.jobs) and jobs["gpu_hours"] == 1
+    # a CIFAR cell's 2 seeds train side by side in one job; each Transformer run its own job
+    assert {len(runs) for job, runs in plan.jobs.items() if job.startswith("classification/")} == {1, 2}
+    assert {len(runs) for job, runs in plan.jobs.items() if not job.startswith("classification/")} == {1}
 
 
 def test_lint_is_clean(workdir):

@@ -35,9 +35,15 @@ def coerce_overrides(config: dict, schema: dict | str | Path) -> None:
             found |= types(alternative)
         return found
 
+    def as_object(node: dict) -> dict:
+        """The node, or its alternative that is an object (a count or a per-task mapping)."""
+        objects = [resolve(n) for n in node.get("anyOf", []) + node.get("oneOf", []) if resolve(n).get("type") == "object"]
+        return objects[0] if objects and "properties" not in node else node
+
     def walk(value, node: dict):
         node = resolve(node)
         if isinstance(value, dict):
+            node = as_object(node)
             for key, item in value.items():
                 child = node.get("properties", {}).get(key, node.get("additionalProperties"))
                 if isinstance(child, dict):

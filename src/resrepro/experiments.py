@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -423,10 +423,10 @@ def make_plan(config: dict) -> Plan:
 
         plan.claims = yaml.safe_load(Path(config["claims"]).read_text()) or {}
         load_claims(plan.claims, all_tables, all_figures, config["claims"])
-    if config.get("seeds_stacked") and config.get("seeds_in_parallel", 1) > 1:
+    if config.get("seeds_stacked") and seeds_in_parallel(config, "classification") > 1:
         raise ConfigError(f"seeds_stacked trains a job's seeds as one program; seeds_in_parallel {config['seeds_in_parallel']} "
-                          "would start them as separate processes too: set one of the two")
-    plan.jobs = group_into_jobs(plan.runs, config.get("seeds_per_job", 1))
+                          "would start them as separate processes too: set one of the two for classification")
+    plan.jobs = group_into_jobs(plan.runs, lambda task: seeds_per_job(config, task))
     return plan
 
 
@@ -525,11 +525,29 @@ def extra_row(table: dict, entry: dict, where: str) -> dict | None:
             "note": "an extra row (extra_rows): no paper reports it"}
 
 
-def group_into_jobs(runs: dict[str, Run], seeds_per_job: int | str) -> dict[str, list[str]]:
-    """The training jobs: each trains `seeds_per_job` seeds of one cell ("all": every seed) in one
-    process, one after another. A process pays its start-up once (torch and its optimizers import
-    in about 5 s on a CPU, more than a mini run trains), and a cell's seeds share everything but the
-    seed. One seed per job (the paper scale) spreads them over GPUs and Slurm allocations.
+def per_task(config: dict, key: str, task: str):
+    """A setting that is one value for every task or a mapping of tasks to values (a task it
+    leaves out: 1), e.g. `seeds_per_job: {classification: 4}`."""
+    value = config.get(key, 1)
+    return value.get(task, 1) if isinstance(value, dict) else value
+
+
+def seeds_per_job(config: dict, task: str) -> int | str:
+    """How many seeds of a cell of `task` one job runs (config seeds_per_job; "all": every seed)."""
+    return per_task(config, "seeds_per_job", task)
+
+
+def seeds_in_parallel(config: dict, task: str) -> int:
+    """How many of a `task` job's seeds may train side by side as processes (config seeds_in_parallel)."""
+    return per_task(config, "seeds_in_parallel", task)
+
+
+def group_into_jobs(runs: dict[str, Run], seeds_per_job: Callable[[str], int | str]) -> dict[str, list[str]]:
+    """The training jobs: each trains `seeds_per_job(task)` seeds of one cell ("all": every seed)
+    in one process, one after another (or side by side: seeds_in_parallel). A process pays its
+    start-up once (torch and its optimizers import in about 5 s on a CPU, more than a mini run
+    trains), and a cell's seeds share everything but the seed. One seed per job spreads them over
+    GPUs and Slurm allocations.
 
     A job's path is its cell's folder and its seeds, `<cell>/seeds0-2` (or `seeds3` for one)."""
     by_cell: dict[str, list[Run]] = {}
@@ -538,7 +556,8 @@ def group_into_jobs(runs: dict[str, Run], seeds_per_job: int | str) -> dict[str,
     jobs = {}
     for cell, cell_runs in by_cell.items():
         cell_runs.sort(key=lambda r: r.seed)
-        size = len(cell_runs) if seeds_per_job == "all" else seeds_per_job
+        per_job = seeds_per_job(cell_runs[0].task)
+        size = len(cell_runs) if per_job == "all" else per_job
         for i in range(0, len(cell_runs), size):
             chunk = cell_runs[i : i + size]
             jobs[layout.job_path(cell, [r.seed for r in chunk])] = [r.path for r in chunk]
@@ -630,14 +649,21 @@ def gpus_for(config: dict, run: Run) -> int:
 CONTINUING_RULES = ("train_classifier", "train_translator", "train_captioner")
 
 
-def seeds_at_once(config: dict, runs: int) -> int:
-    """How many of a training job's `runs` train side by side (seeds_in_parallel, at most its runs)."""
-    return min(config.get("seeds_in_parallel", 1), runs)
+def seeds_at_once(config: dict, task: str, runs: int) -> int:
+    """How many of a `task` training job's `runs` train side by side as processes
+    (seeds_in_parallel, at most its runs)."""
+    return min(seeds_in_parallel(config, task), runs)
 
 
-def training_rounds(config: dict, runs: int) -> int:
+def training_rounds(config: dict, task: str, runs: int) -> int:
     """How many times a training job of `runs` trains one after another, side by side as it may."""
-    return -(-runs // seeds_at_once(config, runs))
+    return -(-runs // seeds_at_once(config, task, runs))
+
+
+def job_memory(config: dict, rule: str, at_once: int = 1) -> int:
+    """The memory (MB) a job of `rule` asks for: its memory per run (config `resources`) times the
+    runs it trains at once, each its own process with its own copy of torch, CUDA and the data."""
+    return config["resources"][rule]["mem_mb"] * at_once
 
 
 def job_minutes(config: dict, rule: str, rounds: int = 1) -> int:

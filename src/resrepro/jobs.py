@@ -117,6 +117,8 @@ def run_seeds_side_by_side(a) -> None:
     def one_seed(seed: int) -> tuple[int, Path]:
         done = layout.run_dir(a.cell_dir, seed) / "done.json"
         argv = [*a.command_line, "--seeds", str(seed), "--done", str(done), "--parallel", "1"]  # argparse: the last value wins
+        if a.threads:  # the job's cores shared out: K processes of as many threads each would oversubscribe them
+            argv += ["--threads", str(max(1, a.threads // a.parallel))]
         if a.stop_by is not None:
             argv += ["--stop-by", repr(a.stop_by)]
         return subprocess.run([sys.executable, "-m", "resrepro.cli", *argv]).returncode, done

@@ -34,7 +34,7 @@ EVERY_RULE_ONCE = (
     "results/rehearsal/translation/iwslt15_en_vi/transformer_base/default/sas-bias_a0-bias_b0/seeds0/evaluated.json",
     # paper 003's shared ResNet-110 at its paper size, measured per stage
     "results/rehearsal/classification/cifar10/shared_resnet_naive_110/iter-resnet110+iter-shared+iter-snapshots+iter-init/add/seed0/measure/stage_norms.csv",
-    # paper 002's float64 net and its noise measurement
+    # paper 002's float64 net and its noise measurement; its job trains seeds 0 and 1 side by side (processes)
     "results/rehearsal/classification/cifar10/simple_net32/noise/add/seed0/measure/layer_cushion.csv",
     # ResNet-101 features, the captioner's cross-entropy and self-critical stages, then METEOR (Java)
     "results/rehearsal/captioning/mscoco/captioner_paper/default/sas-bias_a0-bias_b0/seeds0/evaluated.json",

@@ -99,19 +99,24 @@ def runtime_of_seeds(rule_name, task):
 
 def seeds_at_once(task):
     """How many of a training job's seeds train side by side (seeds_in_parallel, at most the job's)."""
-    return lambda wildcards: experiments.seeds_at_once(config, len(job_runs(task, wildcards)))
+    return lambda wildcards: experiments.seeds_at_once(config, task, len(job_runs(task, wildcards)))
+
+
+def memory_of_training(rule_name, task):
+    """A training job's memory: the memory per run times the seeds it trains at once (processes)."""
+    return lambda wildcards: experiments.job_memory(config, rule_name, experiments.seeds_at_once(config, task, len(job_runs(task, wildcards))))
 
 
 def runtime_of_training(rule_name, task):
     """A training job's runtime: the minutes per run times the rounds its seeds take, side by side,
     at most max_job_minutes (the run then continues in the next job)."""
-    return lambda wildcards: experiments.job_minutes(config, rule_name, experiments.training_rounds(config, len(job_runs(task, wildcards))))
+    return lambda wildcards: experiments.job_minutes(config, rule_name, experiments.training_rounds(config, task, len(job_runs(task, wildcards))))
 
 
 def training_retries(rule_name, task):
     """A training rule's retries: the jobs its longest run continues in, and those asked for failures
     (--retries; None keeps them as asked when no run needs a next job)."""
-    rounds = [experiments.training_rounds(config, len(runs)) for runs in PLAN.jobs.values() if PLAN.runs[runs[0]].task == task]
+    rounds = [experiments.training_rounds(config, task, len(runs)) for runs in PLAN.jobs.values() if PLAN.runs[runs[0]].task == task]
     continued = experiments.continuations(config, rule_name, rounds)
     settings = workflow.execution_settings  # None while linting
     return continued + (settings.retries if settings else 0) if continued else None

@@ -30,10 +30,10 @@ for task, rules in TASKS.items():
             layout.job_file("train.log", task),
         benchmark:
             layout.job_file("train.benchmark.tsv", task)
-        threads: 1
+        threads: seeds_at_once(task)  # a core for each process; each sets torch's threads to its share
         resources:
             gpu=training_gpus(task),
-            mem_mb=needs(rules["train"], "mem_mb"),
+            mem_mb=memory_of_training(rules["train"], task),
             runtime=runtime_of_training(rules["train"], task),
             seeds_at_once=seeds_at_once(task),
             stacked=int(task == "classification" and config.get("seeds_stacked", False)),

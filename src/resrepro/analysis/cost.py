@@ -41,7 +41,7 @@ import yaml
 
 from ..catalog import ConfigError
 from ..evaluate.classification import eval_batch_size
-from ..experiments import Plan, Run, gpus_for, make_plan
+from ..experiments import Plan, Run, gpus_for, make_plan, seeds_at_once
 from .disk import weight_bytes, written_files
 
 # Training examples per dataset that classification costs epochs in (Krizhevsky 2009: CIFAR-10 and
@@ -159,7 +159,7 @@ def sharing(config: dict, plan: Plan) -> dict[str, str]:
             together = len(runs)
             if config.get("seeds_stacked") and plan.runs[path].task == "classification" and together > 1:
                 out[path] = f"/stacked{together}"
-            elif (side_by_side := min(config.get("seeds_in_parallel", 1), together)) > 1:
+            elif (side_by_side := seeds_at_once(config, plan.runs[path].task, together)) > 1:
                 out[path] = f"/processes{side_by_side}"
             else:
                 out[path] = ""
