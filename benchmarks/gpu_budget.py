@@ -25,7 +25,10 @@ the training loop resolves them on the device, `--warmup` untimed steps, then th
 steps take random CIFAR-shaped batches of `batch_size`; translation steps random batches of
 `max_tokens` tokens in sentences of 25 source and 25 target tokens, vocabulary 32,768. Each
 classification run's evaluation batch (the test set's, after every epoch) is timed the same way,
-under its own key (cost.eval_key): the evaluation the loop runs, forward only, uncompiled.
+under its own key (cost.eval_key): the evaluation the loop runs, forward only, uncompiled. Where a
+scale's jobs train P runs side by side (seeds_in_parallel), their keys `.../processes{P}` are timed
+last, by P processes stepping together (`--skip '*/processes*'` leaves them for a later call with
+`--keys '*/processes*'` into the same file, in the same session).
 """
 
 from __future__ import annotations
@@ -54,8 +57,8 @@ def distinct_steps(configs_and_plans, stacked: tuple[int, ...] = (), evaluation:
     a config whose jobs stack their runs (cost.sharing), the stacked keys too, and with `stacked`
     each classification key stacked K for each K given (what stacking would cost, measured beside
     the keys alone). With `evaluation`, each classification run's evaluation key (cost.eval_key)
-    after its steps', stacked likewise. Runs side by side as processes are timed by
-    benchmarks/gpu_share.py, not here: they are costed as alone until then."""
+    after its steps', stacked likewise. A config whose jobs train their runs side by side as
+    processes adds those keys (`/processes{P}`), timed with P processes at once."""
     steps = {}
     for config, plan in configs_and_plans:
         shares = cost.sharing(config, plan)
@@ -63,11 +66,17 @@ def distinct_steps(configs_and_plans, stacked: tuple[int, ...] = (), evaluation:
             evaluated = [(cost.eval_key(run), 0)] if evaluation and cost.eval_key(run) else []
             for key, _ in cost.stages_of(run) + evaluated:
                 steps.setdefault(key, (config, run))
-                if shares.get(path, "").startswith("/stacked"):
+                if shares.get(path, ""):
                     steps.setdefault(key + shares[path], (config, run))
                 for k in stacked if run.task == "classification" else ():
                     steps.setdefault(f"{key}/stacked{k}", (config, run))
     return steps
+
+
+def side_by_side(key: str) -> int:
+    """P of a key ending in /processes{P} (cost.sharing); 1 for a run alone."""
+    last = key.rsplit("/", 1)[-1]
+    return int(last.removeprefix("processes")) if last.startswith("processes") else 1
 
 
 def stacked_runs(key: str) -> int:
@@ -188,6 +197,13 @@ def measure_step_ms(config: dict, run: experiments.Run, device_name: str, warmup
     run's scst_key (benchmarks/scst_step_time.py's update), or of its evaluation batch where `key`
     is its eval_key; for a stacked key, of its K runs' step over K: one run's part of the GPU, what
     cost.run_gpu_hours (cost.eval_hours) reads."""
+    return 1000 * statistics.median(step_times(config, run, device_name, warmup, steps, key)) / stacked_runs(key or "")
+
+
+def step_times(config: dict, run: experiments.Run, device_name: str, warmup: int, steps: int, key: str | None = None,
+               before_timing=lambda: None) -> list[float]:
+    """The seconds of each of `steps` timed steps of `key` (see measure_step_ms) after `warmup`
+    untimed ones; `before_timing` is called between them."""
     import torch
 
     from resrepro.devices import pick_device, use_deterministic_algorithms
@@ -210,12 +226,93 @@ def measure_step_ms(config: dict, run: experiments.Run, device_name: str, warmup
         step = training_step(spec, pick_device(device_name), classes=classes, stacked=stacked_runs(key or ""))
     for _ in range(warmup):
         step()
+    before_timing()
     times = []
     for _ in range(steps):
         started = time.perf_counter()
         step()
         times.append(time.perf_counter() - started)
-    return 1000 * statistics.median(times) / stacked_runs(key or "")
+    return times
+
+
+def shared_step_ms(worker_times: list[list[float]]) -> float:
+    """One run's part of the GPU when P runs step side by side: the median of the P processes'
+    median step times (seconds), over P, in ms (a step of each of the P runs takes that long)."""
+    return 1000 * statistics.median(statistics.median(times) for times in worker_times) / len(worker_times)
+
+
+def measure_side_by_side(config_paths: list[str], keys: list[str], device_name: str, warmup: int, steps: int,
+                         measured=lambda key, ms: None) -> dict[str, float]:
+    """Keys `/processes{P}` (one P): P processes, as seeds_in_parallel starts them under their job's
+    one GPU, each step every key's run alone (the key without its suffix), one key after another;
+    for each key they time their steps together, after each has warmed up (and compiled), and one
+    run's part of the GPU is shared_step_ms of their step times. The processes start once for all
+    the keys (torch's import and CUDA's start-up are seconds each); `measured(key, ms)` is called
+    as each key's times are in."""
+    import json
+    import tempfile
+
+    from resrepro.devices import GPUS_HELD_BY_LAUNCH
+
+    processes = {side_by_side(key) for key in keys}
+    if len(processes) != 1 or processes == {1}:
+        raise ValueError(f"keys of one count of processes side by side, got {sorted(processes)}")
+    processes = processes.pop()
+    times_ms = {}
+    with tempfile.TemporaryDirectory(prefix="gpu-budget-") as work:
+        argv = [sys.executable, __file__, "--worker", *(key.rsplit("/", 1)[0] for key in keys), "--work-dir", work,
+                "--processes", str(processes), "--device", device_name, "--warmup", str(warmup), "--steps", str(steps),
+                "--config", *(str(Path(path).resolve()) for path in config_paths)]
+        env = {**os.environ, GPUS_HELD_BY_LAUNCH: "1"}  # the job's one GPU, not one each from the pool
+        workers = [subprocess.Popen([*argv, "--worker-index", str(i)], env=env, cwd=ROOT) for i in range(processes)]
+        try:
+            while True:
+                running = [worker.poll() is None for worker in workers]
+                for j, key in enumerate(keys):
+                    results = [Path(work, f"{j}-{i}.json") for i in range(processes)]
+                    if key not in times_ms and all(result.exists() for result in results):
+                        times_ms[key] = shared_step_ms([json.loads(result.read_text()) for result in results])
+                        measured(key, times_ms[key])
+                if any(worker.returncode for worker in workers) or not any(running):
+                    break  # a failed worker would leave the others waiting for it
+                time.sleep(0.1)
+        finally:
+            for worker in workers:
+                worker.kill()
+    failed = [worker.returncode for worker in workers if worker.returncode not in (0, -9)]
+    if failed or len(times_ms) < len(keys):
+        raise SystemExit(f"{len(times_ms)} of {len(keys)} keys side by side measured: a worker failed (exit codes {failed})")
+    return times_ms
+
+
+def wait_for_all(barrier: Path, processes: int, timeout_s: float = 1800.0) -> None:
+    """Marks this process ready in `barrier` and waits until all `processes` are."""
+    barrier.mkdir(exist_ok=True)
+    (barrier / f"ready-{os.getpid()}").touch()
+    deadline = time.monotonic() + timeout_s
+    while len(list(barrier.glob("ready-*"))) < processes:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the other processes were not ready within {timeout_s:.0f} s")
+        time.sleep(0.01)
+
+
+def worker(opts: argparse.Namespace) -> None:
+    """One of measure_side_by_side's processes: the steps of keys `opts.worker` of the configs, one
+    after another, with one CPU thread as a job's process side by side has; each key's step times
+    written to WORK/<key's index>-<worker's index>.json."""
+    import json
+
+    import torch
+
+    torch.set_num_threads(1)
+    steps = distinct_steps([cost.load_scale(path) for path in opts.config], evaluation=True)
+    for j, key in enumerate(opts.worker):
+        config, run = steps[key]
+        times = step_times(config, run, opts.device, opts.warmup, opts.steps, key,
+                           before_timing=lambda: wait_for_all(Path(opts.work_dir, f"barrier-{j}"), opts.processes))
+        result = Path(opts.work_dir, f"{j}-{opts.worker_index}.json")
+        Path(f"{result}.tmp").write_text(json.dumps(times))
+        Path(f"{result}.tmp").replace(result)
 
 
 def chosen_steps(steps: dict, patterns: list[str] | None) -> dict:
@@ -307,7 +404,14 @@ def main(argv=None) -> None:
     p.add_argument("--allreduce-gb-s", type=float, help="the NCCL all-reduce bus bandwidth of this machine's GPUs (nccl-tests' busbw), "
                    "for the multi-GPU runs' gradients; with --allreduce-source saying where it comes from")
     p.add_argument("--allreduce-source", default="")
+    p.add_argument("--skip", nargs="+", metavar="GLOB", default=[], help="leave out the step keys matching these patterns")
+    p.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)  # measure_side_by_side's processes: these keys' steps
+    p.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--work-dir", help=argparse.SUPPRESS)
+    p.add_argument("--processes", type=int, default=1, help=argparse.SUPPRESS)
     opts = p.parse_args(argv)
+    if opts.worker:
+        return worker(opts)
     if opts.allreduce_gb_s and not opts.allreduce_source:
         p.error("--allreduce-gb-s needs --allreduce-source: the report says where the bandwidth comes from")
     if opts.keys and (opts.estimate or not opts.out or not Path(opts.out).exists()):
@@ -315,6 +419,7 @@ def main(argv=None) -> None:
 
     configs_and_plans = [cost.load_scale(path) for path in opts.config]
     steps = distinct_steps(configs_and_plans, tuple(opts.stacked), evaluation=not opts.estimate)
+    steps = {key: step for key, step in steps.items() if not any(fnmatch.fnmatchcase(key, glob) for glob in opts.skip)}
     today = datetime.date.today().isoformat()
     if opts.estimate:
         anchors = yaml.safe_load(Path(opts.estimate).read_text())
@@ -334,12 +439,21 @@ def main(argv=None) -> None:
                  "checkpoint_write_gb_s": round(measure_write_gb_s(Path(opts.write_dir), opts.write_mb), 2), "step_ms": {}}
         if opts.allreduce_gb_s:
             times = {**times, "allreduce_bus_gb_s": opts.allreduce_gb_s, "allreduce_source": opts.allreduce_source}
-        for i, (key, (config, run)) in enumerate(measured.items(), 1):
-            times["step_ms"][key] = round(measure_step_ms(config, run, opts.device, opts.warmup, opts.steps, key), 2)
+
+        def record(key: str, ms: float) -> None:
+            times["step_ms"][key] = round(ms, 2)
+            i = len(times["step_ms"])
             print(f"[{i}/{len(measured)}] {key}: {times['step_ms'][key]:.1f} ms", file=sys.stderr)
             if opts.out and i < len(measured):  # a run stopped at a time limit keeps what it measured, said partial
                 partial = {**times, "source": f"{source} (partial: {i} of {len(measured)} keys measured)"}
                 write_step_times(opts.out, merge_measured(previous, partial, opts.keys) if previous else partial)
+
+        for key, (config, run) in measured.items():  # the runs alone first: every scale's cost needs them
+            if side_by_side(key) == 1:
+                record(key, measure_step_ms(config, run, opts.device, opts.warmup, opts.steps, key))
+        for processes in sorted({side_by_side(key) for key in measured} - {1}):
+            measure_side_by_side(opts.config, [key for key in measured if side_by_side(key) == processes], opts.device, opts.warmup,
+                                 opts.steps, measured=record)
         if previous:
             times = merge_measured(previous, times, opts.keys)
     if opts.out:

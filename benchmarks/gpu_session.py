@@ -9,8 +9,9 @@ what they decide, each with its own time limit:
 - `paper-steps`: the paper's CIFAR step (ResNet-110, deterministic), eager, as CUDA graphs, then
   compiled by inductor and replayed as graphs (`reduce-overhead`);
 - `costs`: the step times of every run of the paper and gpu-day scales and each classification
-  run's evaluation batch, one session's, into a new step-times file; `costs-stacked` adds the
-  classification steps of 5 runs stacked to that file;
+  run's evaluation batch, one session's, into a new step-times file; `costs-shared` adds the
+  paper's CIFAR steps as its jobs train them, 4 runs side by side as processes (`costs-shared-day`
+  gpu-day's 2), and `costs-stacked` the classification steps of 5 runs stacked, to that file;
 - `stacked`: K ResNet-110 runs stacked as one program against one alone, eager, as CUDA graphs and
   compiled (issue 45, item 1; measured on an H200 on 2026-11-27: docs/gpu-h200-2026-11-27-stacked.md);
 - `graphs-auto`: the GPU tests of `compile: auto` alone (every kind of image model the papers
@@ -117,7 +118,14 @@ CHECKS = (
                                                "--batch", "2048", "--variants", "add", "sas", "--modes", "eager", "graphs", "--budget", "60")),
     # every step time of the paper and gpu-day configs and each classification run's evaluation batch, in this one
     # session (the report's GPU-hours)
-    Check("costs", "costs", 480, ("benchmarks/gpu_budget.py", "--device", "cuda", "--warmup", "3", "--steps", "10", "--out", STEP_TIMES)),
+    Check("costs", "costs", 480, ("benchmarks/gpu_budget.py", "--device", "cuda", "--warmup", "3", "--steps", "10", "--skip", "*/processes*",
+                                  "--out", STEP_TIMES)),
+    # then, into the same session's file, the paper's CIFAR steps as its jobs train them: 4 runs side by side as processes
+    # (seeds_in_parallel), each timed while the other 3 step (102 keys), then gpu-day's 2 side by side
+    Check("costs-shared", "costs", 420, ("benchmarks/gpu_budget.py", "--device", "cuda", "--warmup", "3", "--steps", "10",
+                                         "--keys", "*/processes4", "--out", STEP_TIMES)),
+    Check("costs-shared-day", "costs", 360, ("benchmarks/gpu_budget.py", "--device", "cuda", "--warmup", "3", "--steps", "10",
+                                             "--keys", "*/processes2", "--out", STEP_TIMES)),
     # then, into the same session's file, each classification step with a paper cell's 5 seeds stacked, in the
     # recipes' deterministic mode (iter-t1's 4 seeds stay costed alone, and stacked evaluation as alone: upper bounds)
     Check("costs-stacked", "costs", 360, ("benchmarks/gpu_budget.py", "--device", "cuda", "--warmup", "2", "--steps", "5", "--stacked", "5",

@@ -291,6 +291,74 @@ def test_the_budget_times_a_stacked_job_as_one_program_and_gives_a_runs_part(mon
     assert gpu_budget.measure_step_ms(config_of, run, "cpu", warmup=0, steps=1, key=stacked_keys[0]) > 0 and stacks == [3]
 
 
+def test_the_budget_times_runs_side_by_side_as_processes_and_gives_a_runs_part():
+    """A config whose jobs train their seeds side by side adds the /processes{P} keys; such a key is
+    timed by P processes stepping the run's step together, and one run's part of the GPU is the
+    median of their median steps over P."""
+    from resrepro.experiments import make_plan
+
+    gpu_budget = _gpu_budget()
+    assert gpu_budget.shared_step_ms([[0.010, 0.012, 0.011], [0.020, 0.020, 0.021], [0.016, 0.015, 0.014]]) == pytest.approx(5.0)
+    assert gpu_budget.side_by_side("classification/cifar10/preact_resnet20/add/b128/processes4") == 4
+    assert gpu_budget.side_by_side("classification/cifar10/preact_resnet20/add/b128/stacked4") == 1
+    config = {**tiny_config(), "seeds": 2, "seeds_per_job": {"classification": 2}, "seeds_in_parallel": {"classification": 2}}
+    steps = gpu_budget.distinct_steps([(config, make_plan(config))], evaluation=True)
+    shared = [k for k in steps if k.endswith("/processes2")]
+    assert shared and sorted(shared) == sorted(f"{k}/processes2" for k in steps if k.startswith("classification/") and "/processes" not in k)
+
+
+def test_the_budget_times_the_runs_alone_first_and_skips_what_it_is_told(tmp_path, monkeypatch, capsys):
+    """gpu_budget.py's main: the keys alone, then each count of processes side by side as one
+    group (a file stopped at a time limit holds the keys every cost needs); --skip leaves keys out."""
+    import yaml
+
+    gpu_budget = _gpu_budget()
+    config = {**tiny_config(), "seeds": 2, "seeds_per_job": {"classification": 2}, "seeds_in_parallel": {"classification": 2}}
+    path = tmp_path / "shared.yaml"
+    path.write_text(yaml.safe_dump(config))
+    groups = []
+
+    def side_by_side(paths, keys, device, warmup, steps, measured):
+        groups.append(keys)
+        for key in keys:
+            measured(key, 2.0)
+
+    monkeypatch.setattr(gpu_budget, "measure_step_ms", lambda *a: 8.0)
+    monkeypatch.setattr(gpu_budget, "measure_side_by_side", side_by_side)
+    monkeypatch.setattr(gpu_budget, "measure_write_gb_s", lambda *a: 1.0)
+    out = tmp_path / "times.yaml"
+    gpu_budget.main(["--config", str(path), "--device", "cpu", "--out", str(out)])
+    keys = list(yaml.safe_load(out.read_text())["step_ms"])
+    shared = [key for key in keys if key.endswith("/processes2")]
+    assert shared and keys == [key for key in keys if key not in shared] + shared and groups == [shared]
+    gpu_budget.main(["--config", str(path), "--device", "cpu", "--out", str(out), "--skip", "*/processes*"])
+    assert list(yaml.safe_load(out.read_text())["step_ms"]) == [key for key in keys if key not in shared] and len(groups) == 1
+    capsys.readouterr()
+
+
+@pytest.mark.integration
+def test_the_budget_starts_the_processes_of_side_by_side_keys_once_and_fails_with_them(tmp_path):
+    """Two real worker processes on the CPU step two keys, one after the other, and give a time
+    for each as it is in; workers that fail (an unknown key) fail the measurement."""
+    import yaml
+
+    from resrepro.experiments import make_plan
+
+    gpu_budget = _gpu_budget()
+    config = {**tiny_config(), "seeds": 2, "seeds_per_job": {"classification": 2}, "seeds_in_parallel": {"classification": 2}}
+    shared = [k for k in gpu_budget.distinct_steps([(config, make_plan(config))], evaluation=True) if k.endswith("/processes2")]
+    path = tmp_path / "shared.yaml"
+    path.write_text(yaml.safe_dump(config))
+    keys = [next(k for k in shared if not cost.is_eval_key(k)), next(k for k in shared if cost.is_eval_key(k))]
+    seen = []
+    times = gpu_budget.measure_side_by_side([str(path)], keys, "cpu", warmup=0, steps=2, measured=lambda key, ms: seen.append(key))
+    assert sorted(times) == sorted(keys) == sorted(seen) and all(ms > 0 for ms in times.values())
+    with pytest.raises(SystemExit, match=r"0 of 1 keys side by side measured: a worker failed"):
+        gpu_budget.measure_side_by_side([str(path)], ["classification/no/such/key/processes2"], "cpu", warmup=0, steps=1)
+    with pytest.raises(ValueError, match="one count of processes"):
+        gpu_budget.measure_side_by_side([str(path)], [keys[0], keys[0].replace("processes2", "processes3")], "cpu", warmup=0, steps=1)
+
+
 def test_checkpoint_writes_and_the_all_reduce_count_where_the_file_has_their_bandwidths(monkeypatch):
     """A translation run on 4 GPUs, 2,500 updates, a checkpoint every 1,000 (3 last.pt of 3 weight
     copies, 3 step files of 1), 100 MB of weights: 12 copies = 1.2 GB written at 2 GB/s = 0.6 s,

@@ -57,8 +57,15 @@ def test_the_steps_check_ieee_against_tf32_then_compiled_and_resnet_eager_then_c
     assert "--compile" in argv["transformer-compiled"] and "--compile" in argv["resnet-compiled"]
     assert "--compile" not in argv["resnet"] and "--compile" not in argv["transformer-tf32"]
     assert argv["resnet-cudagraphs"][-2:] == ("--compile", "cudagraphs")
-    assert [c.group for c in gpu_session.CHECKS] == ["steps"] * 8 + ["paper-steps"] * 3 + ["stacked"] * 4 + ["costs"] * 2 + ["tests"] * 4 + ["rehearsal"] * 2
+    assert [c.group for c in gpu_session.CHECKS] == ["steps"] * 8 + ["paper-steps"] * 3 + ["stacked"] * 4 + ["costs"] * 4 + ["tests"] * 4 + ["rehearsal"] * 2
     assert [c.name for c in gpu_session.CHECKS][:3] == ["transformer-ieee", "transformer-tf32", "resnet-compiled"]
+
+
+def test_the_costs_check_leaves_the_runs_side_by_side_to_the_shared_checks_of_the_same_file():
+    argv = {c.name: c.argv for c in gpu_session.CHECKS}
+    assert argv["costs"][argv["costs"].index("--skip") + 1] == "*/processes*"
+    for name, keys in (("costs-shared", "*/processes4"), ("costs-shared-day", "*/processes2")):
+        assert argv[name][argv[name].index("--keys") + 1] == keys and argv[name][-2:] == ("--out", gpu_session.STEP_TIMES)
 
 
 def test_the_stacked_checks_time_resnet110_runs_stacked_within_their_limits():
@@ -196,6 +203,6 @@ def test_a_wheels_folder_without_wheels_or_with_a_broken_one_stops_the_session(t
 def test_checks_named_run_in_the_order_given_instead_of_the_groups():
     assert [c.name for c in gpu_session.chosen_checks(["steps"], ["resnet-compiled", "transformer-ieee"])] == [
         "resnet-compiled", "transformer-ieee"]
-    assert [c.name for c in gpu_session.chosen_checks(["costs", "tests"])] == ["costs", "costs-stacked", "graphs-auto", "stacked-modes", "stacked-tests", "tests"]  # groups: their checks in order
+    assert [c.name for c in gpu_session.chosen_checks(["costs", "tests"])] == ["costs", "costs-shared", "costs-shared-day", "costs-stacked", "graphs-auto", "stacked-modes", "stacked-tests", "tests"]  # groups: their checks in order
     with pytest.raises(SystemExit):
         gpu_session.main(["--checks", "no-such-check"])

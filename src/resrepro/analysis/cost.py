@@ -199,7 +199,7 @@ def run_gpu_hours(run: Run, step_ms: dict[str, float], gpus: int, share: str = "
     for key, _ in stages:
         if key not in step_ms:
             how = (f"; its job shares a GPU ({share.lstrip('/')}): measure the shared step's time per run "
-                   "(gpu_budget.py measures a stacking config's keys, or --stacked K; processes: benchmarks/gpu_share.py)" if share else "")
+                   "(gpu_budget.py measures the keys of a config whose jobs share GPUs, or --stacked K)" if share else "")
             raise ConfigError(f"cost: no step time for {key}; measure it with `benchmarks/gpu_budget.py --device cuda` "
                               f"(or add it to the estimate){how}")
     return sum(steps * step_ms[key] for key, steps in stages) * max(gpus, 1) / 3.6e6
