@@ -32,7 +32,8 @@ minutes fit. On an H100 on 2026-11-26: costs 73 s, tests 171 s, the steps 81 + 1
 GPU tests passed, the CUDA-graph training among them (docs/gpu-h200-2026-11-27.md). What a loan
 still has to decide (docs/gpu-h200-2026-11-27-costs.md): the GPU tests of stacked training since
 its fixes (`stacked-modes`, `stacked-tests`), one session's step times with dynamo reset for each
-key (`costs`, then `costs-stacked` with that file at hand), SAS stacked and compiled (its compile
+key (`costs`, then the paper's CIFAR runs 4 to a GPU, `costs-shared`, and `costs-stacked` with that
+file at hand), SAS stacked and compiled (its compile
 outlasted 235 s on 2026-11-27), and what inductor's graphs save on the paper's step alone
 (`--only paper-steps`).
 
