@@ -47,7 +47,8 @@ def test_every_job_asks_for_its_rules_memory_and_time_from_the_scale(copy, confi
     for rule, res in jobs:
         assert "mem_mb" in res and "runtime" in res, (rule, res)
         need = config["resources"][rule]
-        assert int(res["mem_mb"]) == need["mem_mb"], rule
+        # a training job asks for a run's memory for each run it trains at once (seeds_in_parallel)
+        assert int(res["mem_mb"]) == need["mem_mb"] * int(res.get("seeds_at_once", 1)), rule
         runtime = int(res["runtime"])
         assert runtime <= cap and runtime % need["runtime"] == 0 or runtime == cap, (rule, runtime, need)
 

@@ -83,6 +83,13 @@ def test_the_readme_shows_this_call(sbatch_call):
     assert shown in (REPO / "README.md").read_text(), "README.md should show:\n" + textwrap.indent(shown, "    ")
 
 
+def paper_plan():
+    """The paper scale's plan (config/paper.yaml): which runs each training job trains."""
+    from resrepro import experiments
+
+    return experiments.make_plan(yaml.safe_load((REPO / "config" / "paper.yaml").read_text()) | {"download_urls": {}})
+
+
 LOCAL_RULES = {"download_cifar", "fetch_translation", "fetch_coco", "fetch_backbone", "gpu_hours", "plan", "checks", "judge", "report"}
 
 
@@ -104,8 +111,8 @@ def touch(workdir, *paths: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def every_rules_call(tmp_path_factory) -> dict[str, str]:
-    """The sbatch call of one job of every rule that is not local, at paper scale: prepare_coco on its
+def every_rules_call(tmp_path_factory) -> dict[str, list[str]]:
+    """The sbatch calls of the jobs of every rule that is not local, at paper scale: prepare_coco on its
     own (its output is the captioner's input), the rest together, each with its inputs in place."""
     workdir = tmp_path_factory.mktemp("every_rule")
     stubs, env = with_stand_ins(workdir)
@@ -130,17 +137,17 @@ def every_rules_call(tmp_path_factory) -> dict[str, str]:
 
     evaluated = {rule: on_data_in_place(outputs[rule])[-1] for rule in ("evaluate_translation", "evaluate_captioning")}
     measured = on_data_in_place(outputs["measure"])[0]
-    measured_job = re.sub(r"/seed(\d+)/measure/.*", r"/seeds\1/trained.json", measured)
+    measured_job = f"results/paper/{paper_plan().job_of(re.sub(r'^results/paper/|/measure/.*$', '', measured))}/trained.json"
     done = {*[p.replace("evaluated.json", "trained.json") for p in evaluated.values()], measured_job}
     touch(workdir, *done)
-    trained = {rule: next(p for p in on_data_in_place(outputs[rule]) if p not in done)
-               for rule in ("train_classifier", "train_translator", "train_captioner")}
+    trained = {rule: next(p for p in on_data_in_place(outputs[rule]) if p not in done and (rule != "train_classifier" or "/seeds0-3/" in p))
+               for rule in ("train_classifier", "train_translator", "train_captioner")}  # a CIFAR job of 4 runs side by side
     submit("--config", "partial=true", "--", "results/data/cifar100.pt", "results/data/wmt14_en_fr/prepared.json", *trained.values(),
            *evaluated.values(), measured, "results/paper/aggregate/rows.csv")
     calls = {}
     for call in (stubs / "sbatch_calls").read_text().splitlines():
         rule = re.search(r"--comment rule_(\w+?)_wildcards|--comment rule_(\w+)", call)
-        calls.setdefault(rule.group(1) or rule.group(2), call)
+        calls.setdefault(rule.group(1) or rule.group(2), []).append(call)
     return calls
 
 
@@ -148,10 +155,15 @@ def test_every_rule_that_is_not_local_is_submitted_with_its_scales_needs(every_r
     rules = set(yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())["properties"]["resources"]["required"])
     assert set(every_rules_call) == rules - LOCAL_RULES
     config = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
-    for rule, call in every_rules_call.items():
+    runs_at_once = set()
+    for rule, call in ((rule, call) for rule, calls in every_rules_call.items() for call in calls):
         options = call.split(" --wrap=")[0]
         need = config["resources"][rule]
-        assert f" --mem {need['mem_mb']} " in options, (rule, options)
+        # a training job asks for a run's memory for each run it trains at once (its seeds, the last wildcard: 4 of a CIFAR cell)
+        seeds = re.search(r" --comment rule_train_\w+_(\d+)-(\d+) ", call)
+        at_once = int(seeds.group(2)) - int(seeds.group(1)) + 1 if seeds else 1
+        assert f" --mem {need['mem_mb'] * at_once} " in options, (rule, at_once, options)
+        runs_at_once.add((rule, at_once))
         assert f" -t {min(need['runtime'], config['max_job_minutes'])} " in options, (rule, options)
         assert " --no-requeue" in options, (rule, options)  # Snakemake retries; Slurm must not run a second copy
         assert "ntasks-per-gpu" not in options and re.findall(r"--ntasks=(\d+)", options) in ([], ["1"]), (rule, options)  # one task
@@ -161,3 +173,4 @@ def test_every_rule_that_is_not_local_is_submitted_with_its_scales_needs(every_r
             assert gpus and "--nodes=1" in options and "--cpus-per-gpu=4" in options, (rule, options)
         else:
             assert gpus is None, (rule, options)
+    assert ("train_classifier", 4) in runs_at_once
