@@ -160,7 +160,7 @@ def test_every_rule_that_is_not_local_is_submitted_with_its_scales_needs(every_r
         options = call.split(" --wrap=")[0]
         need = config["resources"][rule]
         # a training job asks for a run's memory for each run it trains at once (its seeds, the last wildcard: 4 of a CIFAR cell)
-        seeds = re.search(r" --comment rule_train_\w+_(\d+)-(\d+) ", call)
+        seeds = re.search(r" --comment rule_train_\S+?_(\d+)-(\d+) ", call)
         at_once = int(seeds.group(2)) - int(seeds.group(1)) + 1 if seeds else 1
         assert f" --mem {need['mem_mb'] * at_once} " in options, (rule, at_once, options)
         runs_at_once.add((rule, at_once))
