@@ -14,6 +14,8 @@ what they decide, each with its own time limit:
   gpu-day's 2), and `costs-stacked` the classification steps of 5 runs stacked, to that file;
 - `stacked`: K ResNet-110 runs stacked as one program against one alone, eager, as CUDA graphs and
   compiled (issue 45, item 1; measured on an H200 on 2026-11-27: docs/gpu-h200-2026-11-27-stacked.md);
+- `share`: the images/s of 1, 4, 5 and 8 ResNet-110 runs side by side as processes (the scales'
+  `seeds_in_parallel`);
 - `graphs-auto`: the GPU tests of `compile: auto` alone (every kind of image model the papers
   train, as CUDA graphs against eager), then `tests`: the GPU test suite (`pytest -m gpu`);
 - `rehearsal`: the rehearsal scale's DAG on CUDA (benchmarks/gpu_rehearsal.py): the targets that
@@ -117,6 +119,10 @@ CHECKS = (
                                                     "--variants", "add", "sas", "--modes", "eager", "graphs", "--deterministic", "--budget", "120")),
     Check("stacked-one-batch", "stacked", 90, ("benchmarks/stacked_step_time.py", "--device", "cuda", "--depth", "110", "--runs", "1",
                                                "--batch", "2048", "--variants", "add", "sas", "--modes", "eager", "graphs", "--budget", "60")),
+    # issue 45, item 1: how many ResNet-110 runs to put on a GPU as processes (the scales' seeds_in_parallel: 4, the most
+    # measured; 5 would train a paper cell's 5 seeds in one job)
+    Check("share-110", "share", 150, ("benchmarks/gpu_share.py", "--device", "cuda", "--depth", "110", "--runs", "1", "4", "5", "8",
+                                      "--seconds", "8", "--warmup", "10")),
     # every step time of the paper and gpu-day configs and each classification run's evaluation batch, in this one
     # session (the report's GPU-hours)
     Check("costs", "costs", 480, ("benchmarks/gpu_budget.py", "--device", "cuda", "--warmup", "3", "--steps", "10", "--skip", "*/processes*",

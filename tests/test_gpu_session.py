@@ -57,7 +57,7 @@ def test_the_steps_check_ieee_against_tf32_then_compiled_and_resnet_eager_then_c
     assert "--compile" in argv["transformer-compiled"] and "--compile" in argv["resnet-compiled"]
     assert "--compile" not in argv["resnet"] and "--compile" not in argv["transformer-tf32"]
     assert argv["resnet-cudagraphs"][-2:] == ("--compile", "cudagraphs")
-    assert [c.group for c in gpu_session.CHECKS] == ["steps"] * 8 + ["paper-steps"] * 3 + ["stacked"] * 4 + ["costs"] * 4 + ["tests"] * 4 + ["rehearsal"] * 2
+    assert [c.group for c in gpu_session.CHECKS] == ["steps"] * 8 + ["paper-steps"] * 3 + ["stacked"] * 4 + ["share"] + ["costs"] * 4 + ["tests"] * 4 + ["rehearsal"] * 2
     assert [c.name for c in gpu_session.CHECKS][:3] == ["transformer-ieee", "transformer-tf32", "resnet-compiled"]
 
 
@@ -66,6 +66,13 @@ def test_the_costs_check_leaves_the_runs_side_by_side_to_the_shared_checks_of_th
     assert argv["costs"][argv["costs"].index("--skip") + 1] == "*/processes*"
     for name, keys in (("costs-shared", "*/processes4"), ("costs-shared-day", "*/processes2")):
         assert argv[name][argv[name].index("--keys") + 1] == keys and argv[name][-2:] == ("--out", gpu_session.STEP_TIMES)
+
+
+def test_the_share_check_times_the_paper_runs_side_by_side_beyond_the_scales_four():
+    (check,) = [c for c in gpu_session.CHECKS if c.group == "share"]
+    assert check.argv[0] == "benchmarks/gpu_share.py" and ("--depth", "110") == check.argv[3:5]
+    runs = check.argv[check.argv.index("--runs") + 1 : check.argv.index("--seconds")]
+    assert runs == ("1", "4", "5", "8")
 
 
 def test_the_stacked_checks_time_resnet110_runs_stacked_within_their_limits():
