@@ -562,3 +562,35 @@ def test_the_budget_refuses_to_mix_devices_or_to_match_nothing(tmp_path):
     assert list(gpu_budget.chosen_steps({"a/sas": 1, "a/add": 2}, None)) == ["a/sas", "a/add"]
     with pytest.raises(SystemExit):  # --keys without a file to update
         gpu_budget.main(["--config", tiny_config_file(tmp_path), "--device", "cpu", "--keys", "*"])
+
+
+def test_the_gpu_day_fit_finds_the_most_cifar_epochs_whose_hours_fit_the_day():
+    """benchmarks/gpu_day_fit.py: CIFAR at E epochs keeps the papers' milestones at their fractions
+    (81 and 122 of 164: 6 and 9 of 12); the scale's hours grow by each CIFAR run's steps per epoch
+    (ceil(50,000 / 128) = 391 at 1 ms each here); the bisection returns the most epochs within the
+    budget, or one fewer than it started from when none fits."""
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import gpu_budget
+    import gpu_day_fit
+
+    from resrepro.experiments import make_plan
+
+    with open("tests/fixtures/config/gpu-day.yaml") as f:
+        config = yaml.safe_load(f)
+    assert gpu_day_fit.at_epochs(config, 12)["classification"]["lr_milestones"] == [6, 9] == config["classification"]["lr_milestones"]
+    assert gpu_day_fit.at_epochs(config, 164)["classification"]["lr_milestones"] == [81, 122]
+    assert config["classification"]["epochs"] == 12  # a copy: the config itself is untouched
+    steps = gpu_budget.distinct_steps([(config, make_plan(config))])
+    times = {"device": "GPU X", "basis": "measured", "commit": "abc1234", "date": "2026-11-29", "source": "a test",
+             "step_ms": {key: 1.0 for key in steps}}
+    cifar_runs = sum(run.task == "classification" for run in cost.tabled_runs(make_plan(config)).values())
+    at12, at20 = (gpu_day_fit.total_hours(gpu_day_fit.at_epochs(config, e), times) for e in (12, 20))
+    assert at20 - at12 == pytest.approx(8 * cifar_runs * 391 * 1.0 / 3.6e6)
+    best, totals = gpu_day_fit.most_epochs(config, times, at20, 12, 24)
+    assert best == 20 and totals[20] == pytest.approx(at20) and all(totals[e] > at20 for e in totals if e > 20)
+    assert gpu_day_fit.most_epochs(config, times, at12 * 0.99, 12, 24)[0] == 11
