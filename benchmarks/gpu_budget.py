@@ -73,16 +73,11 @@ def distinct_steps(configs_and_plans, stacked: tuple[int, ...] = (), evaluation:
     return steps
 
 
-def side_by_side(key: str) -> int:
-    """P of a key ending in /processes{P} (cost.sharing); 1 for a run alone."""
+def runs_sharing(key: str, how: str) -> int:
+    """K of a key ending in /{how}{K} (cost.sharing; `how`: "stacked" as one program, "processes"
+    side by side); 1 for a run alone."""
     last = key.rsplit("/", 1)[-1]
-    return int(last.removeprefix("processes")) if last.startswith("processes") else 1
-
-
-def stacked_runs(key: str) -> int:
-    """K of a key ending in /stacked{K} (cost.sharing); 1 for a run alone."""
-    last = key.rsplit("/", 1)[-1]
-    return int(last.removeprefix("stacked")) if last.startswith("stacked") else 1
+    return int(last.removeprefix(how)) if last.startswith(how) else 1
 
 
 def classifier(spec: ClassificationTrainSpec, device, speed, classes: int):
@@ -197,7 +192,7 @@ def measure_step_ms(config: dict, run: experiments.Run, device_name: str, warmup
     run's scst_key (benchmarks/scst_step_time.py's update), or of its evaluation batch where `key`
     is its eval_key; for a stacked key, of its K runs' step over K: one run's part of the GPU, what
     cost.run_gpu_hours (cost.eval_hours) reads."""
-    return 1000 * statistics.median(step_times(config, run, device_name, warmup, steps, key)) / stacked_runs(key or "")
+    return 1000 * statistics.median(step_times(config, run, device_name, warmup, steps, key)) / runs_sharing(key or "", "stacked")
 
 
 def step_times(config: dict, run: experiments.Run, device_name: str, warmup: int, steps: int, key: str | None = None,
@@ -221,9 +216,9 @@ def step_times(config: dict, run: experiments.Run, device_name: str, warmup: int
 
         step = self_critical_step(spec, pick_device(device_name), spec.scst.batch_images, spec.scst.max_len)
     elif key is not None and cost.is_eval_key(key):
-        step = evaluation_batch(spec, pick_device(device_name), classes, stacked=stacked_runs(key))
+        step = evaluation_batch(spec, pick_device(device_name), classes, stacked=runs_sharing(key, "stacked"))
     else:
-        step = training_step(spec, pick_device(device_name), classes=classes, stacked=stacked_runs(key or ""))
+        step = training_step(spec, pick_device(device_name), classes=classes, stacked=runs_sharing(key or "", "stacked"))
     for _ in range(warmup):
         step()
     before_timing()
@@ -254,7 +249,7 @@ def measure_side_by_side(config_paths: list[str], keys: list[str], device_name: 
 
     from resrepro.devices import GPUS_HELD_BY_LAUNCH
 
-    processes = {side_by_side(key) for key in keys}
+    processes = {runs_sharing(key, "processes") for key in keys}
     if len(processes) != 1 or processes == {1}:
         raise ValueError(f"keys of one count of processes side by side, got {sorted(processes)}")
     processes = processes.pop()
@@ -449,10 +444,10 @@ def main(argv=None) -> None:
                 write_step_times(opts.out, merge_measured(previous, partial, opts.keys) if previous else partial)
 
         for key, (config, run) in measured.items():  # the runs alone first: every scale's cost needs them
-            if side_by_side(key) == 1:
+            if runs_sharing(key, "processes") == 1:
                 record(key, measure_step_ms(config, run, opts.device, opts.warmup, opts.steps, key))
-        for processes in sorted({side_by_side(key) for key in measured} - {1}):
-            measure_side_by_side(opts.config, [key for key in measured if side_by_side(key) == processes], opts.device, opts.warmup,
+        for processes in sorted({runs_sharing(key, "processes") for key in measured} - {1}):
+            measure_side_by_side(opts.config, [key for key in measured if runs_sharing(key, "processes") == processes], opts.device, opts.warmup,
                                  opts.steps, measured=record)
         if previous:
             times = merge_measured(previous, times, opts.keys)

@@ -299,8 +299,8 @@ def test_the_budget_times_runs_side_by_side_as_processes_and_gives_a_runs_part()
 
     gpu_budget = _gpu_budget()
     assert gpu_budget.shared_step_ms([[0.010, 0.012, 0.011], [0.020, 0.020, 0.021], [0.016, 0.015, 0.014]]) == pytest.approx(5.0)
-    assert gpu_budget.side_by_side("classification/cifar10/preact_resnet20/add/b128/processes4") == 4
-    assert gpu_budget.side_by_side("classification/cifar10/preact_resnet20/add/b128/stacked4") == 1
+    assert gpu_budget.runs_sharing("classification/cifar10/preact_resnet20/add/b128/processes4", "processes") == 4
+    assert gpu_budget.runs_sharing("classification/cifar10/preact_resnet20/add/b128/stacked4", "processes") == 1
     config = {**tiny_config(), "seeds": 2, "seeds_per_job": {"classification": 2}, "seeds_in_parallel": {"classification": 2}}
     steps = gpu_budget.distinct_steps([(config, make_plan(config))], evaluation=True)
     shared = [k for k in steps if k.endswith("/processes2")]

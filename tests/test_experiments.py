@@ -107,6 +107,13 @@ def test_a_cells_seeds_are_grouped_into_jobs(mini, seeds_per_job, jobs):
     assert sorted(run for runs in plan.jobs.values() for run in runs) == sorted(plan.runs)
 
 
+def test_stacking_is_refused_beside_classification_seeds_side_by_side_only(mini):
+    config = {**mini, "tables": ["sas-fn1"], "figures": [], "seeds_stacked": True}
+    with pytest.raises(ConfigError, match=r"seeds_in_parallel 2 would start them as separate processes too"):
+        experiments.make_plan({**config, "seeds_in_parallel": {"classification": 2}})
+    assert experiments.make_plan({**config, "seeds_in_parallel": {"translation": 2}}).jobs  # another task's processes: no conflict
+
+
 def test_a_jobs_spec_is_its_runs_spec_without_the_seed(mini):
     plan = experiments.make_plan({**mini, "tables": ["sas-fn1"]})
     job, paths = next(iter(plan.jobs.items()))

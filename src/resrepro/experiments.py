@@ -424,7 +424,7 @@ def make_plan(config: dict) -> Plan:
         plan.claims = yaml.safe_load(Path(config["claims"]).read_text()) or {}
         load_claims(plan.claims, all_tables, all_figures, config["claims"])
     if config.get("seeds_stacked") and seeds_in_parallel(config, "classification") > 1:
-        raise ConfigError(f"seeds_stacked trains a job's seeds as one program; seeds_in_parallel {config['seeds_in_parallel']} "
+        raise ConfigError(f"seeds_stacked trains a job's seeds as one program; seeds_in_parallel {seeds_in_parallel(config, 'classification')} "
                           "would start them as separate processes too: set one of the two for classification")
     plan.jobs = group_into_jobs(plan.runs, lambda task: seeds_per_job(config, task))
     return plan
@@ -660,7 +660,7 @@ def training_rounds(config: dict, task: str, runs: int) -> int:
     return -(-runs // seeds_at_once(config, task, runs))
 
 
-def job_memory(config: dict, rule: str, at_once: int = 1) -> int:
+def job_memory(config: dict, rule: str, at_once: int) -> int:
     """The memory (MB) a job of `rule` asks for: its memory per run (config `resources`) times the
     runs it trains at once, each its own process with its own copy of torch, CUDA and the data."""
     return config["resources"][rule]["mem_mb"] * at_once

@@ -104,7 +104,8 @@ def seeds_at_once(task):
 
 def memory_of_training(rule_name, task):
     """A training job's memory: the memory per run times the seeds it trains at once (processes)."""
-    return lambda wildcards: experiments.job_memory(config, rule_name, experiments.seeds_at_once(config, task, len(job_runs(task, wildcards))))
+    at_once = seeds_at_once(task)
+    return lambda wildcards: experiments.job_memory(config, rule_name, at_once(wildcards))
 
 
 def runtime_of_training(rule_name, task):
