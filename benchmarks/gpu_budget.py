@@ -28,7 +28,9 @@ classification run's evaluation batch (the test set's, after every epoch) is tim
 under its own key (cost.eval_key): the evaluation the loop runs, forward only, uncompiled. Where a
 scale's jobs train P runs side by side (seeds_in_parallel), their keys `.../processes{P}` are timed
 last, by P processes stepping together (`--skip '*/processes*'` leaves them for a later call with
-`--keys '*/processes*'` into the same file, in the same session).
+`--keys '*/processes*'` into the same file, in the same session). The deterministic kernels'
+cost: per task of a scale, the key its deterministic runs take the most steps of is timed again
+with them off, as `.../nondeterministic` (cost.switch_keys), after the other keys alone.
 """
 
 from __future__ import annotations
@@ -52,16 +54,21 @@ from resrepro.specs import ClassificationTrainSpec, TrainSpec
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def distinct_steps(configs_and_plans, stacked: tuple[int, ...] = (), evaluation: bool = False) -> dict[str, tuple[dict, experiments.Run]]:
+def distinct_steps(configs_and_plans, stacked: tuple[int, ...] = (), evaluation: bool = False,
+                   switched: bool = False) -> dict[str, tuple[dict, experiments.Run]]:
     """One (config, run) per step key of the tables' runs (cost.tabled_runs), in plan order; for
     a config whose jobs stack their runs (cost.sharing), the stacked keys too, and with `stacked`
     each classification key stacked K for each K given (what stacking would cost, measured beside
     the keys alone). With `evaluation`, each classification run's evaluation key (cost.eval_key)
     after its steps', stacked likewise. A config whose jobs train their runs side by side as
-    processes adds those keys (`/processes{P}`), timed with P processes at once."""
+    processes adds those keys (`/processes{P}`), timed with P processes at once. With `switched`,
+    each task's switch key with deterministic kernels off (cost.switch_keys, `/nondeterministic`)."""
     steps = {}
     for config, plan in configs_and_plans:
         shares = cost.sharing(config, plan)
+        for key in cost.switch_keys(plan).values() if switched else ():
+            run = next(run for run in cost.tabled_runs(plan).values() if cost.step_key(run) == key)
+            steps.setdefault(key + cost.NONDETERMINISTIC, (config, run))
         for path, run in cost.tabled_runs(plan).items():
             evaluated = [(cost.eval_key(run), 0)] if evaluation and cost.eval_key(run) else []
             for key, _ in cost.stages_of(run) + evaluated:
@@ -208,7 +215,10 @@ def step_times(config: dict, run: experiments.Run, device_name: str, warmup: int
     # session's classification steps eagerly (docs/gpu-h200-2026-11-27-costs.md)
     torch._dynamo.reset()
     spec = experiments.train_spec(config, run)
-    if spec.get("deterministic"):
+    if key is not None and key.endswith(cost.NONDETERMINISTIC):
+        use_fastest_algorithms()
+        key = key.removesuffix(cost.NONDETERMINISTIC)
+    elif spec.get("deterministic"):
         use_deterministic_algorithms()
     classes = 100 if run.dataset == "cifar100" else 10
     if key is not None and key == cost.scst_key(run):
@@ -228,6 +238,18 @@ def step_times(config: dict, run: experiments.Run, device_name: str, warmup: int
         step()
         times.append(time.perf_counter() - started)
     return times
+
+
+def use_fastest_algorithms() -> None:
+    """Undoes devices.use_deterministic_algorithms for the steps timed after it, back to torch's
+    defaults, as a recipe without deterministic kernels trains; all but cuBLAS's workspace, which
+    stays as cuBLAS started in this process (main times these keys last, so 32 MiB)."""
+    import torch
+
+    torch.use_deterministic_algorithms(False)
+    torch.backends.cudnn.deterministic = False
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cuda.enable_cudnn_sdp(True)
 
 
 def shared_step_ms(worker_times: list[list[float]]) -> float:
@@ -413,7 +435,7 @@ def main(argv=None) -> None:
         p.error("--keys updates an existing step-times file: name it with --out (and measure, without --estimate)")
 
     configs_and_plans = [cost.load_scale(path) for path in opts.config]
-    steps = distinct_steps(configs_and_plans, tuple(opts.stacked), evaluation=not opts.estimate)
+    steps = distinct_steps(configs_and_plans, tuple(opts.stacked), evaluation=not opts.estimate, switched=not opts.estimate)
     steps = {key: step for key, step in steps.items() if not any(fnmatch.fnmatchcase(key, glob) for glob in opts.skip)}
     today = datetime.date.today().isoformat()
     if opts.estimate:
@@ -443,9 +465,12 @@ def main(argv=None) -> None:
                 partial = {**times, "source": f"{source} (partial: {i} of {len(measured)} keys measured)"}
                 write_step_times(opts.out, merge_measured(previous, partial, opts.keys) if previous else partial)
 
-        for key, (config, run) in measured.items():  # the runs alone first: every scale's cost needs them
-            if runs_sharing(key, "processes") == 1:
-                record(key, measure_step_ms(config, run, opts.device, opts.warmup, opts.steps, key))
+        alone = [key for key in measured if runs_sharing(key, "processes") == 1]
+        # the runs alone first: every scale's cost needs them; those with deterministic kernels off
+        # last, so that cuBLAS starts with the deterministic keys' fixed workspace
+        for key in sorted(alone, key=lambda key: key.endswith(cost.NONDETERMINISTIC)):
+            config, run = measured[key]
+            record(key, measure_step_ms(config, run, opts.device, opts.warmup, opts.steps, key))
         for processes in sorted({runs_sharing(key, "processes") for key in measured} - {1}):
             measure_side_by_side(opts.config, [key for key in measured if runs_sharing(key, "processes") == processes], opts.device, opts.warmup,
                                  opts.steps, measured=record)

@@ -123,8 +123,8 @@ CHECKS = (
     # measured; 5 would train a paper cell's 5 seeds in one job)
     Check("share-110", "share", 150, ("benchmarks/gpu_share.py", "--device", "cuda", "--depth", "110", "--runs", "1", "4", "5", "8",
                                       "--seconds", "8", "--warmup", "10")),
-    # every step time of the paper and gpu-day configs and each classification run's evaluation batch, in this one
-    # session (the report's GPU-hours)
+    # every step time of the paper and gpu-day configs, each classification run's evaluation batch and each task's
+    # busiest key again with deterministic kernels off (/nondeterministic), in this one session (the report's GPU-hours)
     Check("costs", "costs", 480, ("benchmarks/gpu_budget.py", "--device", "cuda", "--warmup", "3", "--steps", "10", "--skip", "*/processes*",
                                   "--out", STEP_TIMES)),
     # then, into the same session's file, the paper's CIFAR steps as its jobs train them: 4 runs side by side as processes

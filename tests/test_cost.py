@@ -63,10 +63,46 @@ def test_a_table_counts_its_runs_and_the_total_counts_each_run_once():
     assert frame.loc["total", "gpu_hours"] == pytest.approx(4 * add_h) and frame.loc["total", "runs"] == 3
     assert frame.loc["total", "seeds"] == 2 and math.isnan(frame.loc["total", "gpu_hours_per_seed"])
     assert list(frame.reset_index().columns) == ["table", "scale", "runs", "seeds", "gpu_hours", "gpu_hours_per_seed", "counts",
-                                                 "leaves_out", "sharing", "device", "basis", "commit", "date", "source"]
+                                                 "leaves_out", "sharing", "deterministic", "device", "basis", "commit", "date", "source"]
     assert set(frame["sharing"]) == {"each run alone on its GPUs"} and set(frame["commit"]) == {"abc1234"}
-    assert set(frame["source"]) == {"a test"}
+    assert set(frame["source"]) == {"a test"} and set(frame["deterministic"]) == {"off: torch's fastest kernels"}
     assert set(frame["scale"]) == {"paper"} and set(frame["device"]) == {"GPU X"} and set(frame["basis"]) == {"estimate"}
+
+
+def test_the_deterministic_switch_is_priced_from_one_key_per_task_timed_with_it_off():
+    """Per task, the key its deterministic runs take the most steps of is where the switch is timed
+    (here add, 2 runs, over sas, 1). Off, add's step takes 24 of 36 ms: 2/3. The deterministic
+    classification runs' steps (2 x 0.0391 h add, 0.0782 h sas) drop by a third, the run without
+    deterministic kernels (xskip) and the translation run (not timed off) stay; the total's
+    evaluation-free 0.2855 h become 0.2855 - 0.1564 / 3."""
+    det = {**CIFAR, "deterministic": True}
+    a0, a1, b0 = run(seed=0, recipe=det), run(seed=1, recipe=det), run(variant="sas", recipe=det)
+    fast = run(variant="xskip", recipe=CIFAR)
+    mt = run("translation", "wmt14_en_de", "transformer_big", "big", "sas", recipe={**MT, "deterministic": True})
+    plan = Plan("paper", {}, runs={"a0": a0, "a1": a1, "b0": b0, "x0": fast, "mt": mt}, rows=[
+        {"table": "t1", "label": "add", "runs": ["a0", "a1"]}, {"table": "t1", "label": "sas", "runs": ["b0"]},
+        {"table": "t1", "label": "xskip", "runs": ["x0"]}, {"table": "t2", "label": "sas", "runs": ["mt"]}])
+    add, sas, mt_key = cost.step_key(a0), cost.step_key(b0), cost.step_key(mt)
+    assert cost.switch_keys(plan) == {"classification": add, "translation": mt_key}
+    step_ms = {add: 36.0, sas: 72.0, cost.step_key(fast): 40.0, mt_key: 90.0}
+    times = {"device": "GPU X", "basis": "measured", "commit": "abc1234", "date": "2026-11-27", "source": "a test", "step_ms": step_ms}
+    config = {"scale": "paper", "gpus_per_job": 1, "translation": {}}
+    said = cost.table_costs(plan, config, times).set_index("table").loc["total", "deterministic"]
+    assert said == ("on for classification and translation, so that a seed gives the same numbers on the same GPU and software, "
+                    "and a resumed run those of an unbroken one; their cost is not in this step-times file "
+                    "(benchmarks/gpu_budget.py times the keys ending /nondeterministic)")
+    step_ms[add + cost.NONDETERMINISTIC] = 24.0
+    assert cost.switch_ratios(plan, step_ms) == {"classification": (add, pytest.approx(2 / 3))}
+    add_h, sas_h, fast_h, mt_h = 3910 * 0.036 / 3600, 3910 * 0.072 / 3600, 3910 * 0.040 / 3600, 2000 * 0.090 / 3600
+    step_hours = {"a0": add_h, "a1": add_h, "b0": sas_h, "x0": fast_h, "mt": mt_h}
+    total = 2 * add_h + sas_h + fast_h + mt_h
+    assert cost.hours_without_deterministic(plan, step_ms, step_hours, total) == pytest.approx(total - (2 * add_h + sas_h) / 3)
+    assert cost.hours_without_deterministic(plan, {**step_ms, mt_key + cost.NONDETERMINISTIC: 45.0}, step_hours, total) == \
+        pytest.approx(total - (2 * add_h + sas_h) / 3 - mt_h / 2)
+    said = cost.table_costs(plan, config, times).set_index("table").loc["total", "deterministic"]
+    assert said.endswith("; off, a step takes 0.67x its time at classification/preact_resnet20/add/batch128, and the scale would "
+                         f"take about {total - (2 * add_h + sas_h) / 3:,.1f} GPU-hours, not {total:,.1f} (each task's training steps "
+                         "at its key's ratio); translation at their cost with them on (not timed off in this step-times file)")
 
 
 ANCHORS = {
@@ -333,6 +369,49 @@ def test_the_budget_times_the_runs_alone_first_and_skips_what_it_is_told(tmp_pat
     assert shared and keys == [key for key in keys if key not in shared] + shared and groups == [shared]
     gpu_budget.main(["--config", str(path), "--device", "cpu", "--out", str(out), "--skip", "*/processes*"])
     assert list(yaml.safe_load(out.read_text())["step_ms"]) == [key for key in keys if key not in shared] and len(groups) == 1
+    capsys.readouterr()
+
+
+def test_the_budget_times_each_tasks_switch_key_with_deterministic_kernels_off_and_last(tmp_path, monkeypatch, capsys):
+    """With deterministic recipes, gpu_budget.py adds each task's switch key ending /nondeterministic;
+    its step is the run's training step with torch's defaults restored, timed after the other keys
+    alone (cuBLAS starts with the deterministic keys' workspace)."""
+    import torch
+    import yaml
+
+    from resrepro import devices
+    from resrepro.experiments import make_plan
+
+    gpu_budget = _gpu_budget()
+    tiny = tiny_config()
+    config = {**tiny, "classification": {**tiny["classification"], "deterministic": True}}
+    plan = make_plan(config)
+    switched = [k for k in gpu_budget.distinct_steps([(config, plan)], switched=True) if k.endswith(cost.NONDETERMINISTIC)]
+    assert switched == [cost.switch_keys(plan)["classification"] + cost.NONDETERMINISTIC]
+    assert not any(k.endswith(cost.NONDETERMINISTIC) for k in gpu_budget.distinct_steps([(config, plan)]))
+
+    modes = []
+    monkeypatch.setattr(gpu_budget, "training_step", lambda spec, device, classes, stacked: modes.append(
+        torch.are_deterministic_algorithms_enabled()) or (lambda: None))
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # use_deterministic_algorithms sets it: undone with the test
+    config_of, run = gpu_budget.distinct_steps([(config, plan)], switched=True)[switched[0]]
+    try:
+        gpu_budget.measure_step_ms(config_of, run, "cpu", warmup=0, steps=1, key=switched[0].removesuffix(cost.NONDETERMINISTIC))
+        gpu_budget.measure_step_ms(config_of, run, "cpu", warmup=0, steps=1, key=switched[0])
+        assert modes == [True, False]
+        devices.use_deterministic_algorithms()
+        gpu_budget.use_fastest_algorithms()
+        assert not torch.backends.cudnn.deterministic and torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        gpu_budget.use_fastest_algorithms()
+
+    monkeypatch.setattr(gpu_budget, "measure_step_ms", lambda config, run, device, warmup, steps, key: 8.0)
+    monkeypatch.setattr(gpu_budget, "measure_write_gb_s", lambda *a: 1.0)
+    path, out = tmp_path / "deterministic.yaml", tmp_path / "times.yaml"
+    path.write_text(yaml.safe_dump(config))
+    gpu_budget.main(["--config", str(path), "--device", "cpu", "--out", str(out)])
+    keys = list(yaml.safe_load(out.read_text())["step_ms"])
+    assert keys[-1] == switched[0] and len(keys) == len(gpu_budget.distinct_steps([(config, plan)], evaluation=True)) + 1
     capsys.readouterr()
 
 

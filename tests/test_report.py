@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 from types import SimpleNamespace
+from html import unescape
 from pathlib import Path
 
 import matplotlib.colors
@@ -405,6 +406,8 @@ def test_gpu_hours_per_table_are_shown_with_their_device_and_basis(report):
     costs["sharing"] = costs["scale"].map({"paper": "each run alone on its GPUs", "gpu-day": "4 runs a GPU as processes"})
     costs["counts"] = costs["scale"].map({"paper": "training steps; checkpoint writes at 2 GB/s", "gpu-day": "training steps"})
     costs["leaves_out"] = "evaluation, data preparation"
+    costs["deterministic"] = costs["scale"].map({"paper": "on for classification; off, a step takes 0.66x its time",
+                                                 "gpu-day": "off: torch's fastest kernels"})
     costs.to_csv(report.aggregate / "gpu_hours.csv", index=False)
     html = render_report(report.aggregate, report.aggregate / "costed.html", report.plan)
     assert "GPU-hours and disk per table at paper and gpu-day scale, on NVIDIA H100" in html and "an estimate" in html
@@ -413,6 +416,8 @@ def test_gpu_hours_per_table_are_shown_with_their_device_and_basis(report):
     assert ("At paper scale the hours count training steps; checkpoint writes at 2 GB/s, and leave out evaluation, data preparation. "
             "At gpu-day scale the hours count training steps, and leave out evaluation, data preparation.") in said
     assert "Runs per GPU: paper, each run alone on its GPUs; gpu-day, 4 runs a GPU as processes." in said
+    assert ("Deterministic kernels: at paper scale on for classification; off, a step takes 0.66x its time; "
+            "at gpu-day scale off: torch's fastest kernels.") in unescape(said)
     sas_t7, features, total, peak = (list(row.values()) for row in table_rows(html, "gpu-hours"))
     assert sas_t7 == ["sas-t7", "15", "43.4", "8.7", "11.6", "6", "1.6", "0.8", "4.6"]
     assert total[:3] == ["total", "315", "3397.7"] and total[4] == "1366.4" and total[5:7] == ["126", "18.4"] and total[8] == "561.3"

@@ -25,7 +25,9 @@ times (gpu_budget.py measures them beside the steps). The translation and captio
 evaluation (the dev loss at each checkpoint, beam search after training) and data preparation are
 left out. A run alone on its GPU takes the GPU's whole time; the runs of a job
 that share their GPU (`sharing`) take the step times measured so, per run, and, where the file
-has none, the time alone: an upper bound, which the report says. A table's cost is that of its
+has none, the time alone: an upper bound, which the report says. The recipes' deterministic
+kernels cost what the file's `/nondeterministic` keys say: one key per task timed with them off
+(`switch_keys`), which prices the scale without them (`deterministic_text`). A table's cost is that of its
 runs (a run that two tables share counts in both); a scale's total counts each run of its tables
 once.
 """
@@ -51,6 +53,7 @@ TRAIN_EXAMPLES = {"cifar10": 50_000, "cifar100": 50_000, "digits": 1_297}
 TEST_EXAMPLES = {"cifar10": 10_000, "cifar100": 10_000, "digits": 500}
 BASES = ("measured", "estimate")
 STEP_TIMES_KEYS = ("device", "basis", "commit", "date", "source", "step_ms")
+NONDETERMINISTIC = "/nondeterministic"  # a step key timed with its recipe's deterministic kernels off
 
 
 def precision_suffix(recipe: dict) -> str:
@@ -186,6 +189,64 @@ def sharing_text(shares: set[str], unmeasured: set[str] = frozenset()) -> str:
     return "; ".join(map(words, sorted(shares)))
 
 
+def trains_deterministic(run: Run) -> bool:
+    """Whether the run's recipe turns on deterministic kernels (devices.use_deterministic_algorithms)."""
+    return bool(json.loads(run.recipe_json).get("deterministic"))
+
+
+def switch_keys(plan: Plan) -> dict[str, str]:
+    """Per task, the step key that its tabled runs with deterministic kernels take the most
+    training steps of (the first in plan order among equals): where the deterministic switch is
+    timed, as that key + NONDETERMINISTIC with the kernels off (benchmarks/gpu_budget.py)."""
+    steps: dict[str, dict[str, int]] = {}
+    for run in tabled_runs(plan).values():
+        if trains_deterministic(run):
+            by_key = steps.setdefault(run.task, {})
+            by_key[step_key(run)] = by_key.get(step_key(run), 0) + steps_of(run)
+    return {task: max(by_key, key=by_key.get) for task, by_key in steps.items()}
+
+
+def switch_ratios(plan: Plan, step_ms: dict[str, float]) -> dict[str, tuple[str, float]]:
+    """Per task whose switch key (`switch_keys`) the file has timed both ways: (the key, its step's
+    time with deterministic kernels off over its time with them on)."""
+    return {task: (key, step_ms[key + NONDETERMINISTIC] / step_ms[key]) for task, key in switch_keys(plan).items()
+            if key in step_ms and key + NONDETERMINISTIC in step_ms}
+
+
+def hours_without_deterministic(plan: Plan, step_ms: dict[str, float], step_hours: dict[str, float], total: float) -> float:
+    """A scale's GPU-hours (`total`) with its deterministic kernels off: each deterministic run's
+    training steps (`step_hours`, by run path) at its task's `switch_ratios` (measured on one run
+    alone), the rest as it is; a task without a ratio stays at its cost with them on."""
+    runs, ratios = tabled_runs(plan), switch_ratios(plan, step_ms)
+    return total - math.fsum(hours * (1 - ratios[runs[path].task][1]) for path, hours in step_hours.items()
+                             if trains_deterministic(runs[path]) and runs[path].task in ratios)
+
+
+def deterministic_text(plan: Plan, step_ms: dict[str, float], step_hours: dict[str, float], total: float) -> str:
+    """What a scale's deterministic kernels do and cost, in words, for the report: the tasks that
+    train with them; per task, its switch key's step off over on; and the scale's GPU-hours
+    without them (`hours_without_deterministic`) beside `total`."""
+    runs = tabled_runs(plan)
+    tasks = list(dict.fromkeys(run.task for run in runs.values() if trains_deterministic(run)))
+    if not tasks:
+        return "off: torch's fastest kernels"
+    said = (f"on for {_listed(tasks)}, so that a seed gives the same numbers on the same GPU and software, and a resumed "
+            "run those of an unbroken one")
+    ratios = switch_ratios(plan, step_ms)
+    if not ratios:
+        return said + "; their cost is not in this step-times file (benchmarks/gpu_budget.py times the keys ending /nondeterministic)"
+    said += "; off, a step takes " + ", ".join(f"{ratio:.2f}x its time at {key}" for key, ratio in ratios.values())
+    without = hours_without_deterministic(plan, step_ms, step_hours, total)
+    said += f", and the scale would take about {without:,.1f} GPU-hours, not {total:,.1f} (each task's training steps at its key's ratio)"
+    if unmeasured := [task for task in tasks if task not in ratios]:
+        said += f"; {_listed(unmeasured)} at their cost with them on (not timed off in this step-times file)"
+    return said
+
+
+def _listed(words: list[str]) -> str:
+    return ", ".join(words[:-1]) + f" and {words[-1]}" if len(words) > 1 else words[0]
+
+
 def load_scale(path: str | Path) -> tuple[dict, Plan]:
     """A scale profile (config/paper.yaml, ...) as written, and its plan: what is costed."""
     config = yaml.safe_load(Path(path).read_text())
@@ -258,12 +319,13 @@ def table_costs(plan: Plan, config: dict, step_times: dict, copies: dict[str, fl
     then a row `total` over every run of the scale once. A run's hours are its steps', its
     evaluation's where the file times evaluation (`eval_hours`), and the overheads the files give figures for (`overhead_hours`; `copies`, disk.yaml's, for the
     checkpoints). Each row names the scale, what its hours count and leave out, how its runs share
-    their GPUs, and the step times' device, basis, commit and date. Runs that only figures
+    their GPUs, what its deterministic kernels cost (`deterministic_text`), and the step times' device, basis, commit and date. Runs that only figures
     name (paper 003's nets) are not costed: the step-time files hold the tables' architectures only."""
     runs, shares = tabled_runs(plan), sharing(config, plan)
     costed_as = {path: measured_share(run, shares.get(path, ""), step_times["step_ms"]) for path, run in runs.items()}
     evaluated = times_evaluation(step_times["step_ms"])
-    hours = {path: run_gpu_hours(run, step_times["step_ms"], gpus_for(config, run), costed_as[path])
+    step_hours = {path: run_gpu_hours(run, step_times["step_ms"], gpus_for(config, run), costed_as[path]) for path, run in runs.items()}
+    hours = {path: step_hours[path]
                    + (eval_hours(run, step_times["step_ms"], gpus_for(config, run), shares.get(path, "")) if evaluated else 0.0)
                    + sum(overhead_hours(run, config, step_times, copies, gpus_for(config, run)).values())
              for path, run in runs.items()}
@@ -284,6 +346,7 @@ def table_costs(plan: Plan, config: dict, step_times: dict, copies: dict[str, fl
     frame["counts"], frame["leaves_out"] = counted_text(step_times, copies, any(gpus_for(config, run) > 1 for run in runs.values()))
     frame["sharing"] = sharing_text({shares.get(path, "") for path in runs},
                                     {shares.get(path, "") for path in runs if costed_as[path] != shares.get(path, "")})
+    frame["deterministic"] = deterministic_text(plan, step_times["step_ms"], step_hours, math.fsum(hours.values()))
     for key in ("device", "basis", "commit", "date", "source"):
         frame[key] = step_times[key]
     return frame

@@ -266,8 +266,8 @@ DISK_ONLY_ROWS = ("features", "peak")  # analysis/disk.py's rows beside the tabl
 
 def gpu_costs(path: Path) -> dict | None:
     """The GPU-hours of each table at each costed scale (analysis/cost.py), for the report: its
-    device, basis and session (commit, date), per scale what its hours count and leave out and how
-    its runs hold their GPUs, and per table and scale the runs, seeds, hours and hours per seed."""
+    device, basis and session (commit, date), per scale what its hours count and leave out, how
+    its runs hold their GPUs and what its deterministic kernels cost, and per table and scale the runs, seeds, hours and hours per seed."""
     if not path.exists():
         return None
     frame = pd.read_csv(path)
@@ -284,8 +284,9 @@ def gpu_costs(path: Path) -> dict | None:
         disk.setdefault(r["scale"], {})[r["table"]] = fmt(r["disk_gb"], 1)
     sharing = {r["scale"]: r["sharing"] for _, r in frame[~disk_rows].iterrows()}
     counted = {r["scale"]: (r["counts"], r["leaves_out"]) for _, r in frame[~disk_rows].iterrows()}
+    deterministic = {r["scale"]: r["deterministic"] for _, r in frame[~disk_rows].iterrows()}
     return {"device": first["device"], "basis": first["basis"], "commit": first["commit"], "date": first["date"], "source": first["source"],
-            "scales": list(dict.fromkeys(frame["scale"])), "sharing": sharing, "counted": counted,
+            "scales": list(dict.fromkeys(frame["scale"])), "sharing": sharing, "counted": counted, "deterministic": deterministic,
             "tables": tables, "total": total, "disk": disk, "disk_source": first.get("disk_source", "")}
 
 
