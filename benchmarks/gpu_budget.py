@@ -266,7 +266,6 @@ def measure_side_by_side(config_paths: list[str], keys: list[str], device_name: 
     run's part of the GPU is shared_step_ms of their step times. The processes start once for all
     the keys (torch's import and CUDA's start-up are seconds each); `measured(key, ms)` is called
     as each key's times are in."""
-    import json
     import tempfile
 
     from resrepro.devices import GPUS_HELD_BY_LAUNCH
@@ -275,27 +274,38 @@ def measure_side_by_side(config_paths: list[str], keys: list[str], device_name: 
     if len(processes) != 1 or processes == {1}:
         raise ValueError(f"keys of one count of processes side by side, got {sorted(processes)}")
     processes = processes.pop()
-    times_ms = {}
     with tempfile.TemporaryDirectory(prefix="gpu-budget-") as work:
         argv = [sys.executable, __file__, "--worker", *(key.rsplit("/", 1)[0] for key in keys), "--work-dir", work,
                 "--processes", str(processes), "--device", device_name, "--warmup", str(warmup), "--steps", str(steps),
                 "--config", *(str(Path(path).resolve()) for path in config_paths)]
         env = {**os.environ, GPUS_HELD_BY_LAUNCH: "1"}  # the job's one GPU, not one each from the pool
         workers = [subprocess.Popen([*argv, "--worker-index", str(i)], env=env, cwd=ROOT) for i in range(processes)]
-        try:
-            while True:
-                running = [worker.poll() is None for worker in workers]
-                for j, key in enumerate(keys):
-                    results = [Path(work, f"{j}-{i}.json") for i in range(processes)]
-                    if key not in times_ms and all(result.exists() for result in results):
-                        times_ms[key] = shared_step_ms([json.loads(result.read_text()) for result in results])
-                        measured(key, times_ms[key])
-                if any(worker.returncode for worker in workers) or not any(running):
-                    break  # a failed worker would leave the others waiting for it
-                time.sleep(0.1)
-        finally:
-            for worker in workers:
-                worker.kill()
+        return collect_side_by_side(workers, Path(work), keys, measured)
+
+
+def collect_side_by_side(workers: list[subprocess.Popen], work: Path, keys: list[str], measured=lambda key, ms: None) -> dict[str, float]:
+    """Each key's shared_step_ms once all `workers` have written its times to `work` (worker i's
+    of key j to j-i.json), `measured(key, ms)` as each is in. A worker that fails ends it: the
+    others, which would wait for it at the next key's barrier, are killed, and so is every worker
+    left when it ends otherwise."""
+    import json
+
+    times_ms = {}
+    try:
+        while True:
+            running = [worker.poll() is None for worker in workers]
+            for j, key in enumerate(keys):
+                results = [work / f"{j}-{i}.json" for i in range(len(workers))]
+                if key not in times_ms and all(result.exists() for result in results):
+                    times_ms[key] = shared_step_ms([json.loads(result.read_text()) for result in results])
+                    measured(key, times_ms[key])
+            if any(worker.returncode for worker in workers) or not any(running):
+                break
+            time.sleep(0.1)
+    finally:
+        for worker in workers:
+            worker.kill()
+            worker.wait()
     failed = [worker.returncode for worker in workers if worker.returncode not in (0, -9)]
     if failed or len(times_ms) < len(keys):
         raise SystemExit(f"{len(times_ms)} of {len(keys)} keys side by side measured: a worker failed (exit codes {failed})")

@@ -438,6 +438,26 @@ def test_the_budget_starts_the_processes_of_side_by_side_keys_once_and_fails_wit
         gpu_budget.measure_side_by_side([str(path)], [keys[0], keys[0].replace("processes2", "processes3")], "cpu", warmup=0, steps=1)
 
 
+def test_a_failed_side_by_side_worker_kills_the_ones_waiting_for_it(tmp_path):
+    """One worker fails while the other waits (as at the next key's barrier): the waiting one is
+    killed at once, and the measurement fails naming the exit code; times already in are given."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    gpu_budget = _gpu_budget()
+    (tmp_path / "0-0.json").write_text(json.dumps([0.010, 0.012]))
+    (tmp_path / "0-1.json").write_text(json.dumps([0.014, 0.014]))
+    waiting = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    failing = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    seen, started = {}, time.monotonic()
+    with pytest.raises(SystemExit, match=r"1 of 2 keys side by side measured: a worker failed \(exit codes \[3\]\)"):
+        gpu_budget.collect_side_by_side([waiting, failing], tmp_path, ["a/processes2", "b/processes2"], measured=seen.__setitem__)
+    assert waiting.returncode == -9 and time.monotonic() - started < 60
+    assert seen == {"a/processes2": pytest.approx(1000 * 0.0125 / 2)}  # the median of 11 and 14 ms, over 2
+
+
 def test_checkpoint_writes_and_the_all_reduce_count_where_the_file_has_their_bandwidths(monkeypatch):
     """A translation run on 4 GPUs, 2,500 updates, a checkpoint every 1,000 (3 last.pt of 3 weight
     copies, 3 step files of 1), 100 MB of weights: 12 copies = 1.2 GB written at 2 GB/s = 0.6 s,
