@@ -194,18 +194,31 @@ def evaluation_batch(spec: ClassificationTrainSpec, device, classes: int = 10, s
     return lambda: evaluate(nets[0], x, y, mean, std, size, speed)
 
 
-def measure_step_ms(config: dict, run: experiments.Run, device_name: str, warmup: int, steps: int, key: str | None = None) -> float:
+def measure_step(config: dict, run: experiments.Run, device_name: str, warmup: int, steps: int, key: str | None = None) -> tuple[float, float]:
     """The median ms of the run's training step, of its self-critical update where `key` is the
     run's scst_key (benchmarks/scst_step_time.py's update), or of its evaluation batch where `key`
     is its eval_key; for a stacked key, of its K runs' step over K: one run's part of the GPU, what
-    cost.run_gpu_hours (cost.eval_hours) reads."""
-    return 1000 * statistics.median(step_times(config, run, device_name, warmup, steps, key)) / runs_sharing(key or "", "stacked")
+    cost.run_gpu_hours (cost.eval_hours) reads. Then the seconds its warm-up took beyond as many
+    steps at that time (warmup_excess_s): what cost.overhead_hours counts as a run's first steps."""
+    warmup_times, times = step_times(config, run, device_name, warmup, steps, key)
+    return 1000 * statistics.median(times) / runs_sharing(key or "", "stacked"), warmup_excess_s(warmup_times, times)
+
+
+def measure_step_ms(config: dict, run: experiments.Run, device_name: str, warmup: int, steps: int, key: str | None = None) -> float:
+    """measure_step's median ms."""
+    return measure_step(config, run, device_name, warmup, steps, key)[0]
+
+
+def warmup_excess_s(warmup_times: list[float], times: list[float]) -> float:
+    """The seconds the warm-up steps took beyond as many steps at the timed steps' median: the
+    first steps' compiling and first calls (none below 0, which is noise)."""
+    return max(0.0, sum(warmup_times) - len(warmup_times) * statistics.median(times))
 
 
 def step_times(config: dict, run: experiments.Run, device_name: str, warmup: int, steps: int, key: str | None = None,
-               before_timing=lambda: None) -> list[float]:
-    """The seconds of each of `steps` timed steps of `key` (see measure_step_ms) after `warmup`
-    untimed ones; `before_timing` is called between them."""
+               before_timing=lambda: None) -> tuple[list[float], list[float]]:
+    """The seconds of each of `warmup` untimed steps of `key` (see measure_step), then of each
+    of `steps` timed ones; `before_timing` is called between them."""
     import torch
 
     from resrepro.devices import pick_device, use_deterministic_algorithms
@@ -229,15 +242,14 @@ def step_times(config: dict, run: experiments.Run, device_name: str, warmup: int
         step = evaluation_batch(spec, pick_device(device_name), classes, stacked=runs_sharing(key, "stacked"))
     else:
         step = training_step(spec, pick_device(device_name), classes=classes, stacked=runs_sharing(key or "", "stacked"))
-    for _ in range(warmup):
-        step()
-    before_timing()
-    times = []
-    for _ in range(steps):
+    def timed() -> float:
         started = time.perf_counter()
         step()
-        times.append(time.perf_counter() - started)
-    return times
+        return time.perf_counter() - started
+
+    warmup_times = [timed() for _ in range(warmup)]
+    before_timing()
+    return warmup_times, [timed() for _ in range(steps)]
 
 
 def use_fastest_algorithms() -> None:
@@ -335,8 +347,8 @@ def worker(opts: argparse.Namespace) -> None:
     steps = distinct_steps([cost.load_scale(path) for path in opts.config], evaluation=True)
     for j, key in enumerate(opts.worker):
         config, run = steps[key]
-        times = step_times(config, run, opts.device, opts.warmup, opts.steps, key,
-                           before_timing=lambda: wait_for_all(Path(opts.work_dir, f"barrier-{j}"), opts.processes))
+        _, times = step_times(config, run, opts.device, opts.warmup, opts.steps, key,
+                              before_timing=lambda: wait_for_all(Path(opts.work_dir, f"barrier-{j}"), opts.processes))
         result = Path(opts.work_dir, f"{j}-{opts.worker_index}.json")
         Path(f"{result}.tmp").write_text(json.dumps(times))
         Path(f"{result}.tmp").replace(result)
@@ -364,7 +376,8 @@ def merge_measured(previous: dict, times: dict, patterns: list[str]) -> dict:
                          f"times of commit {previous.get('commit')} on {previous.get('date')}: measure every step again, "
                          "without --keys")
     source = f"{previous['source'].rstrip()}; steps matching {' '.join(patterns)} re-{times['source']}"
-    return {**previous, **times, "source": source, "step_ms": {**previous["step_ms"], **times["step_ms"]}}
+    return {**previous, **times, "source": source, "step_ms": {**previous["step_ms"], **times["step_ms"]},
+            **({"warmup_s": previous.get("warmup_s", {}) | times["warmup_s"]} if "warmup_s" in times else {})}
 
 
 def measure_write_gb_s(directory: Path, megabytes: int = 512, rounds: int = 3) -> float:
@@ -385,6 +398,21 @@ def measure_write_gb_s(directory: Path, megabytes: int = 512, rounds: int = 3) -
             os.fsync(f.fileno())
             times.append(time.perf_counter() - started)
     return megabytes * 2**20 / 1e9 / statistics.median(times)
+
+
+def measure_job_start_s(device_name: str, repeats: int = 3) -> float:
+    """The median seconds of a fresh Python starting as a training job does (pipeline_time.py's
+    STARTUP: torch, resrepro's command line, a first optimizer) and starting `device_name`:
+    what cost.run_hours counts once a job."""
+    from pipeline_time import STARTUP
+
+    device = f"torch.zeros(1, device={device_name!r})" + ("; torch.cuda.synchronize()" if device_name.startswith("cuda") else "")
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", f"{STARTUP}; {device}"], check=True, cwd=ROOT)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
 
 
 def write_step_times(path: str | Path, times: dict) -> None:
@@ -463,12 +491,15 @@ def main(argv=None) -> None:
             merge_measured(previous, {**session, "source": "", "step_ms": {}}, opts.keys)
         source = f"measured {today} by benchmarks/gpu_budget.py at commit {session['commit']}, torch {torch.__version__}"
         times = {"device": session["device"], "basis": "measured", "commit": session["commit"], "date": today, "source": source,
-                 "checkpoint_write_gb_s": round(measure_write_gb_s(Path(opts.write_dir), opts.write_mb), 2), "step_ms": {}}
+                 "checkpoint_write_gb_s": round(measure_write_gb_s(Path(opts.write_dir), opts.write_mb), 2),
+                 "job_start_s": round(measure_job_start_s(opts.device), 2), "warmup_s": {}, "step_ms": {}}
         if opts.allreduce_gb_s:
             times = {**times, "allreduce_bus_gb_s": opts.allreduce_gb_s, "allreduce_source": opts.allreduce_source}
 
-        def record(key: str, ms: float) -> None:
+        def record(key: str, ms: float, warmup_s: float | None = None) -> None:
             times["step_ms"][key] = round(ms, 2)
+            if warmup_s is not None:
+                times["warmup_s"][key] = round(warmup_s, 2)
             i = len(times["step_ms"])
             print(f"[{i}/{len(measured)}] {key}: {times['step_ms'][key]:.1f} ms", file=sys.stderr)
             if opts.out and i < len(measured):  # a run stopped at a time limit keeps what it measured, said partial
@@ -480,7 +511,8 @@ def main(argv=None) -> None:
         # last, so that cuBLAS starts with the deterministic keys' fixed workspace
         for key in sorted(alone, key=lambda key: key.endswith(cost.NONDETERMINISTIC)):
             config, run = measured[key]
-            record(key, measure_step_ms(config, run, opts.device, opts.warmup, opts.steps, key))
+            ms, warmup_s = measure_step(config, run, opts.device, opts.warmup, opts.steps, key)
+            record(key, ms, warmup_s if key == key.split("/stacked")[0].removesuffix(cost.NONDETERMINISTIC) else None)
         for processes in sorted({runs_sharing(key, "processes") for key in measured} - {1}):
             measure_side_by_side(opts.config, [key for key in measured if runs_sharing(key, "processes") == processes], opts.device, opts.warmup,
                                  opts.steps, measured=record)

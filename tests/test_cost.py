@@ -359,9 +359,10 @@ def test_the_budget_times_the_runs_alone_first_and_skips_what_it_is_told(tmp_pat
         for key in keys:
             measured(key, 2.0)
 
-    monkeypatch.setattr(gpu_budget, "measure_step_ms", lambda *a: 8.0)
+    monkeypatch.setattr(gpu_budget, "measure_step", lambda *a: (8.0, 0.5))
     monkeypatch.setattr(gpu_budget, "measure_side_by_side", side_by_side)
     monkeypatch.setattr(gpu_budget, "measure_write_gb_s", lambda *a: 1.0)
+    monkeypatch.setattr(gpu_budget, "measure_job_start_s", lambda device: 2.5)
     out = tmp_path / "times.yaml"
     gpu_budget.main(["--config", str(path), "--device", "cpu", "--out", str(out)])
     keys = list(yaml.safe_load(out.read_text())["step_ms"])
@@ -405,13 +406,16 @@ def test_the_budget_times_each_tasks_switch_key_with_deterministic_kernels_off_a
     finally:
         gpu_budget.use_fastest_algorithms()
 
-    monkeypatch.setattr(gpu_budget, "measure_step_ms", lambda config, run, device, warmup, steps, key: 8.0)
+    monkeypatch.setattr(gpu_budget, "measure_step", lambda config, run, device, warmup, steps, key: (8.0, 0.5))
     monkeypatch.setattr(gpu_budget, "measure_write_gb_s", lambda *a: 1.0)
+    monkeypatch.setattr(gpu_budget, "measure_job_start_s", lambda device: 2.5)
     path, out = tmp_path / "deterministic.yaml", tmp_path / "times.yaml"
     path.write_text(yaml.safe_dump(config))
     gpu_budget.main(["--config", str(path), "--device", "cpu", "--out", str(out)])
-    keys = list(yaml.safe_load(out.read_text())["step_ms"])
+    written = yaml.safe_load(out.read_text())
+    keys = list(written["step_ms"])
     assert keys[-1] == switched[0] and len(keys) == len(gpu_budget.distinct_steps([(config, plan)], evaluation=True)) + 1
+    assert list(written["warmup_s"]) == keys[:-1] and written["job_start_s"] == 2.5  # the switched key's compiling is its key's
     capsys.readouterr()
 
 
@@ -478,17 +482,44 @@ def test_checkpoint_writes_and_the_all_reduce_count_where_the_file_has_their_ban
     counts, left = cost.counted_text(figures, copies, multi_gpu=True)
     assert counts == ("training steps; checkpoint writes at 2 GB/s; the gradients' all-reduce at 150 GB/s bus bandwidth "
                       "(assumed; an upper bound: DDP overlaps it with backward)")
-    assert left == "evaluation (the step-times file has no evaluation times), data preparation"
+    assert left == ("evaluation (the step-times file has no evaluation times), data preparation, each job's start (the step-times "
+                    "file has no start time), each run's first steps beyond their step time (the step-times file has no warm-up times)")
     counts, left = cost.counted_text({"step_ms": {}}, copies, multi_gpu=True)
     assert counts == "training steps"
-    assert left == ("evaluation (the step-times file has no evaluation times), data preparation, checkpoint writes (the step-times "
-                    "file has no write bandwidth), the all-reduce of multi-GPU runs (the step-times file has no bus bandwidth)")
+    assert left == ("evaluation (the step-times file has no evaluation times), data preparation, each job's start (the step-times "
+                    "file has no start time), each run's first steps beyond their step time (the step-times file has no warm-up "
+                    "times), checkpoint writes (the step-times file has no write bandwidth), the all-reduce of multi-GPU runs (the step-times file has no bus bandwidth)")
     plan = Plan("paper", {}, runs={"mt": mt}, rows=[{"table": "t", "label": "x", "runs": ["mt"]}])
     times = {"device": "GPU X", "basis": "measured", "commit": "abc1234", "date": "2026-11-27", "source": "a test",
              **figures, "step_ms": {cost.step_key(mt): 36.0}}
     frame = cost.table_costs(plan, {"scale": "paper", "gpus_per_job": 1, "translation": {"gpus": {"wmt14_en_de": 4}}}, times, copies)
     steps_h = 2500 * 2 * 0.036 * 4 / 3600
     assert frame.set_index("table").loc["total", "gpu_hours"] == pytest.approx(steps_h + sum(hours.values()))
+
+
+def test_a_jobs_start_and_its_runs_first_steps_count_where_the_file_times_them():
+    """A job of 2 CIFAR runs side by side (processes2) and a job of 1: each job starts once in
+    6 s, so a run's part is 3 s in the first and 6 s in the second; each run's first steps take
+    4 s beyond its steps, 2 s each where 2 start side by side. The job of 2 takes its runs' parts
+    of the GPU: 2 x (3910 x 10 ms + 3 + 2) s; the job of 1, 3910 x 36 ms + 6 + 4 s. The fake
+    copy's 150 training images at batch 128 are 2 steps an epoch: 20 steps."""
+    a0, a1, b0 = run(seed=0), run(seed=1), run(variant="sas", seed=0)
+    plan = Plan("paper", {}, runs={"a0": a0, "a1": a1, "b0": b0}, rows=[{"table": "t", "label": "add", "runs": ["a0", "a1"]},
+                {"table": "t", "label": "sas", "runs": ["b0"]}], jobs={"ja": ["a0", "a1"], "jb": ["b0"]})
+    key, sas = cost.step_key(a0), cost.step_key(b0)
+    times = {"device": "GPU X", "basis": "measured", "commit": "abc1234", "date": "2026-11-27", "source": "a test", "job_start_s": 6.0,
+             "warmup_s": {key: 4.0, sas: 4.0}, "step_ms": {key: 36.0, key + "/processes2": 10.0, sas: 36.0}}
+    config = {"scale": "paper", "gpus_per_job": 1, "translation": {}, "seeds_per_job": 2, "seeds_in_parallel": {"classification": 2}}
+    hours = cost.run_hours(plan, config, times)
+    assert hours["a0"] == {"steps": pytest.approx(3910 * 0.010 / 3600), "warmup": pytest.approx(2 / 3600), "start": pytest.approx(3 / 3600)}
+    assert hours["b0"] == {"steps": pytest.approx(3910 * 0.036 / 3600), "warmup": pytest.approx(4 / 3600), "start": pytest.approx(6 / 3600)}
+    assert cost.job_seconds(plan, config, times) == {"ja": pytest.approx(2 * (39.1 + 3 + 2)), "jb": pytest.approx(140.76 + 6 + 4)}
+    assert cost.job_seconds(plan, config, times, examples={"cifar10": (150, 10)})["jb"] == pytest.approx(20 * 0.036 + 6 + 4)
+    with_a_figures_run = Plan("paper", {}, runs={**plan.runs, "f0": run(variant="xskip")}, rows=plan.rows, jobs={"jf": ["b0", "f0"]})
+    assert cost.job_seconds(with_a_figures_run, config, times) == {}  # a run no table names has no step times: not held against
+    counts, _ = cost.counted_text(times, None, multi_gpu=False)
+    assert counts == "training steps; each job's start at 6 s (torch's import, CUDA's start); each run's first steps beyond their step time (compiling)"
+    assert cost.runs_at_once("/processes4") == 4 and cost.runs_at_once("/stacked5") == 5 and cost.runs_at_once("") == 1
 
 
 def test_classification_evaluates_its_test_set_after_every_epoch_where_the_file_times_evaluation():
@@ -517,8 +548,9 @@ def test_classification_evaluates_its_test_set_after_every_epoch_where_the_file_
     hours, counts, left = costed({key: 36.0, evaluation: 20.0})
     assert hours == pytest.approx(2 * (steps_h + eval_h))
     assert counts == "training steps; classification's test evaluation after every epoch"
-    assert left == ("translation's and captioning's evaluation (dev loss, beam search), data preparation, checkpoint writes "
-                    "(the step-times file has no write bandwidth)")
+    assert left == ("translation's and captioning's evaluation (dev loss, beam search), data preparation, each job's start (the "
+                    "step-times file has no start time), each run's first steps beyond their step time (the step-times file has no "
+                    "warm-up times), checkpoint writes (the step-times file has no write bandwidth)")
     assert costed({key: 36.0, evaluation: 20.0, key + "/stacked2": 10.0, evaluation + "/stacked2": 6.0}, seeds_stacked=True)[0] == \
         pytest.approx(2 * (3910 * 0.010 + 200 * 0.006) / 3600)
     assert costed({key: 36.0, evaluation: 20.0, key + "/stacked2": 10.0}, seeds_stacked=True)[0] == \
@@ -570,6 +602,25 @@ def test_the_write_bandwidth_is_the_bytes_over_the_median_write_and_an_assumed_a
     assert "--allreduce-gb-s needs --allreduce-source" in capsys.readouterr().err
 
 
+def test_a_runs_warm_up_is_its_first_steps_beyond_its_step_time_and_a_jobs_start_a_fresh_process(monkeypatch):
+    """Warm-up steps of 1.0 and 0.3 s against timed steps of median 0.1 s: 1.1 s beyond them (none
+    below 0). A job's start: the median of fresh Pythons that start as a training job and then
+    the device (CUDA synchronised)."""
+    import itertools
+    import subprocess
+
+    gpu_budget = _gpu_budget()
+    assert gpu_budget.warmup_excess_s([1.0, 0.3], [0.1, 0.2, 0.1]) == pytest.approx(1.1)
+    assert gpu_budget.warmup_excess_s([0.05], [0.1, 0.1]) == 0.0 and gpu_budget.warmup_excess_s([], [0.1]) == 0.0
+    started = []
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: started.append(argv[-1]))
+    clock = itertools.chain([0.0, 3.0, 10.0, 14.0, 20.0, 25.0])  # 3, 4 and 5 s: the median 4
+    monkeypatch.setattr(gpu_budget.time, "perf_counter", lambda: next(clock))
+    assert gpu_budget.measure_job_start_s("cuda") == pytest.approx(4.0)
+    assert len(started) == 3 and started[0].startswith("import torch, resrepro.cli; torch.optim.SGD(")
+    assert started[0].endswith("; torch.zeros(1, device='cuda'); torch.cuda.synchronize()")
+
+
 def test_the_session_commit_comes_from_resrepro_commit_where_the_code_has_no_git(monkeypatch):
     gpu_budget = _gpu_budget()
     monkeypatch.setenv("RESREPRO_COMMIT", "abc1234")
@@ -588,7 +639,7 @@ def _gpu_budget():
     return gpu_budget
 
 
-def test_the_budget_remeasures_only_the_chosen_keys_and_keeps_the_rest(tmp_path):
+def test_the_budget_remeasures_only_the_chosen_keys_and_keeps_the_rest(tmp_path, monkeypatch):
     """`--keys`: after a change to one variant, its steps are measured again on the same device and
     every other step time of the file stays; the source says what was re-measured."""
     import yaml
@@ -601,7 +652,8 @@ def test_the_budget_remeasures_only_the_chosen_keys_and_keeps_the_rest(tmp_path)
     out = tmp_path / "times.yaml"
     session = {"commit": gpu_budget.git_commit(), "date": datetime.date.today().isoformat()}
     out.write_text(yaml.safe_dump({"device": gpu_budget.device_label("cpu"), "basis": "measured", **session, "source": "measured before",
-                                   "step_ms": {k: 1e6 for k in keys}}, sort_keys=False))
+                                   "warmup_s": {keys[0]: 9.0}, "step_ms": {k: 1e6 for k in keys}}, sort_keys=False))
+    monkeypatch.setattr(gpu_budget, "measure_job_start_s", lambda device: 2.5)
     gpu_budget.main(["--config", tiny_config_file(tmp_path), "--device", "cpu", "--warmup", "0", "--steps", "1",
                      "--keys", "*/sas-gatesingle/*", "--out", str(out), "--write-dir", str(tmp_path / "disk"), "--write-mb", "8"])
     times = cost.load_step_times(out)
@@ -609,6 +661,7 @@ def test_the_budget_remeasures_only_the_chosen_keys_and_keeps_the_rest(tmp_path)
     changed = [k for k in keys if times["step_ms"][k] != 1e6]
     assert changed == ["classification/preact_resnet8/sas-gatesingle/batch256", "classification/preact_resnet8/sas-gatesingle/eval1024"]
     assert all(0 < times["step_ms"][k] < 1e6 for k in changed)
+    assert list(times["warmup_s"]) == [keys[0], *changed] and times["warmup_s"][keys[0]] == 9.0  # the others' warm-ups kept
     assert list(times["step_ms"]) == keys  # the file's order kept
     assert times["source"].startswith("measured before; steps matching */sas-gatesingle/* re-measured ")
     assert (times["commit"], times["date"]) == (session["commit"], session["date"])
@@ -626,10 +679,11 @@ def test_a_budget_stopped_midway_leaves_the_keys_it_measured_said_partial(tmp_pa
         if len(measured) == 2:
             raise KeyboardInterrupt  # stands for the session's kill
         measured.append(key)
-        return 5.0
+        return 5.0, 0.0
 
-    monkeypatch.setattr(gpu_budget, "measure_step_ms", measure)
+    monkeypatch.setattr(gpu_budget, "measure_step", measure)
     monkeypatch.setattr(gpu_budget, "measure_write_gb_s", lambda directory, megabytes: 1.5)
+    monkeypatch.setattr(gpu_budget, "measure_job_start_s", lambda device: 2.5)
     out = tmp_path / "times.yaml"
     with pytest.raises(KeyboardInterrupt):
         gpu_budget.main(["--config", tiny_config_file(tmp_path), "--device", "cpu", "--out", str(out)])

@@ -68,13 +68,20 @@ def step_key(run: Run) -> str:
     return f"{run.task}/{run.arch_dir}/{run.variant_id}/{batch}{precision_suffix(recipe)}"
 
 
-def steps_of(run: Run) -> int:
-    """Training steps of one run on each of its GPUs (see the module docstring)."""
+def images(run: Run, split: str, examples: dict[str, tuple[int, int]] | None = None) -> int:
+    """A classification dataset's images in `split` ("training" or "test"): `examples`' (dataset ->
+    (training, test), for data of other sizes, as the rehearsal's fake copies), else the real ones'."""
+    known = {dataset: (TRAIN_EXAMPLES[dataset], TEST_EXAMPLES[dataset]) for dataset in TRAIN_EXAMPLES} | (examples or {})
+    if run.dataset not in known:
+        raise ConfigError(f"cost: the number of {split} images of {run.dataset!r} is unknown; known: {', '.join(known)}")
+    return known[run.dataset][split == "test"]
+
+
+def steps_of(run: Run, examples: dict[str, tuple[int, int]] | None = None) -> int:
+    """Training steps of one run on each of its GPUs (see the module docstring; `examples` as for `images`)."""
     recipe = json.loads(run.recipe_json)
     if run.task == "classification":
-        if run.dataset not in TRAIN_EXAMPLES:
-            raise ConfigError(f"cost: the number of training images of {run.dataset!r} is unknown; known: {', '.join(TRAIN_EXAMPLES)}")
-        return recipe["epochs"] * math.ceil(TRAIN_EXAMPLES[run.dataset] / recipe["batch_size"])
+        return recipe["epochs"] * math.ceil(images(run, "training", examples) / recipe["batch_size"])
     return recipe["max_updates"] * recipe["update_freq"]
 
 
@@ -87,12 +94,10 @@ def eval_key(run: Run) -> str | None:
     return f"{run.task}/{run.arch_dir}/{run.variant_id}/eval{eval_batch_size(recipe['batch_size'])}{precision_suffix(recipe)}"
 
 
-def eval_batches_of(run: Run) -> int:
+def eval_batches_of(run: Run, examples: dict[str, tuple[int, int]] | None = None) -> int:
     """Evaluation batches of a classification run: the test set after each epoch."""
     recipe = json.loads(run.recipe_json)
-    if run.dataset not in TEST_EXAMPLES:
-        raise ConfigError(f"cost: the number of test images of {run.dataset!r} is unknown; known: {', '.join(TEST_EXAMPLES)}")
-    return recipe["epochs"] * math.ceil(TEST_EXAMPLES[run.dataset] / eval_batch_size(recipe["batch_size"]))
+    return recipe["epochs"] * math.ceil(images(run, "test", examples) / eval_batch_size(recipe["batch_size"]))
 
 
 def is_eval_key(key: str) -> bool:
@@ -106,7 +111,7 @@ def times_evaluation(step_ms: dict[str, float]) -> bool:
     return any(map(is_eval_key, step_ms))
 
 
-def eval_hours(run: Run, step_ms: dict[str, float], gpus: int, share: str = "") -> float:
+def eval_hours(run: Run, step_ms: dict[str, float], gpus: int, share: str = "", examples: dict[str, tuple[int, int]] | None = None) -> float:
     """A classification run's evaluation batches times the evaluation time (`share` as for its
     steps, where the file has the evaluation measured so), times its GPUs; 0 for the other tasks."""
     key = eval_key(run)
@@ -117,7 +122,7 @@ def eval_hours(run: Run, step_ms: dict[str, float], gpus: int, share: str = "") 
     if key not in step_ms:
         raise ConfigError(f"cost: no evaluation time for {key}; the file times evaluation for other runs: measure every key "
                           "in one session (`benchmarks/gpu_budget.py --device cuda`)")
-    return eval_batches_of(run) * step_ms[key] * max(gpus, 1) / 3.6e6
+    return eval_batches_of(run, examples) * step_ms[key] * max(gpus, 1) / 3.6e6
 
 
 def scst_key(run: Run) -> str | None:
@@ -126,10 +131,10 @@ def scst_key(run: Run) -> str | None:
     return f"{run.task}/{run.arch_dir}/{run.variant_id}/scst{scst['batch_images']}" if scst else None
 
 
-def stages_of(run: Run) -> list[tuple[str, int]]:
+def stages_of(run: Run, examples: dict[str, tuple[int, int]] | None = None) -> list[tuple[str, int]]:
     """(step key, steps) of each stage of a run's training: the run's steps; then, for a
     captioning run with `scst`, its self-critical updates."""
-    stages = [(step_key(run), steps_of(run))]
+    stages = [(step_key(run), steps_of(run, examples))]
     if key := scst_key(run):
         stages.append((key, json.loads(run.recipe_json)["scst"]["updates"]))
     return stages
@@ -253,10 +258,10 @@ def load_scale(path: str | Path) -> tuple[dict, Plan]:
     return config, make_plan(config)
 
 
-def run_gpu_hours(run: Run, step_ms: dict[str, float], gpus: int, share: str = "") -> float:
+def run_gpu_hours(run: Run, step_ms: dict[str, float], gpus: int, share: str = "", examples: dict[str, tuple[int, int]] | None = None) -> float:
     """Each training stage's steps times its step time (`share`: as the run shares its GPU, see
     `sharing`), times the GPUs the run holds."""
-    stages = [(key + share, steps) for key, steps in stages_of(run)]
+    stages = [(key + share, steps) for key, steps in stages_of(run, examples)]
     for key, _ in stages:
         if key not in step_ms:
             how = (f"; its job shares a GPU ({share.lstrip('/')}): measure the shared step's time per run "
@@ -266,15 +271,19 @@ def run_gpu_hours(run: Run, step_ms: dict[str, float], gpus: int, share: str = "
     return sum(steps * step_ms[key] for key, steps in stages) * max(gpus, 1) / 3.6e6
 
 
-def overhead_hours(run: Run, config: dict, step_times: dict, copies: dict[str, float] | None, gpus: int) -> dict[str, float]:
+def overhead_hours(run: Run, config: dict, step_times: dict, copies: dict[str, float] | None, gpus: int,
+                   at_once: int = 1) -> dict[str, float]:
     """GPU-hours the run holds its GPUs beyond its steps, for what the step-times file has figures
-    of: "checkpoints", the bytes of the files it writes while training (disk.written_files, each a
+    of: "warmup", its stages' first steps beyond their step time (`warmup_s`: compiling, cuDNN's
+    first calls), its part where `at_once` runs start side by side; "checkpoints", the bytes of the files it writes while training (disk.written_files, each a
     measured number of weight copies, `copies`) at `checkpoint_write_gb_s` (rank 0 writes, the
     other ranks wait); "allreduce", for a run on G > 1 GPUs, each update's ring all-reduce of its
     float32 gradients, 2 (G - 1) / G of their bytes at `allreduce_bus_gb_s` (NCCL's bus
     bandwidth): an upper bound, as DDP overlaps it with the backward pass."""
     out = {}
     size = None
+    if warmups := [step_times["warmup_s"][key] for key, _ in stages_of(run) if key in step_times.get("warmup_s", {})]:
+        out["warmup"] = sum(warmups) * max(gpus, 1) / at_once / 3600
     if "checkpoint_write_gb_s" in step_times and copies is not None:
         size = weight_bytes(run, config)
         written = sum(count * copies[f"{run.task}/{kind}"] * size for kind, count in written_files(run).items())
@@ -287,6 +296,45 @@ def overhead_hours(run: Run, config: dict, step_times: dict, copies: dict[str, f
     return out
 
 
+def runs_at_once(share: str) -> int:
+    """How many runs of a job share its GPU at once, from its keys' suffix (`sharing`)."""
+    return int(share.removeprefix("/processes").removeprefix("/stacked")) if share else 1
+
+
+def run_hours(plan: Plan, config: dict, step_times: dict, copies: dict[str, float] | None = None,
+              examples: dict[str, tuple[int, int]] | None = None) -> dict[str, dict[str, float]]:
+    """Per tabled run (by path), its GPU-hours by part: "steps" (`run_gpu_hours`, at the steps
+    measured as it shares its GPU where the file has them, else alone), "evaluation" (`eval_hours`,
+    where the file times evaluation), the overheads the file has figures for (`overhead_hours`),
+    and "start", its part of its job's start (`job_start_s`: a process importing torch and
+    starting CUDA, once a job, shared by the job's runs). `examples` as for `images`."""
+    runs, shares = tabled_runs(plan), sharing(config, plan)
+    step_ms = step_times["step_ms"]
+    job_runs = {path: len(members) for members in plan.jobs.values() for path in members}
+    out = {}
+    for path, run in runs.items():
+        gpus, share = gpus_for(config, run), shares.get(path, "")
+        parts = {"steps": run_gpu_hours(run, step_ms, gpus, measured_share(run, share, step_ms), examples)}
+        if times_evaluation(step_ms):
+            parts["evaluation"] = eval_hours(run, step_ms, gpus, share, examples)
+        parts |= overhead_hours(run, config, step_times, copies, gpus, runs_at_once(share))
+        if "job_start_s" in step_times:
+            parts["start"] = step_times["job_start_s"] * max(gpus, 1) / job_runs.get(path, 1) / 3600
+        out[path] = parts
+    return out
+
+
+def job_seconds(plan: Plan, config: dict, step_times: dict, copies: dict[str, float] | None = None,
+                examples: dict[str, tuple[int, int]] | None = None) -> dict[str, float]:
+    """The wall seconds the model gives each training job whose runs are all tabled: its runs'
+    GPU-hours (`run_hours`) over the GPUs each holds (runs side by side take their part of one
+    GPU each, so their parts add up to the job's time). What a pipeline's measured job times are
+    held against (benchmarks/pipeline_time.py --predict)."""
+    hours = run_hours(plan, config, step_times, copies, examples)
+    return {job: math.fsum(sum(hours[path].values()) * 3600 / max(gpus_for(config, plan.runs[path]), 1) for path in members)
+            for job, members in plan.jobs.items() if all(path in hours for path in members)}
+
+
 def counted_text(step_times: dict, copies: dict | None, multi_gpu: bool) -> tuple[str, str]:
     """(what a scale's GPU-hours count, what they leave out), in words, for the report."""
     counted, left = ["training steps"], []
@@ -296,6 +344,14 @@ def counted_text(step_times: dict, copies: dict | None, multi_gpu: bool) -> tupl
     else:
         left.append("evaluation (the step-times file has no evaluation times)")
     left.append("data preparation")
+    if "job_start_s" in step_times:
+        counted.append(f"each job's start at {step_times['job_start_s']:g} s (torch's import, CUDA's start)")
+    else:
+        left.append("each job's start (the step-times file has no start time)")
+    if "warmup_s" in step_times:
+        counted.append("each run's first steps beyond their step time (compiling)")
+    else:
+        left.append("each run's first steps beyond their step time (the step-times file has no warm-up times)")
     if "checkpoint_write_gb_s" in step_times and copies is not None:
         counted.append(f"checkpoint writes at {step_times['checkpoint_write_gb_s']:g} GB/s")
     else:
@@ -323,12 +379,9 @@ def table_costs(plan: Plan, config: dict, step_times: dict, copies: dict[str, fl
     name (paper 003's nets) are not costed: the step-time files hold the tables' architectures only."""
     runs, shares = tabled_runs(plan), sharing(config, plan)
     costed_as = {path: measured_share(run, shares.get(path, ""), step_times["step_ms"]) for path, run in runs.items()}
-    evaluated = times_evaluation(step_times["step_ms"])
-    step_hours = {path: run_gpu_hours(run, step_times["step_ms"], gpus_for(config, run), costed_as[path]) for path, run in runs.items()}
-    hours = {path: step_hours[path]
-                   + (eval_hours(run, step_times["step_ms"], gpus_for(config, run), shares.get(path, "")) if evaluated else 0.0)
-                   + sum(overhead_hours(run, config, step_times, copies, gpus_for(config, run)).values())
-             for path, run in runs.items()}
+    parts = run_hours(plan, config, step_times, copies)
+    step_hours = {path: part["steps"] for path, part in parts.items()}
+    hours = {path: math.fsum(part.values()) for path, part in parts.items()}
     by_table: dict[str, dict] = {}
     for row in plan.rows:
         entry = by_table.setdefault(row["table"], {"runs": set(), "seeds": 0})
