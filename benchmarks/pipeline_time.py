@@ -15,6 +15,14 @@ CPU seconds that Snakemake's benchmark cannot see).
     .venv/bin/python benchmarks/pipeline_time.py                      # the newest run in this folder
     .venv/bin/python benchmarks/pipeline_time.py --workdir /tmp/clone --log PATH
     .venv/bin/python benchmarks/pipeline_time.py --by-table mini     # and what each table's training costs
+    .venv/bin/python benchmarks/pipeline_time.py --predict config/mini.yaml STEP_TIMES   # against the cost model
+
+`--predict CONFIG STEP_TIMES` holds each finished training job's seconds against the cost model's
+(resrepro.analysis.cost.job_seconds) for the same job, from a step-times file that
+benchmarks/gpu_budget.py measured for CONFIG on this machine: whether the model holds. A job
+forked from the preload server had no start of its own, so its model leaves the start out.
+`--examples DATASET=TRAIN,TEST` gives a classification dataset's sizes where the data trained on
+differs from the real one (the rehearsal's fake copies).
 
 Prints figures; asserts nothing (a timed test would fail on a loaded machine).
 """
@@ -176,6 +184,39 @@ def startup_seconds(repeats: int) -> float:
     return statistics.median(times)
 
 
+def predicted(jobs: list[dict], config_path: str | Path, step_times_path: str | Path,
+              examples: dict[str, tuple[int, int]] | None = None) -> list[dict]:
+    """Each finished training job that the cost model times: its rule, output, measured seconds
+    and the model's (cost.job_seconds; without the start for a job forked from the preload server)."""
+    from resrepro import layout
+    from resrepro.analysis import cost
+    from resrepro.analysis.disk import load_copies
+
+    config, plan = cost.load_scale(config_path)
+    step_times = cost.load_step_times(step_times_path)
+    disk = config.get("gpu_costs", {}).get("disk")
+    copies = load_copies(disk)["copies"] if disk and Path(disk).exists() else None
+    model = {layout.job_file("trained.json", scale=config["scale"], job=job): seconds
+             for job, seconds in cost.job_seconds(plan, config, step_times, copies, examples).items()}
+    start = step_times.get("job_start_s", 0.0)
+    return [{"rule": j["rule"], "output": j["output"], "measured": j["seconds"], "model": model[j["output"]] - (start if j["forked"] else 0.0)}
+            for j in jobs if j["output"] in model]
+
+
+def print_predicted(rows: list[dict]) -> None:
+    """Per rule and in all: the jobs' measured seconds, the model's, and measured over model."""
+    if not rows:
+        print("\nno finished training job that the step-times file times")
+        return
+    print(f"\n{'rule':24s} {'jobs':>5s} {'measured s':>11s} {'model s':>9s} {'measured/model':>15s}")
+    for rule in sorted({r["rule"] for r in rows}) + ["all"]:
+        mine = [r for r in rows if rule in ("all", r["rule"])]
+        measured, model = sum(r["measured"] for r in mine), sum(r["model"] for r in mine)
+        print(f"{rule:24s} {len(mine):5d} {measured:11.0f} {model:9.0f} {measured / model:15.2f}")
+    worst = sorted(rows, key=lambda r: -abs(r["measured"] / r["model"] - 1))[:3]
+    print("furthest from the model: " + "; ".join(f"{r['output']} {r['measured']:.0f} s, model {r['model']:.0f} s" for r in worst))
+
+
 def table(jobs: list[dict], workdir: Path) -> list[dict]:
     """Per rule, slowest first: jobs, summed/median/longest wall seconds, CPU and in-loop seconds."""
     rows = []
@@ -210,6 +251,10 @@ def main(argv=None) -> int:
     p.add_argument("--startup-repeats", type=int, default=3, help="start-ups timed for the start-up figure (0: skip)")
     p.add_argument("--by-table", metavar="SCALE", help="also split the training loops' seconds among the tables of "
                    "results/SCALE (its plan.json), beside each table's verdicts (rows.csv)")
+    p.add_argument("--predict", nargs=2, metavar=("CONFIG", "STEP_TIMES"),
+                   help="hold the training jobs' seconds against the cost model's, from step times measured here for CONFIG")
+    p.add_argument("--examples", nargs="+", default=[], metavar="DATASET=TRAIN,TEST",
+                   help="with --predict: a classification dataset's training and test images, where not the real ones")
     a = p.parse_args(argv)
     workdir = Path(a.workdir)
     log = Path(a.log) if a.log else max((workdir / ".snakemake" / "log").glob("*.snakemake.log"), key=lambda f: f.stat().st_mtime)
@@ -237,6 +282,9 @@ def main(argv=None) -> int:
         print(f"{r['rule']:24s} {r['peak_mb']:8.0f} {asked}  {r['job']}")
     if a.by_table:
         print_by_table(workdir / "results" / a.by_table)
+    if a.predict:
+        examples = {name: tuple(map(int, sizes.split(","))) for name, sizes in (e.split("=") for e in a.examples)}
+        print_predicted(predicted(jobs, *a.predict, examples))
     if a.startup_repeats > 0:
         startup, starting = startup_seconds(a.startup_repeats), len(jobs) - forked
         print(f"process start-up: {startup:.1f} s per job (median of {a.startup_repeats} fresh starts: torch, resrepro.cli, "

@@ -100,3 +100,33 @@ def test_a_runs_loop_seconds_split_evenly_among_the_tables_that_name_it(tmp_path
     run.mkdir(parents=True)
     (run / "metrics.json").write_text(json.dumps({"wall_time_s": 2.5}))
     assert run_loop_seconds(tmp_path) == {"classification/digits/net/default/add/seed1": 2.5}
+
+
+def test_training_jobs_are_held_against_the_cost_models_seconds_for_them(tmp_path, capsys):
+    """--predict: each finished training job beside cost.job_seconds for it (the job's output names
+    it); a job forked from the preload server without the model's start; the ratio per rule."""
+    import yaml
+    from fake_runs import tiny_config_file
+
+    from pipeline_time import predicted, print_predicted
+    from resrepro import layout
+    from resrepro.analysis import cost
+
+    config_path = tiny_config_file(tmp_path)
+    config, plan = cost.load_scale(config_path)
+    keys = {key for run in cost.tabled_runs(plan).values() for key, _ in cost.stages_of(run)}
+    times = tmp_path / "times.yaml"
+    times.write_text(yaml.safe_dump({"device": "CPU", "basis": "measured", "commit": "abc1234", "date": "2026-11-29", "source": "a test",
+                                     "job_start_s": 2.0, "step_ms": {key: 10.0 for key in keys}}))
+    model = cost.job_seconds(plan, config, cost.load_step_times(times))
+    job = next(iter(model))
+    output = layout.job_file("trained.json", scale=config["scale"], job=job)
+    jobs = [{"rule": "train_classifier", "output": output, "seconds": 2 * model[job], "forked": False},
+            {"rule": "train_classifier", "output": output, "seconds": model[job], "forked": True},
+            {"rule": "report", "output": "report/tiny/index.html", "seconds": 5.0, "forked": False}]
+    rows = predicted(jobs, config_path, times)
+    assert [(r["measured"], r["model"]) for r in rows] == [(2 * model[job], model[job]), (model[job], model[job] - 2.0)]
+    print_predicted(rows)
+    said = capsys.readouterr().out
+    total = f"{3 * model[job]:11.0f} {2 * model[job] - 2.0:9.0f} {3 * model[job] / (2 * model[job] - 2.0):15.2f}"
+    assert f"train_classifier             2 {total}" in said and f"all                          2 {total}" in said
