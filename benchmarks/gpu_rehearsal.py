@@ -11,7 +11,12 @@ machine may lack) does not hide how the others fare.
 
 Afterwards it prints, and writes to OUT/rehearsal-<phase>.txt, the jobs each rule finished and
 failed, benchmarks/pipeline_time.py's figures for the run, and the disk the results take; the
-Snakemake log goes to OUT too. Run by benchmarks/gpu_session.py (checks `rehearsal-cover`,
+Snakemake log goes to OUT too. `--predict`, after the phases on the same machine, holds the cost
+model against them: it writes the rehearsal's config as it ran here (OUT/rehearsal-gpu.yaml),
+measures its step times on this GPU (benchmarks/gpu_budget.py, OUT/rehearsal-steps.yaml, stopped at
+the deadline with the keys it has), and puts each finished training job of each phase's log beside
+the model's seconds for it (pipeline_time.py --predict, with the fake data's sizes), into
+OUT/rehearsal-predict.txt. Run by benchmarks/gpu_session.py (checks `rehearsal-cover`,
 `rehearsal`), which sets GPU_CHECK_LIMIT_S; from the repository root, where torch sees the GPU:
 
     python3 benchmarks/gpu_rehearsal.py --cover --out OUT [--cores 16] [--deadline 300]
@@ -20,6 +25,7 @@ Snakemake log goes to OUT too. Run by benchmarks/gpu_session.py (checks `rehears
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -57,6 +63,40 @@ def command(cover: bool, cores: int, python: str = sys.executable) -> list[str]:
     # --config and --resources take every word up to the next option: the targets follow a flag
     return [python, "-m", "resrepro.cli", "rehearse", "--config", *GPU_CONFIG, "--resources", "gpu=1", "--cores", str(cores),
             "--keep-going", *(EVERY_RULE_ONCE if cover else ())]
+
+
+def merged(old, new):
+    """`new` over `old`, a mapping into a mapping, as Snakemake merges --config into the config file."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return {**old, **{key: merged(old.get(key), value) for key, value in new.items()}}
+    return new
+
+
+def gpu_config(path: Path = ROOT / "config" / "rehearsal.yaml") -> dict:
+    """The rehearsal's config as it runs on one GPU: the file with GPU_CONFIG over it."""
+    import yaml
+
+    config = yaml.safe_load(path.read_text())
+    for item in GPU_CONFIG:
+        key, value = item.split("=", 1)
+        config[key] = merged(config.get(key), yaml.safe_load(value))
+    return config
+
+
+def predict(out: Path, deadline_s: float) -> str:
+    """The cost model against the rehearsal's finished training jobs on this GPU (module docstring)."""
+    config_path, steps = out / "rehearsal-gpu.yaml", out / "rehearsal-steps.yaml"
+    config_path.write_text(json.dumps(gpu_config(), indent=1))  # JSON is YAML
+    budget = [sys.executable, str(ROOT / "benchmarks" / "gpu_budget.py"), "--config", str(config_path), "--device", "cuda",
+              "--warmup", "3", "--steps", "10", "--skip", "*/nondeterministic", "--out", str(steps)]
+    how, seconds = run(budget, deadline_s, out / "rehearsal-steps.console.log")
+    said = [f"step times of the rehearsal's keys on this GPU: {how}, {seconds:.0f} s"]
+    for log in sorted(out.glob("rehearsal-*.snakemake.log")):
+        figures = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "pipeline_time.py"), "--startup-repeats", "0", "--log", str(log),
+                                  "--predict", str(config_path), str(steps), "--data-dir", gpu_config()["data_dir"]],
+                                 cwd=ROOT, capture_output=True, text=True, timeout=120)
+        said += [f"\n{log.name}:", figures.stdout, figures.stderr[-2000:]]
+    return "\n".join(said)
 
 
 def run(argv: list[str], deadline_s: float, log_path: Path) -> tuple[str, float]:
@@ -124,6 +164,7 @@ def summary(phase: str, how: str, seconds: float, log_text: str, timing: str) ->
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cover", action="store_true", help="only the targets that run every rule once")
+    p.add_argument("--predict", action="store_true", help="after the phases: the cost model against their training jobs")
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-session")))
     p.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)), help="default: the CPUs this process may use")
     p.add_argument("--deadline", type=float, default=float(os.environ.get("GPU_CHECK_LIMIT_S", 540)) - 45,
@@ -134,6 +175,11 @@ def main(argv=None) -> int:
     opts.out.mkdir(parents=True, exist_ok=True)
     os.environ["PATH"] = resrepro_on_path(sys.executable) + os.pathsep + os.environ["PATH"]
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
+    if opts.predict:
+        text = predict(opts.out, opts.deadline)
+        print(text)
+        (opts.out / "rehearsal-predict.txt").write_text(text)
+        return 0
     print(f"java: {shutil.which('java') or 'not on PATH (METEOR and the PTB tokenizer will fail)'}")
     logs_before = set((ROOT / ".snakemake" / "log").glob("*.snakemake.log"))
     how, seconds = run(command(opts.cover, opts.cores), opts.deadline, opts.out / f"rehearsal-{phase}.console.log")

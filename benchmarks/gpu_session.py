@@ -19,7 +19,8 @@ what they decide, each with its own time limit:
 - `graphs-auto`: the GPU tests of `compile: auto` alone (every kind of image model the papers
   train, as CUDA graphs against eager), then `tests`: the GPU test suite (`pytest -m gpu`);
 - `rehearsal`: the rehearsal scale's DAG on CUDA (benchmarks/gpu_rehearsal.py): the targets that
-  run every rule once, then as much of the whole DAG as the time left allows.
+  run every rule once, then as much of the whole DAG as the time left allows; then
+  `rehearsal-predict`, on the same machine, the cost model against its training jobs.
 
 No check starts when less than `--min-left` seconds of `--limit` remain, and each is stopped at
 its own limit or at `--limit`, whichever comes first. Every line goes to the console and to
@@ -147,6 +148,9 @@ CHECKS = (
     # the rehearsal's DAG on CUDA (issue 42, item 4): every rule once, then as much of the whole DAG as is left
     Check("rehearsal-cover", "rehearsal", 330, ("benchmarks/gpu_rehearsal.py", "--cover")),
     Check("rehearsal", "rehearsal", 600, ("benchmarks/gpu_rehearsal.py",)),
+    # after the rehearsal, on the same machine: its keys' step times here, and each training job against the cost model's
+    # time for it (issue 45, item 4: within 20%)
+    Check("rehearsal-predict", "rehearsal", 420, ("benchmarks/gpu_rehearsal.py", "--predict")),
 )
 GROUPS = tuple(dict.fromkeys(c.group for c in CHECKS))
 # What the GPU machine's image lacks of what the checks import: sacremoses (the GPU tests' tokenizer)

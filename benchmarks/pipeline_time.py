@@ -21,8 +21,8 @@ CPU seconds that Snakemake's benchmark cannot see).
 (resrepro.analysis.cost.job_seconds) for the same job, from a step-times file that
 benchmarks/gpu_budget.py measured for CONFIG on this machine: whether the model holds. A job
 forked from the preload server had no start of its own, so its model leaves the start out.
-`--examples DATASET=TRAIN,TEST` gives a classification dataset's sizes where the data trained on
-differs from the real one (the rehearsal's fake copies).
+`--data-dir DIR` gives the model the sizes of the classification data trained on, from its
+prepared files (DIR/<dataset>.pt), where they are not the real ones (the rehearsal's fake copies).
 
 Prints figures; asserts nothing (a timed test would fail on a loaded machine).
 """
@@ -184,6 +184,14 @@ def startup_seconds(repeats: int) -> float:
     return statistics.median(times)
 
 
+def prepared_sizes(data_dir: str | Path) -> dict[str, tuple[int, int]]:
+    """(training, test) images of each prepared classification dataset in `data_dir` (<name>.pt)."""
+    from resrepro.data.images import load_prepared
+
+    return {path.stem: (len(data["train_y"]), len(data["test_y"])) for path in sorted(Path(data_dir).glob("*.pt"))
+            for data in [load_prepared(path)]}
+
+
 def predicted(jobs: list[dict], config_path: str | Path, step_times_path: str | Path,
               examples: dict[str, tuple[int, int]] | None = None) -> list[dict]:
     """Each finished training job that the cost model times: its rule, output, measured seconds
@@ -253,8 +261,7 @@ def main(argv=None) -> int:
                    "results/SCALE (its plan.json), beside each table's verdicts (rows.csv)")
     p.add_argument("--predict", nargs=2, metavar=("CONFIG", "STEP_TIMES"),
                    help="hold the training jobs' seconds against the cost model's, from step times measured here for CONFIG")
-    p.add_argument("--examples", nargs="+", default=[], metavar="DATASET=TRAIN,TEST",
-                   help="with --predict: a classification dataset's training and test images, where not the real ones")
+    p.add_argument("--data-dir", help="with --predict: the prepared classification data trained on, for its sizes (the real ones without)")
     a = p.parse_args(argv)
     workdir = Path(a.workdir)
     log = Path(a.log) if a.log else max((workdir / ".snakemake" / "log").glob("*.snakemake.log"), key=lambda f: f.stat().st_mtime)
@@ -283,8 +290,7 @@ def main(argv=None) -> int:
     if a.by_table:
         print_by_table(workdir / "results" / a.by_table)
     if a.predict:
-        examples = {name: tuple(map(int, sizes.split(","))) for name, sizes in (e.split("=") for e in a.examples)}
-        print_predicted(predicted(jobs, *a.predict, examples))
+        print_predicted(predicted(jobs, *a.predict, prepared_sizes(a.data_dir) if a.data_dir else None))
     if a.startup_repeats > 0:
         startup, starting = startup_seconds(a.startup_repeats), len(jobs) - forked
         print(f"process start-up: {startup:.1f} s per job (median of {a.startup_repeats} fresh starts: torch, resrepro.cli, "

@@ -517,6 +517,10 @@ def test_a_jobs_start_and_its_runs_first_steps_count_where_the_file_times_them()
     assert cost.job_seconds(plan, config, times, examples={"cifar10": (150, 10)})["jb"] == pytest.approx(20 * 0.036 + 6 + 4)
     with_a_figures_run = Plan("paper", {}, runs={**plan.runs, "f0": run(variant="xskip")}, rows=plan.rows, jobs={"jf": ["b0", "f0"]})
     assert cost.job_seconds(with_a_figures_run, config, times) == {}  # a run no table names has no step times: not held against
+    stopped_part_way = {**times, "step_ms": {key: 36.0, key + "/processes2": 10.0}}  # sas not yet timed
+    assert cost.job_seconds(plan, config, stopped_part_way) == {"ja": pytest.approx(2 * (39.1 + 3 + 2))}
+    with pytest.raises(ConfigError, match="no step time for classification/preact_resnet20/sas/batch128"):
+        cost.table_costs(plan, config, stopped_part_way)
     counts, _ = cost.counted_text(times, None, multi_gpu=False)
     assert counts == "training steps; each job's start at 6 s (torch's import, CUDA's start); each run's first steps beyond their step time (compiling)"
     assert cost.runs_at_once("/processes4") == 4 and cost.runs_at_once("/stacked5") == 5 and cost.runs_at_once("") == 1

@@ -56,3 +56,35 @@ def test_a_run_past_its_deadline_is_stopped_and_says_so(tmp_path):
                                      deadline_s=1, log_path=tmp_path / "log")
     assert how.startswith("stopped at its deadline") and seconds < 30
     assert (tmp_path / "log").read_text() == "started\n"
+
+
+def test_the_prediction_measures_the_rehearsals_keys_as_it_ran_on_the_gpu_and_holds_each_phases_jobs_against_them(tmp_path, monkeypatch):
+    """--predict: the rehearsal's config with the GPU's --config over it (a mapping merged into a
+    mapping, as Snakemake merges), its step times measured on that config, then pipeline_time's
+    --predict on each phase's Snakemake log with the fake data's folder."""
+    import json
+    from types import SimpleNamespace
+
+    import yaml
+
+    config = tmp_path / "rehearsal.yaml"
+    config.write_text(yaml.safe_dump({"gpus_per_job": 0, "check_scorers": True, "data_dir": "results/rehearsal/data",
+                                      "translation": {"max_updates": 10, "gpus": {"wmt14_en_de": 2, "wmt14_en_fr": 2}}}))
+    ran = gpu_rehearsal.gpu_config(config)
+    assert ran == {"gpus_per_job": 1, "check_scorers": False, "data_dir": "results/rehearsal/data",
+                   "translation": {"max_updates": 10, "gpus": {"wmt14_en_de": 1, "wmt14_en_fr": 1}}}
+    monkeypatch.setattr(gpu_rehearsal, "gpu_config", lambda: ran)
+    budgets, figures = [], []
+    monkeypatch.setattr(gpu_rehearsal, "run", lambda argv, deadline_s, log_path: budgets.append(argv) or ("ok", 12.0))
+    monkeypatch.setattr(gpu_rehearsal.subprocess, "run", lambda argv, **kw: figures.append(argv) or SimpleNamespace(stdout="held", stderr=""))
+    for phase in ("cover", "all"):
+        (tmp_path / f"rehearsal-{phase}.snakemake.log").write_text("")
+    said = gpu_rehearsal.predict(tmp_path, deadline_s=300)
+    assert json.loads((tmp_path / "rehearsal-gpu.yaml").read_text()) == ran
+    [budget] = budgets
+    assert budget[budget.index("--config") + 1] == str(tmp_path / "rehearsal-gpu.yaml") and "*/nondeterministic" in budget
+    assert [argv[argv.index("--log") + 1] for argv in figures] == [str(tmp_path / f"rehearsal-{p}.snakemake.log") for p in ("all", "cover")]
+    predicted = figures[0][figures[0].index("--predict"):]
+    assert predicted == ["--predict", str(tmp_path / "rehearsal-gpu.yaml"), str(tmp_path / "rehearsal-steps.yaml"), "--data-dir",
+                         "results/rehearsal/data"]
+    assert said.startswith("step times of the rehearsal's keys on this GPU: ok, 12 s") and said.count("held") == 2

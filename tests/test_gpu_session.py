@@ -57,7 +57,7 @@ def test_the_steps_check_ieee_against_tf32_then_compiled_and_resnet_eager_then_c
     assert "--compile" in argv["transformer-compiled"] and "--compile" in argv["resnet-compiled"]
     assert "--compile" not in argv["resnet"] and "--compile" not in argv["transformer-tf32"]
     assert argv["resnet-cudagraphs"][-2:] == ("--compile", "cudagraphs")
-    assert [c.group for c in gpu_session.CHECKS] == ["steps"] * 8 + ["paper-steps"] * 3 + ["stacked"] * 4 + ["share"] + ["costs"] * 4 + ["tests"] * 4 + ["rehearsal"] * 2
+    assert [c.group for c in gpu_session.CHECKS] == ["steps"] * 8 + ["paper-steps"] * 3 + ["stacked"] * 4 + ["share"] + ["costs"] * 4 + ["tests"] * 4 + ["rehearsal"] * 3
     assert [c.name for c in gpu_session.CHECKS][:3] == ["transformer-ieee", "transformer-tf32", "resnet-compiled"]
 
 

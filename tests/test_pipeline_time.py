@@ -130,3 +130,17 @@ def test_training_jobs_are_held_against_the_cost_models_seconds_for_them(tmp_pat
     said = capsys.readouterr().out
     total = f"{3 * model[job]:11.0f} {2 * model[job] - 2.0:9.0f} {3 * model[job] / (2 * model[job] - 2.0):15.2f}"
     assert f"train_classifier             2 {total}" in said and f"all                          2 {total}" in said
+
+
+def test_the_model_takes_the_sizes_of_the_prepared_data_trained_on(tmp_path):
+    """--data-dir: each prepared classification file's training and test images, by dataset name."""
+    import torch
+
+    from pipeline_time import prepared_sizes
+    from resrepro.data.images import save_prepared
+
+    for name, (train, test) in {"cifar10": (15, 16), "cifar100": (100, 20)}.items():
+        save_prepared(tmp_path / f"{name}.pt", train_x=torch.zeros(train, 3, 4, 4, dtype=torch.uint8), train_y=torch.zeros(train, dtype=torch.int64),
+                      test_x=torch.zeros(test, 3, 4, 4, dtype=torch.uint8), test_y=torch.zeros(test, dtype=torch.int64),
+                      classes=["a", "b"], name=name, source="a test")
+    assert prepared_sizes(tmp_path) == {"cifar10": (15, 16), "cifar100": (100, 20)}

@@ -302,17 +302,21 @@ def runs_at_once(share: str) -> int:
 
 
 def run_hours(plan: Plan, config: dict, step_times: dict, copies: dict[str, float] | None = None,
-              examples: dict[str, tuple[int, int]] | None = None) -> dict[str, dict[str, float]]:
+              examples: dict[str, tuple[int, int]] | None = None, timed_only: bool = False) -> dict[str, dict[str, float]]:
     """Per tabled run (by path), its GPU-hours by part: "steps" (`run_gpu_hours`, at the steps
     measured as it shares its GPU where the file has them, else alone), "evaluation" (`eval_hours`,
     where the file times evaluation), the overheads the file has figures for (`overhead_hours`),
     and "start", its part of its job's start (`job_start_s`: a process importing torch and
-    starting CUDA, once a job, shared by the job's runs). `examples` as for `images`."""
+    starting CUDA, once a job, shared by the job's runs). `examples` as for `images`; with
+    `timed_only`, only the runs whose steps the file times (a file stopped part way), else a run
+    without them is refused (`run_gpu_hours`)."""
     runs, shares = tabled_runs(plan), sharing(config, plan)
     step_ms = step_times["step_ms"]
     job_runs = {path: len(members) for members in plan.jobs.values() for path in members}
     out = {}
     for path, run in runs.items():
+        if timed_only and not all(key in step_ms for key, _ in stages_of(run)):
+            continue
         gpus, share = gpus_for(config, run), shares.get(path, "")
         parts = {"steps": run_gpu_hours(run, step_ms, gpus, measured_share(run, share, step_ms), examples)}
         if times_evaluation(step_ms):
@@ -326,11 +330,11 @@ def run_hours(plan: Plan, config: dict, step_times: dict, copies: dict[str, floa
 
 def job_seconds(plan: Plan, config: dict, step_times: dict, copies: dict[str, float] | None = None,
                 examples: dict[str, tuple[int, int]] | None = None) -> dict[str, float]:
-    """The wall seconds the model gives each training job whose runs are all tabled: its runs'
+    """The wall seconds the model gives each training job whose runs are all tabled and timed: its runs'
     GPU-hours (`run_hours`) over the GPUs each holds (runs side by side take their part of one
     GPU each, so their parts add up to the job's time). What a pipeline's measured job times are
     held against (benchmarks/pipeline_time.py --predict)."""
-    hours = run_hours(plan, config, step_times, copies, examples)
+    hours = run_hours(plan, config, step_times, copies, examples, timed_only=True)
     return {job: math.fsum(sum(hours[path].values()) * 3600 / max(gpus_for(config, plan.runs[path]), 1) for path in members)
             for job, members in plan.jobs.items() if all(path in hours for path in members)}
 
