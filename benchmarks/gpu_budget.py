@@ -36,6 +36,7 @@ with them off, as `.../nondeterministic` (cost.switch_keys), after the other key
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
 import fnmatch
@@ -87,23 +88,72 @@ def runs_sharing(key: str, how: str) -> int:
     return int(last.removeprefix(how)) if last.startswith(how) else 1
 
 
-def classifier(spec: ClassificationTrainSpec, device, speed, classes: int):
-    """A classification run's model built as training builds it (the registry, CIFAR's 3 channels),
-    on `device` in the run's dtype and layout."""
+@dataclasses.dataclass(frozen=True)
+class StepData:
+    """What a timed step's random batch looks like: the real datasets' shapes (`real_data`), or
+    those of the prepared data a run trains on (`prepared_data`)."""
+
+    image: tuple[int, int, int] = (3, 32, 32)  # classification: an image's channels, height, width
+    classes: int = 10
+    vocab: int = 32_768  # translation: subword pieces; captioning: words
+    length: int = 25  # translation: tokens a sentence, each side; captioning: words a caption
+    regions: int = 49  # captioning: feature vectors an image
+    feature_dim: int = 2_050
+
+
+def real_data(run: experiments.Run) -> StepData:
+    """The real datasets' shapes: CIFAR's 32 x 32 colour images (10 or 100 classes); WMT's 32,768
+    pieces in sentences of 25 (each side); MSCOCO's 9,571 words (min count 5) in captions of 12 words
+    over a 7 x 7 grid of 2,048 + 2 values (data/coco.py)."""
+    if run.task == "captioning":
+        return StepData(vocab=9_571, length=12)
+    return StepData(classes=100 if run.dataset == "cifar100" else 10)
+
+
+def prepared_data(run: experiments.Run, data_dir: Path) -> StepData:
+    """The shapes of the data the run trains on, from its prepared files under `data_dir` (the
+    pipeline's data_dir): a classification dataset's images and classes (<dataset>.pt); a
+    translation corpus's pieces (subword.vocab) and mean sentence length over both sides (the
+    encoded training ids); a captioning set's words (prepared.json), regions and feature values
+    (train.features.npy) and mean caption length."""
+    import json
+
+    import numpy as np
+
+    if run.task == "classification":
+        from resrepro.data.images import load_prepared
+
+        data = load_prepared(data_dir / f"{run.dataset}.pt")
+        return StepData(image=tuple(data["train_x"].shape[1:]), classes=len(data["classes"]))
+    folder = data_dir / run.dataset
+    if run.task == "translation":
+        vocab = len((folder / "subword.vocab").read_text().splitlines())
+        sides = [np.load(folder / f"train.{side}.offsets.npy") for side in ("src", "tgt")]
+        return StepData(vocab=vocab, length=max(1, round(sum(int(o[-1] - o[0]) for o in sides) / sum(len(o) - 1 for o in sides))))
+    meta = json.loads((folder / "prepared.json").read_text())
+    _, regions, dim = np.load(folder / "train.features.npy", mmap_mode="r").shape
+    captions = [caption for image in json.loads((folder / "train.captions.json").read_text()) for caption in image["captions"]]
+    return StepData(vocab=meta["vocab_size"], length=max(1, round(sum(len(c.split()) for c in captions) / len(captions))),
+                    regions=regions, feature_dim=dim)
+
+
+def classifier(spec: ClassificationTrainSpec, device, speed, data: StepData):
+    """A classification run's model built as training builds it (the registry, the data's
+    channels and classes), on `device` in the run's dtype and layout."""
     from resrepro import models
 
-    return speed.place(models.build(models.model_spec(spec, classes=classes, in_channels=3)), device)
+    return speed.place(models.build(models.model_spec(spec, classes=data.classes, in_channels=data.image[0])), device)
 
 
-def training_step(spec: TrainSpec, device, classes: int = 10, stacked: int = 1):
-    """One training step of the run `spec` names, on random data, as training runs it: the model
-    built through the registry, the recipe's speed switches resolved for `device`, the recipe's
-    optimizer. Classification: a CIFAR-shaped batch of `batch_size`; translation: `max_tokens`
-    tokens in sentences of 25 + 25, vocabulary 32,768; captioning: `batch_size` captions of 12
-    words (vocabulary 9,571) over 49 grid regions of 2,050 values (data/coco.py). With `stacked` K,
-    a classification step of K runs stacked as one program, as train/stacked.py trains a job's seeds
-    (a batch each). The step ends with a host sync (as the training loops' divergence check does),
-    so wall-clock timing is honest on a GPU."""
+def training_step(spec: TrainSpec, device, data: StepData = StepData(), stacked: int = 1):
+    """One training step of the run `spec` names, on random data shaped as `data`, as training
+    runs it: the model built through the registry, the recipe's speed switches resolved for
+    `device`, the recipe's optimizer. Classification: a batch of `batch_size` images;
+    translation: `max_tokens` tokens in sentences of `length` + `length`; captioning:
+    `batch_size` captions of `length` words over `regions` feature vectors. With `stacked` K, a
+    classification step of K runs stacked as one program, as train/stacked.py trains a job's
+    seeds (a batch each). The step ends with a host sync (as the training loops' divergence check
+    does), so wall-clock timing is honest on a GPU."""
     import torch
     from torch.nn import functional as F
 
@@ -116,25 +166,25 @@ def training_step(spec: TrainSpec, device, classes: int = 10, stacked: int = 1):
         from resrepro.models.stacked import StackedRuns
 
         speed = speed_of(spec, device, image_model=True).stacked()
-        model = StackedRuns([classifier(spec, device, speed, classes) for _ in range(stacked)])
+        model = StackedRuns([classifier(spec, device, speed, data) for _ in range(stacked)])
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, **speed.optimizer_options())
-        x = torch.randn(stacked, spec.batch_size, 3, 32, 32, device=device).to(speed.dtype)
-        y = torch.randint(0, classes, (stacked, spec.batch_size), device=device)
+        x = torch.randn(stacked, spec.batch_size, *data.image, device=device).to(speed.dtype)
+        y = torch.randint(0, data.classes, (stacked, spec.batch_size), device=device)
 
         def loss_of():  # each run's mean loss, summed: a run's gradient is its own loss's
             return F.cross_entropy(net(x).float().flatten(0, 1), y.flatten(), reduction="none").view(stacked, -1).mean(1).sum()
     elif spec.task == "classification":
         speed = speed_of(spec, device, image_model=True)
-        model = classifier(spec, device, speed, classes)
+        model = classifier(spec, device, speed, data)
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, **speed.optimizer_options())
-        x = speed.layout(torch.randn(spec.batch_size, 3, 32, 32, device=device))
-        y = torch.randint(0, classes, (spec.batch_size,), device=device)
+        x = speed.layout(torch.randn(spec.batch_size, *data.image, device=device))
+        y = torch.randint(0, data.classes, (spec.batch_size,), device=device)
 
         def loss_of():
             return F.cross_entropy(net(x).float(), y)
     elif spec.task == "captioning":
         speed = speed_of(spec, device)
-        vocab, words, regions, dim = 9_571, 12, 49, 2_050
+        vocab, words, regions, dim = data.vocab, data.length, data.regions, data.feature_dim
         model = models.build(models.model_spec(spec, vocab_size=vocab, feature_dim=dim)).to(device)
         opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, **speed.optimizer_options())
         feats = torch.randn(spec.batch_size, regions, dim, device=device)
@@ -144,7 +194,7 @@ def training_step(spec: TrainSpec, device, classes: int = 10, stacked: int = 1):
             return label_smoothed_loss(net(feats, words_in), words_in, 0, spec.label_smoothing)
     else:
         speed = speed_of(spec, device)
-        vocab, length = 32_768, 25
+        vocab, length = data.vocab, data.length
         model = models.build(models.model_spec(spec, vocab_size=vocab)).to(device)
         opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, **speed.optimizer_options())
         n = max(1, spec.max_tokens // (length + 1))
@@ -167,9 +217,9 @@ def training_step(spec: TrainSpec, device, classes: int = 10, stacked: int = 1):
     return step
 
 
-def evaluation_batch(spec: ClassificationTrainSpec, device, classes: int = 10, stacked: int = 1):
+def evaluation_batch(spec: ClassificationTrainSpec, device, data: StepData = StepData(), stacked: int = 1):
     """One evaluation batch of a classification run as its training loop evaluates the test set
-    after each epoch: `eval_batch_size` random CIFAR-shaped uint8 images through the model built
+    after each epoch: `eval_batch_size` random uint8 images shaped as `data` through the model built
     as training builds it (uncompiled, as the loop evaluates), by evaluate/classification.py's
     `evaluate` (with `stacked` K, `evaluate_stacked` over K runs), which ends with a host read."""
     import torch
@@ -181,11 +231,11 @@ def evaluation_batch(spec: ClassificationTrainSpec, device, classes: int = 10, s
     speed = speed_of(spec, device, image_model=True)
     if stacked > 1:
         speed = speed.stacked()
-    nets = [classifier(spec, device, speed, classes) for _ in range(stacked)]
+    nets = [classifier(spec, device, speed, data) for _ in range(stacked)]
     size = eval_batch_size(spec.batch_size)
-    x = torch.randint(0, 256, (size, 3, 32, 32), dtype=torch.uint8, device=device)
-    y = torch.randint(0, classes, (size,), device=device)
-    mean, std = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
+    x = torch.randint(0, 256, (size, *data.image), dtype=torch.uint8, device=device)
+    y = torch.randint(0, data.classes, (size,), device=device)
+    mean, std = (0.5,) * data.image[0], (0.25,) * data.image[0]
     if stacked > 1:
         from resrepro.models.stacked import StackedRuns
 
@@ -194,19 +244,22 @@ def evaluation_batch(spec: ClassificationTrainSpec, device, classes: int = 10, s
     return lambda: evaluate(nets[0], x, y, mean, std, size, speed)
 
 
-def measure_step(config: dict, run: experiments.Run, device_name: str, warmup: int, steps: int, key: str | None = None) -> tuple[float, float]:
+def measure_step(config: dict, run: experiments.Run, device_name: str, warmup: int, steps: int, key: str | None = None,
+                 data_dir: Path | None = None) -> tuple[float, float]:
     """The median ms of the run's training step, of its self-critical update where `key` is the
     run's scst_key (benchmarks/scst_step_time.py's update), or of its evaluation batch where `key`
     is its eval_key; for a stacked key, of its K runs' step over K: one run's part of the GPU, what
     cost.run_gpu_hours (cost.eval_hours) reads. Then the seconds its warm-up took beyond as many
-    steps at that time (warmup_excess_s): what cost.overhead_hours counts as a run's first steps."""
-    warmup_times, times = step_times(config, run, device_name, warmup, steps, key)
+    steps at that time (warmup_excess_s): what cost.overhead_hours counts as a run's first steps.
+    On random data of the real datasets' shapes, or, with `data_dir`, of the prepared data's there."""
+    warmup_times, times = step_times(config, run, device_name, warmup, steps, key, data_dir=data_dir)
     return 1000 * statistics.median(times) / runs_sharing(key or "", "stacked"), warmup_excess_s(warmup_times, times)
 
 
-def measure_step_ms(config: dict, run: experiments.Run, device_name: str, warmup: int, steps: int, key: str | None = None) -> float:
+def measure_step_ms(config: dict, run: experiments.Run, device_name: str, warmup: int, steps: int, key: str | None = None,
+                    data_dir: Path | None = None) -> float:
     """measure_step's median ms."""
-    return measure_step(config, run, device_name, warmup, steps, key)[0]
+    return measure_step(config, run, device_name, warmup, steps, key, data_dir)[0]
 
 
 def warmup_excess_s(warmup_times: list[float], times: list[float]) -> float:
@@ -216,7 +269,7 @@ def warmup_excess_s(warmup_times: list[float], times: list[float]) -> float:
 
 
 def step_times(config: dict, run: experiments.Run, device_name: str, warmup: int, steps: int, key: str | None = None,
-               before_timing=lambda: None) -> tuple[list[float], list[float]]:
+               before_timing=lambda: None, data_dir: Path | None = None) -> tuple[list[float], list[float]]:
     """The seconds of each of `warmup` untimed steps of `key` (see measure_step), then of each
     of `steps` timed ones; `before_timing` is called between them."""
     import torch
@@ -233,15 +286,16 @@ def step_times(config: dict, run: experiments.Run, device_name: str, warmup: int
         key = key.removesuffix(cost.NONDETERMINISTIC)
     elif spec.get("deterministic"):
         use_deterministic_algorithms()
-    classes = 100 if run.dataset == "cifar100" else 10
+    data = prepared_data(run, Path(data_dir)) if data_dir else real_data(run)
     if key is not None and key == cost.scst_key(run):
         from scst_step_time import self_critical_step
 
-        step = self_critical_step(spec, pick_device(device_name), spec.scst.batch_images, spec.scst.max_len)
+        step = self_critical_step(spec, pick_device(device_name), spec.scst.batch_images, spec.scst.max_len, data.vocab, data.regions,
+                                  data.feature_dim)
     elif key is not None and cost.is_eval_key(key):
-        step = evaluation_batch(spec, pick_device(device_name), classes, stacked=runs_sharing(key, "stacked"))
+        step = evaluation_batch(spec, pick_device(device_name), data, stacked=runs_sharing(key, "stacked"))
     else:
-        step = training_step(spec, pick_device(device_name), classes=classes, stacked=runs_sharing(key or "", "stacked"))
+        step = training_step(spec, pick_device(device_name), data, stacked=runs_sharing(key or "", "stacked"))
     def timed() -> float:
         started = time.perf_counter()
         step()
@@ -271,7 +325,7 @@ def shared_step_ms(worker_times: list[list[float]]) -> float:
 
 
 def measure_side_by_side(config_paths: list[str], keys: list[str], device_name: str, warmup: int, steps: int,
-                         measured=lambda key, ms: None) -> dict[str, float]:
+                         measured=lambda key, ms: None, data_dir: Path | None = None) -> dict[str, float]:
     """Keys `/processes{P}` (one P): P processes, as seeds_in_parallel starts them under their job's
     one GPU, each step every key's run alone (the key without its suffix), one key after another;
     for each key they time their steps together, after each has warmed up (and compiled), and one
@@ -289,7 +343,8 @@ def measure_side_by_side(config_paths: list[str], keys: list[str], device_name: 
     with tempfile.TemporaryDirectory(prefix="gpu-budget-") as work:
         argv = [sys.executable, __file__, "--worker", *(key.rsplit("/", 1)[0] for key in keys), "--work-dir", work,
                 "--processes", str(processes), "--device", device_name, "--warmup", str(warmup), "--steps", str(steps),
-                "--config", *(str(Path(path).resolve()) for path in config_paths)]
+                "--config", *(str(Path(path).resolve()) for path in config_paths),
+                *(("--data-dir", str(Path(data_dir).resolve())) if data_dir else ())]
         env = {**os.environ, GPUS_HELD_BY_LAUNCH: "1"}  # the job's one GPU, not one each from the pool
         workers = [subprocess.Popen([*argv, "--worker-index", str(i)], env=env, cwd=ROOT) for i in range(processes)]
         return collect_side_by_side(workers, Path(work), keys, measured)
@@ -348,7 +403,7 @@ def worker(opts: argparse.Namespace) -> None:
     for j, key in enumerate(opts.worker):
         config, run = steps[key]
         _, times = step_times(config, run, opts.device, opts.warmup, opts.steps, key,
-                              before_timing=lambda: wait_for_all(Path(opts.work_dir, f"barrier-{j}"), opts.processes))
+                              before_timing=lambda: wait_for_all(Path(opts.work_dir, f"barrier-{j}"), opts.processes), data_dir=opts.data_dir)
         result = Path(opts.work_dir, f"{j}-{opts.worker_index}.json")
         Path(f"{result}.tmp").write_text(json.dumps(times))
         Path(f"{result}.tmp").replace(result)
@@ -460,6 +515,7 @@ def main(argv=None) -> None:
                    "for the multi-GPU runs' gradients; with --allreduce-source saying where it comes from")
     p.add_argument("--allreduce-source", default="")
     p.add_argument("--skip", nargs="+", metavar="GLOB", default=[], help="leave out the step keys matching these patterns")
+    p.add_argument("--data-dir", help="time steps on data shaped as the prepared data here (a config's data_dir), not the real datasets")
     p.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)  # measure_side_by_side's processes: these keys' steps
     p.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--work-dir", help=argparse.SUPPRESS)
@@ -511,11 +567,11 @@ def main(argv=None) -> None:
         # last, so that cuBLAS starts with the deterministic keys' fixed workspace
         for key in sorted(alone, key=lambda key: key.endswith(cost.NONDETERMINISTIC)):
             config, run = measured[key]
-            ms, warmup_s = measure_step(config, run, opts.device, opts.warmup, opts.steps, key)
+            ms, warmup_s = measure_step(config, run, opts.device, opts.warmup, opts.steps, key, data_dir=opts.data_dir)
             record(key, ms, warmup_s if key == key.split("/stacked")[0].removesuffix(cost.NONDETERMINISTIC) else None)
         for processes in sorted({runs_sharing(key, "processes") for key in measured} - {1}):
             measure_side_by_side(opts.config, [key for key in measured if runs_sharing(key, "processes") == processes], opts.device, opts.warmup,
-                                 opts.steps, measured=record)
+                                 opts.steps, measured=record, data_dir=opts.data_dir)
         if previous:
             times = merge_measured(previous, times, opts.keys)
     if opts.out:

@@ -13,8 +13,8 @@ Afterwards it prints, and writes to OUT/rehearsal-<phase>.txt, the jobs each rul
 failed, benchmarks/pipeline_time.py's figures for the run, and the disk the results take; the
 Snakemake log goes to OUT too. `--predict`, after the phases on the same machine, holds the cost
 model against them: it writes the rehearsal's config as it ran here (OUT/rehearsal-gpu.yaml),
-measures its step times on this GPU (benchmarks/gpu_budget.py, OUT/rehearsal-steps.yaml, stopped at
-the deadline with the keys it has), and puts each finished training job of each phase's log beside
+measures its step times on this GPU on batches shaped as its fake data (benchmarks/gpu_budget.py,
+OUT/rehearsal-steps.yaml, stopped at the deadline with the keys it has), and puts each finished training job of each phase's log beside
 the model's seconds for it (pipeline_time.py --predict, with the fake data's sizes), into
 OUT/rehearsal-predict.txt. Run by benchmarks/gpu_session.py (checks `rehearsal-cover`,
 `rehearsal`), which sets GPU_CHECK_LIMIT_S; from the repository root, where torch sees the GPU:
@@ -85,15 +85,15 @@ def gpu_config(path: Path = ROOT / "config" / "rehearsal.yaml") -> dict:
 
 def predict(out: Path, deadline_s: float) -> str:
     """The cost model against the rehearsal's finished training jobs on this GPU (module docstring)."""
-    config_path, steps = out / "rehearsal-gpu.yaml", out / "rehearsal-steps.yaml"
-    config_path.write_text(json.dumps(gpu_config(), indent=1))  # JSON is YAML
+    config, config_path, steps = gpu_config(), out / "rehearsal-gpu.yaml", out / "rehearsal-steps.yaml"
+    config_path.write_text(json.dumps(config, indent=1))  # JSON is YAML
     budget = [sys.executable, str(ROOT / "benchmarks" / "gpu_budget.py"), "--config", str(config_path), "--device", "cuda",
-              "--warmup", "3", "--steps", "10", "--skip", "*/nondeterministic", "--out", str(steps)]
+              "--warmup", "3", "--steps", "10", "--skip", "*/nondeterministic", "--data-dir", config["data_dir"], "--out", str(steps)]
     how, seconds = run(budget, deadline_s, out / "rehearsal-steps.console.log")
     said = [f"step times of the rehearsal's keys on this GPU: {how}, {seconds:.0f} s"]
     for log in sorted(out.glob("rehearsal-*.snakemake.log")):
         figures = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "pipeline_time.py"), "--startup-repeats", "0", "--log", str(log),
-                                  "--predict", str(config_path), str(steps), "--data-dir", gpu_config()["data_dir"]],
+                                  "--predict", str(config_path), str(steps), "--data-dir", config["data_dir"]],
                                  cwd=ROOT, capture_output=True, text=True, timeout=120)
         said += [f"\n{log.name}:", figures.stdout, figures.stderr[-2000:]]
     return "\n".join(said)

@@ -21,9 +21,11 @@ from resrepro.specs import CaptioningTrainSpec
 VOCAB, REGIONS, DIM = 9_571, 49, 2_050  # MSCOCO's vocabulary at min count 5, a 7 x 7 grid of 2,048 + centre
 
 
-def self_critical_step(spec: CaptioningTrainSpec, device, images: int, max_len: int):
+def self_critical_step(spec: CaptioningTrainSpec, device, images: int, max_len: int, vocab: int = VOCAB, regions: int = REGIONS,
+                       dim: int = DIM):
     """One self-critical update of the captioner `spec` names (a run's training spec), on random
-    features and references, as a callable that ends with a host sync."""
+    features (`regions` vectors of `dim` an image) and references (words of `vocab`), as a
+    callable that ends with a host sync."""
     import torch
 
     from resrepro import models
@@ -33,10 +35,10 @@ def self_critical_step(spec: CaptioningTrainSpec, device, images: int, max_len: 
     from resrepro.train.captioning import scst_update
 
     gen = torch.Generator().manual_seed(0)
-    reward = CiderD([[torch.randint(4, VOCAB, (10,), generator=gen).tolist() for _ in range(5)] for _ in range(images)])
-    feats = torch.rand(images, REGIONS, DIM, generator=gen).to(device)
+    reward = CiderD([[torch.randint(4, vocab, (10,), generator=gen).tolist() for _ in range(5)] for _ in range(images)])
+    feats = torch.rand(images, regions, dim, generator=gen).to(device)
     torch.manual_seed(0)
-    model = models.build(models.model_spec(spec, vocab_size=VOCAB, feature_dim=DIM)).to(device).eval()
+    model = models.build(models.model_spec(spec, vocab_size=vocab, feature_dim=dim)).to(device).eval()
     speed = speed_of(spec, device)
     lr = spec.scst.lr if spec.get("scst") else 5e-5
     opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9, **speed.optimizer_options())

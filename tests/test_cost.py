@@ -282,7 +282,7 @@ def test_the_budget_times_a_self_critical_stage_with_the_training_loops_update(m
     real = scst_step_time.self_critical_step
     monkeypatch.setattr(scst_step_time, "self_critical_step", lambda *a: made.append(a[2:]) or real(*a))
     assert gpu_budget.measure_step_ms(config, run, "cpu", warmup=0, steps=1, key=cost.scst_key(run)) > 0
-    assert made == [(20, 12)]  # the recipe's batch_images and max_len
+    assert made == [(20, 12, 9_571, 49, 2_050)]  # the recipe's batch_images and max_len; MSCOCO's words and features
     assert gpu_budget.measure_step_ms(config, run, "cpu", warmup=0, steps=1, key=cost.step_key(run)) > 0 and len(made) == 1
     assert {k for k in gpu_budget.distinct_steps([(config, make_plan(config))]) if k.startswith("captioning/")} == {
         k for r in cost.tabled_runs(make_plan(config)).values() if r.task == "captioning" for k, _ in cost.stages_of(r)}
@@ -309,7 +309,7 @@ def test_the_budget_times_a_stacked_job_as_one_program_and_gives_a_runs_part(mon
                                                                  for n in (4, 5))
     config_of, run = steps[stacked_keys[0]]
     built = []
-    monkeypatch.setattr(gpu_budget, "training_step", lambda spec, device, classes, stacked: built.append(stacked) or (lambda: None))
+    monkeypatch.setattr(gpu_budget, "training_step", lambda spec, device, data, stacked: built.append(stacked) or (lambda: None))
     clock = itertools.count(0.0, 0.3)  # each step 0.3 s
     monkeypatch.setattr(gpu_budget.time, "perf_counter", lambda: next(clock))
     assert gpu_budget.measure_step_ms(config_of, run, "cpu", warmup=0, steps=3, key=stacked_keys[0]) == pytest.approx(100.0)
@@ -354,12 +354,12 @@ def test_the_budget_times_the_runs_alone_first_and_skips_what_it_is_told(tmp_pat
     path.write_text(yaml.safe_dump(config))
     groups = []
 
-    def side_by_side(paths, keys, device, warmup, steps, measured):
+    def side_by_side(paths, keys, device, warmup, steps, measured, data_dir):
         groups.append(keys)
         for key in keys:
             measured(key, 2.0)
 
-    monkeypatch.setattr(gpu_budget, "measure_step", lambda *a: (8.0, 0.5))
+    monkeypatch.setattr(gpu_budget, "measure_step", lambda *a, data_dir: (8.0, 0.5))
     monkeypatch.setattr(gpu_budget, "measure_side_by_side", side_by_side)
     monkeypatch.setattr(gpu_budget, "measure_write_gb_s", lambda *a: 1.0)
     monkeypatch.setattr(gpu_budget, "measure_job_start_s", lambda device: 2.5)
@@ -392,7 +392,7 @@ def test_the_budget_times_each_tasks_switch_key_with_deterministic_kernels_off_a
     assert not any(k.endswith(cost.NONDETERMINISTIC) for k in gpu_budget.distinct_steps([(config, plan)]))
 
     modes = []
-    monkeypatch.setattr(gpu_budget, "training_step", lambda spec, device, classes, stacked: modes.append(
+    monkeypatch.setattr(gpu_budget, "training_step", lambda spec, device, data, stacked: modes.append(
         torch.are_deterministic_algorithms_enabled()) or (lambda: None))
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # use_deterministic_algorithms sets it: undone with the test
     config_of, run = gpu_budget.distinct_steps([(config, plan)], switched=True)[switched[0]]
@@ -406,7 +406,7 @@ def test_the_budget_times_each_tasks_switch_key_with_deterministic_kernels_off_a
     finally:
         gpu_budget.use_fastest_algorithms()
 
-    monkeypatch.setattr(gpu_budget, "measure_step", lambda config, run, device, warmup, steps, key: (8.0, 0.5))
+    monkeypatch.setattr(gpu_budget, "measure_step", lambda config, run, device, warmup, steps, key, data_dir: (8.0, 0.5))
     monkeypatch.setattr(gpu_budget, "measure_write_gb_s", lambda *a: 1.0)
     monkeypatch.setattr(gpu_budget, "measure_job_start_s", lambda device: 2.5)
     path, out = tmp_path / "deterministic.yaml", tmp_path / "times.yaml"
@@ -625,6 +625,52 @@ def test_a_runs_warm_up_is_its_first_steps_beyond_its_step_time_and_a_jobs_start
     assert started[0].endswith("; torch.zeros(1, device='cuda'); torch.cuda.synchronize()")
 
 
+def test_the_budget_times_steps_on_data_shaped_as_the_prepared_data_the_runs_train_on(tmp_path):
+    """Without a data folder, the real datasets' shapes; with one, each task's from its prepared
+    files: digits' 1 x 8 x 8 images and 10 classes; a corpus's 6 pieces and sentences of (3 + 5 +
+    4 + 4) / 4 = 4 tokens; a caption set's 7 words, 16 regions of 50 values and captions of
+    (2 + 4) / 2 = 3 words. A step on digits-shaped data trains a one-channel net."""
+    import json
+
+    import numpy as np
+    import torch
+
+    from resrepro.data.images import save_prepared
+    from resrepro.experiments import make_plan
+
+    gpu_budget = _gpu_budget()
+    assert gpu_budget.real_data(run(dataset="cifar100")) == gpu_budget.StepData(classes=100)
+    assert gpu_budget.real_data(run("captioning", "mscoco", "captioner_paper", "paper", "sas")) == gpu_budget.StepData(vocab=9_571, length=12)
+    save_prepared(tmp_path / "digits.pt", train_x=torch.zeros(6, 1, 8, 8, dtype=torch.uint8), train_y=torch.arange(6) % 3,
+                  test_x=torch.zeros(2, 1, 8, 8, dtype=torch.uint8), test_y=torch.arange(2), classes=list("abc"), name="digits", source="a test")
+    assert gpu_budget.prepared_data(run(dataset="digits"), tmp_path) == gpu_budget.StepData(image=(1, 8, 8), classes=3)
+    corpus = tmp_path / "synthetic"
+    corpus.mkdir()
+    (corpus / "subword.vocab").write_text("".join(f"piece{i}\t0\n" for i in range(6)))
+    np.save(corpus / "train.src.offsets.npy", np.array([0, 3, 8]))
+    np.save(corpus / "train.tgt.offsets.npy", np.array([10, 14, 18]))
+    text = run("translation", "synthetic", "transformer_mini", "mini", "add")
+    assert gpu_budget.prepared_data(text, tmp_path) == gpu_budget.StepData(vocab=6, length=4)
+    scenes = tmp_path / "scenes"
+    scenes.mkdir()
+    (scenes / "prepared.json").write_text(json.dumps({"vocab_size": 7}))
+    np.save(scenes / "train.features.npy", np.zeros((2, 16, 50), dtype=np.float32))
+    (scenes / "train.captions.json").write_text(json.dumps([{"id": "a", "captions": ["a ball"]}, {"id": "b", "captions": ["a red ball here"]}]))
+    caption = run("captioning", "scenes", "captioner_mini", "mini", "add")
+    assert gpu_budget.prepared_data(caption, tmp_path) == gpu_budget.StepData(vocab=7, length=3, regions=16, feature_dim=50)
+
+    config = tiny_config()
+    digits = next(r for r in cost.tabled_runs(make_plan(config)).values() if r.task == "classification" and r.dataset == "digits")
+    built = []
+    real = gpu_budget.classifier
+    gpu_budget.classifier = lambda spec, device, speed, data: built.append(data.image) or real(spec, device, speed, data)
+    try:
+        assert gpu_budget.measure_step_ms(config, digits, "cpu", warmup=0, steps=1, key=cost.step_key(digits), data_dir=tmp_path) > 0
+    finally:
+        gpu_budget.classifier = real
+    assert built == [(1, 8, 8)]
+
+
 def test_the_session_commit_comes_from_resrepro_commit_where_the_code_has_no_git(monkeypatch):
     gpu_budget = _gpu_budget()
     monkeypatch.setenv("RESREPRO_COMMIT", "abc1234")
@@ -679,7 +725,7 @@ def test_a_budget_stopped_midway_leaves_the_keys_it_measured_said_partial(tmp_pa
     gpu_budget = _gpu_budget()
     measured = []
 
-    def measure(config, run, device, warmup, steps, key):
+    def measure(config, run, device, warmup, steps, key, data_dir):
         if len(measured) == 2:
             raise KeyboardInterrupt  # stands for the session's kill
         measured.append(key)

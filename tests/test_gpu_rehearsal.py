@@ -83,6 +83,7 @@ def test_the_prediction_measures_the_rehearsals_keys_as_it_ran_on_the_gpu_and_ho
     assert json.loads((tmp_path / "rehearsal-gpu.yaml").read_text()) == ran
     [budget] = budgets
     assert budget[budget.index("--config") + 1] == str(tmp_path / "rehearsal-gpu.yaml") and "*/nondeterministic" in budget
+    assert budget[budget.index("--data-dir") + 1] == "results/rehearsal/data"  # batches shaped as the fake data
     assert [argv[argv.index("--log") + 1] for argv in figures] == [str(tmp_path / f"rehearsal-{p}.snakemake.log") for p in ("all", "cover")]
     predicted = figures[0][figures[0].index("--predict"):]
     assert predicted == ["--predict", str(tmp_path / "rehearsal-gpu.yaml"), str(tmp_path / "rehearsal-steps.yaml"), "--data-dir",
