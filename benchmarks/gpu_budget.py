@@ -341,12 +341,13 @@ def measure_side_by_side(config_paths: list[str], keys: list[str], device_name: 
         raise ValueError(f"keys of one count of processes side by side, got {sorted(processes)}")
     processes = processes.pop()
     with tempfile.TemporaryDirectory(prefix="gpu-budget-") as work:
-        argv = [sys.executable, __file__, "--worker", *(key.rsplit("/", 1)[0] for key in keys), "--work-dir", work,
+        argv = [sys.executable, str(Path(__file__).resolve()), "--worker", *(key.rsplit("/", 1)[0] for key in keys), "--work-dir", work,
                 "--processes", str(processes), "--device", device_name, "--warmup", str(warmup), "--steps", str(steps),
                 "--config", *(str(Path(path).resolve()) for path in config_paths),
                 *(("--data-dir", str(Path(data_dir).resolve())) if data_dir else ())]
         env = {**os.environ, GPUS_HELD_BY_LAUNCH: "1"}  # the job's one GPU, not one each from the pool
-        workers = [subprocess.Popen([*argv, "--worker-index", str(i)], env=env, cwd=ROOT) for i in range(processes)]
+        # in this folder, as the configs' relative paths (tables, the rehearsal's mirror) are
+        workers = [subprocess.Popen([*argv, "--worker-index", str(i)], env=env) for i in range(processes)]
         return collect_side_by_side(workers, Path(work), keys, measured)
 
 

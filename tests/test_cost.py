@@ -442,6 +442,23 @@ def test_the_budget_starts_the_processes_of_side_by_side_keys_once_and_fails_wit
         gpu_budget.measure_side_by_side([str(path)], [keys[0], keys[0].replace("processes2", "processes3")], "cpu", warmup=0, steps=1)
 
 
+def test_side_by_side_workers_start_in_the_callers_folder_where_the_configs_paths_are(tmp_path, monkeypatch):
+    """A config's paths are relative to the folder gpu_budget.py runs in (the rehearsal's mirror):
+    its workers start there, whatever folder holds the script."""
+    import subprocess
+    from pathlib import Path
+
+    gpu_budget = _gpu_budget()
+    started = []
+    monkeypatch.setattr(subprocess, "Popen", lambda argv, **kw: started.append((argv, kw)))
+    monkeypatch.setattr(gpu_budget, "collect_side_by_side", lambda workers, work, keys, measured: {})
+    monkeypatch.chdir(tmp_path)
+    gpu_budget.measure_side_by_side(["config.yaml"], ["a/b/c/d/processes2"], "cpu", warmup=0, steps=1)
+    assert len(started) == 2 and all(kw.get("cwd") in (None, str(tmp_path)) for _, kw in started)
+    assert started[0][0][1] == str(Path(gpu_budget.__file__).resolve())
+    assert started[0][0][started[0][0].index("--config") + 1] == str(tmp_path / "config.yaml")
+
+
 def test_a_failed_side_by_side_worker_kills_the_ones_waiting_for_it(tmp_path):
     """One worker fails while the other waits (as at the next key's barrier): the waiting one is
     killed at once, and the measurement fails naming the exit code; times already in are given."""
