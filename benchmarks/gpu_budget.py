@@ -25,7 +25,8 @@ the training loop resolves them on the device, `--warmup` untimed steps, then th
 steps take random CIFAR-shaped batches of `batch_size`; translation steps random batches of
 `max_tokens` tokens in sentences of 25 source and 25 target tokens, vocabulary 32,768. Each
 classification run's evaluation batch (the test set's, after every epoch) is timed the same way,
-under its own key (cost.eval_key): the evaluation the loop runs, forward only, uncompiled. Where a
+under its own key (cost.eval_key): the evaluation the loop runs, forward only, uncompiled; and
+each translation run's dev loss at a checkpoint (cost.dev_key: the loop's `dev_loss`). Where a
 scale's jobs train P runs side by side (seeds_in_parallel), their keys `.../processes{P}` are timed
 last, by P processes stepping together (`--skip '*/processes*'` leaves them for a later call with
 `--keys '*/processes*'` into the same file, in the same session). The deterministic kernels'
@@ -61,7 +62,7 @@ def distinct_steps(configs_and_plans, stacked: tuple[int, ...] = (), evaluation:
     a config whose jobs stack their runs (cost.sharing), the stacked keys too, and with `stacked`
     each classification key stacked K for each K given (what stacking would cost, measured beside
     the keys alone). With `evaluation`, each classification run's evaluation key (cost.eval_key)
-    after its steps', stacked likewise. A config whose jobs train their runs side by side as
+    after its steps', stacked likewise, and each translation run's dev-loss key (cost.dev_key). A config whose jobs train their runs side by side as
     processes adds those keys (`/processes{P}`), timed with P processes at once. With `switched`,
     each task's switch key with deterministic kernels off (cost.switch_keys, `/nondeterministic`)."""
     steps = {}
@@ -71,7 +72,7 @@ def distinct_steps(configs_and_plans, stacked: tuple[int, ...] = (), evaluation:
             run = next(run for run in cost.tabled_runs(plan).values() if cost.step_key(run) == key)
             steps.setdefault(key + cost.NONDETERMINISTIC, (config, run))
         for path, run in cost.tabled_runs(plan).items():
-            evaluated = [(cost.eval_key(run), 0)] if evaluation and cost.eval_key(run) else []
+            evaluated = [(key, 0) for key in (cost.eval_key(run), cost.dev_key(run)) if evaluation and key]
             for key, _ in cost.stages_of(run) + evaluated:
                 steps.setdefault(key, (config, run))
                 if shares.get(path, ""):
@@ -244,6 +245,25 @@ def evaluation_batch(spec: ClassificationTrainSpec, device, data: StepData = Ste
     return lambda: evaluate(nets[0], x, y, mean, std, size, speed)
 
 
+def dev_loss_pass(spec, device, data: StepData, pairs: int):
+    """One dev loss of a translation run as its loop computes it at each checkpoint
+    (train/translation.py's `dev_loss`): `pairs` random sentence pairs of `length` tokens a side,
+    in batches of `max_tokens`, through the model built as training builds it."""
+    import numpy as np
+    import torch
+
+    from resrepro import models
+    from resrepro.speed import speed_of
+    from resrepro.train.translation import TokenPairs, dev_loss
+
+    torch.manual_seed(0)
+    speed = speed_of(spec, device)
+    model = models.build(models.model_spec(spec, vocab_size=data.vocab)).to(device)
+    words = np.random.default_rng(0).integers(4, data.vocab, (pairs, 2, data.length))
+    examples = TokenPairs([(src.tolist(), tgt.tolist()) for src, tgt in words], spec)
+    return lambda: dev_loss(model, examples, spec, device, speed)
+
+
 def measure_step(config: dict, run: experiments.Run, device_name: str, warmup: int, steps: int, key: str | None = None,
                  data_dir: Path | None = None) -> tuple[float, float]:
     """The median ms of the run's training step, of its self-critical update where `key` is the
@@ -292,6 +312,8 @@ def step_times(config: dict, run: experiments.Run, device_name: str, warmup: int
 
         step = self_critical_step(spec, pick_device(device_name), spec.scst.batch_images, spec.scst.max_len, data.vocab, data.regions,
                                   data.feature_dim)
+    elif key is not None and key == cost.dev_key(run):
+        step = dev_loss_pass(spec, pick_device(device_name), data, cost.dev_pairs(run))
     elif key is not None and cost.is_eval_key(key):
         step = evaluation_batch(spec, pick_device(device_name), data, stacked=runs_sharing(key, "stacked"))
     else:

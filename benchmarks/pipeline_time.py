@@ -202,8 +202,8 @@ def predicted(jobs: list[dict], config_path: str | Path, step_times_path: str | 
 
     config, plan = cost.load_scale(config_path)
     step_times = cost.load_step_times(step_times_path)
-    disk = config.get("gpu_costs", {}).get("disk")
-    copies = load_copies(disk)["copies"] if disk and Path(disk).exists() else None
+    disk = config.get("gpu_costs", {}).get("disk", "config/costs/disk.yaml")  # the schema's default
+    copies = load_copies(disk)["copies"]
     model = {layout.job_file("trained.json", scale=config["scale"], job=job): seconds
              for job, seconds in cost.job_seconds(plan, config, step_times, copies, examples).items()}
     start = step_times.get("job_start_s", 0.0)

@@ -499,19 +499,47 @@ def test_checkpoint_writes_and_the_all_reduce_count_where_the_file_has_their_ban
     counts, left = cost.counted_text(figures, copies, multi_gpu=True)
     assert counts == ("training steps; checkpoint writes at 2 GB/s; the gradients' all-reduce at 150 GB/s bus bandwidth "
                       "(assumed; an upper bound: DDP overlaps it with backward)")
-    assert left == ("evaluation (the step-times file has no evaluation times), data preparation, each job's start (the step-times "
-                    "file has no start time), each run's first steps beyond their step time (the step-times file has no warm-up times)")
+    assert left == ("classification's evaluation (the step-times file has no evaluation times), translation's dev loss (the "
+                    "step-times file has no dev-loss times), beam search and captioning's evaluation, data preparation, each job's start "
+                    "(the step-times file has no start time), each run's first steps beyond their step time (the step-times file has no "
+                    "warm-up times)")
     counts, left = cost.counted_text({"step_ms": {}}, copies, multi_gpu=True)
     assert counts == "training steps"
-    assert left == ("evaluation (the step-times file has no evaluation times), data preparation, each job's start (the step-times "
-                    "file has no start time), each run's first steps beyond their step time (the step-times file has no warm-up "
-                    "times), checkpoint writes (the step-times file has no write bandwidth), the all-reduce of multi-GPU runs (the step-times file has no bus bandwidth)")
+    assert left == ("classification's evaluation (the step-times file has no evaluation times), translation's dev loss (the "
+                    "step-times file has no dev-loss times), beam search and captioning's evaluation, data preparation, each job's start "
+                    "(the step-times file has no start time), each run's first steps beyond their step time (the step-times file has no "
+                    "warm-up times), checkpoint writes (the step-times file has no write bandwidth), the all-reduce of multi-GPU runs (the step-times file has no bus bandwidth)")
     plan = Plan("paper", {}, runs={"mt": mt}, rows=[{"table": "t", "label": "x", "runs": ["mt"]}])
     times = {"device": "GPU X", "basis": "measured", "commit": "abc1234", "date": "2026-11-27", "source": "a test",
              **figures, "step_ms": {cost.step_key(mt): 36.0}}
     frame = cost.table_costs(plan, {"scale": "paper", "gpus_per_job": 1, "translation": {"gpus": {"wmt14_en_de": 4}}}, times, copies)
     steps_h = 2500 * 2 * 0.036 * 4 / 3600
     assert frame.set_index("table").loc["total", "gpu_hours"] == pytest.approx(steps_h + sum(hours.values()))
+
+
+def test_translation_counts_its_dev_loss_at_each_checkpoint_where_the_file_times_it():
+    """The dev loss reads the recipe's dev_sentences, at most the split's, else the whole split:
+    IWSLT15's tst2012 (1,553), WMT14 EN-FR's newstest2012 + 2013 (3,003 + 3,000). 2,500 updates
+    with a checkpoint every 1,000 compute it 3 times (1,000, 2,000 and the last): at 500 ms on 4
+    GPUs, 3 x 0.5 x 4 s; without its time in the file, none, and the words say so."""
+    iwslt = run("translation", "iwslt15_en_vi", "transformer_base", "base", "add", recipe={**MT, "checkpoint_every": 1000})
+    assert cost.dev_pairs(iwslt) == 1_553 and cost.dev_key(iwslt) == "translation/transformer_base/add/dev1553"
+    assert cost.dev_pairs(run("translation", "wmt14_en_fr", "transformer_big", "big", "add")) == 6_003
+    assert cost.dev_pairs(run("translation", "iwslt15_en_vi", "transformer_base", "base", "add", recipe={**MT, "dev_sentences": 16})) == 16
+    assert cost.dev_pairs(run("translation", "iwslt15_en_vi", "transformer_base", "base", "add", recipe={**MT, "dev_sentences": 9000})) == 1_553
+    assert cost.dev_key(run("translation", "synthetic", "transformer_mini", "mini", "add")) is None  # a split of unknown size
+    assert cost.dev_key(run()) is None
+    mt = run("translation", "wmt14_en_de", "transformer_big", "big", "add", recipe={**MT, "max_updates": 2500, "checkpoint_every": 1000})
+    key = cost.dev_key(mt)
+    assert key == "translation/transformer_big/add/dev3000"
+    assert cost.dev_hours(mt, {key: 500.0}, gpus=4) == pytest.approx(3 * 0.5 * 4 / 3600) and cost.dev_hours(mt, {}, gpus=4) == 0.0
+    assert cost.times_dev_loss({key: 500.0}) and not cost.times_dev_loss({cost.step_key(mt): 90.0})
+    plan = Plan("paper", {}, runs={"mt": mt}, rows=[{"table": "t", "label": "x", "runs": ["mt"]}], jobs={"j": ["mt"]})
+    times = {"device": "GPU X", "basis": "measured", "commit": "abc1234", "date": "2026-11-27", "source": "a test",
+             "step_ms": {cost.step_key(mt): 36.0, key: 500.0}}
+    config = {"scale": "paper", "gpus_per_job": 1, "translation": {"gpus": {"wmt14_en_de": 4}}}
+    assert cost.run_hours(plan, config, times)["mt"]["dev loss"] == pytest.approx(3 * 0.5 * 4 / 3600)
+    assert cost.counted_text(times, None, multi_gpu=False)[0] == "training steps; translation's dev loss at each checkpoint"
 
 
 def test_a_jobs_start_and_its_runs_first_steps_count_where_the_file_times_them():
@@ -569,15 +597,15 @@ def test_classification_evaluates_its_test_set_after_every_epoch_where_the_file_
     hours, counts, left = costed({key: 36.0, evaluation: 20.0})
     assert hours == pytest.approx(2 * (steps_h + eval_h))
     assert counts == "training steps; classification's test evaluation after every epoch"
-    assert left == ("translation's and captioning's evaluation (dev loss, beam search), data preparation, each job's start (the "
-                    "step-times file has no start time), each run's first steps beyond their step time (the step-times file has no "
+    assert left == ("translation's dev loss (the step-times file has no dev-loss times), beam search and captioning's evaluation, "
+                    "data preparation, each job's start (the step-times file has no start time), each run's first steps beyond their step time (the step-times file has no "
                     "warm-up times), checkpoint writes (the step-times file has no write bandwidth)")
     assert costed({key: 36.0, evaluation: 20.0, key + "/stacked2": 10.0, evaluation + "/stacked2": 6.0}, seeds_stacked=True)[0] == \
         pytest.approx(2 * (3910 * 0.010 + 200 * 0.006) / 3600)
     assert costed({key: 36.0, evaluation: 20.0, key + "/stacked2": 10.0}, seeds_stacked=True)[0] == \
         pytest.approx(2 * (3910 * 0.010 + 200 * 0.020) / 3600)  # stacked evaluation not measured: as alone
     assert costed({key: 36.0})[0] == pytest.approx(2 * steps_h)
-    assert costed({key: 36.0})[2].startswith("evaluation (the step-times file has no evaluation times), data preparation")
+    assert costed({key: 36.0})[2].startswith("classification's evaluation (the step-times file has no evaluation times), translation's dev")
     with pytest.raises(ConfigError, match="no evaluation time for classification/preact_resnet20/add/eval512"):
         costed({key: 36.0, "classification/other/add/eval512": 20.0})
 
@@ -686,6 +714,24 @@ def test_the_budget_times_steps_on_data_shaped_as_the_prepared_data_the_runs_tra
     finally:
         gpu_budget.classifier = real
     assert built == [(1, 8, 8)]
+
+
+def test_the_budget_times_a_translation_runs_dev_loss_with_the_loops_dev_loss(monkeypatch):
+    """A translation run's dev-loss key is measured (with evaluation) by the loop's own dev_loss
+    over that many random pairs."""
+    from resrepro.experiments import make_plan
+    from resrepro.train import translation
+
+    gpu_budget = _gpu_budget()
+    config = {**tiny_config(), "translation": {**tiny_config()["translation"], "dev_sentences": 8}}
+    runs = [r for r in cost.tabled_runs(make_plan(config)).values() if r.task == "translation"]
+    keys = gpu_budget.distinct_steps([(config, make_plan(config))], evaluation=True)
+    assert {cost.dev_key(r) for r in runs} <= set(keys) and not any("/dev" in k for k in gpu_budget.distinct_steps([(config, make_plan(config))]))
+    passes = []
+    real = translation.dev_loss
+    monkeypatch.setattr(translation, "dev_loss", lambda model, data, *a: passes.append(len(data.lengths)) or real(model, data, *a))
+    assert gpu_budget.measure_step_ms(config, runs[0], "cpu", warmup=0, steps=1, key=cost.dev_key(runs[0])) > 0
+    assert passes == [8]
 
 
 def test_the_session_commit_comes_from_resrepro_commit_where_the_code_has_no_git(monkeypatch):

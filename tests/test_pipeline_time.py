@@ -112,13 +112,18 @@ def test_training_jobs_are_held_against_the_cost_models_seconds_for_them(tmp_pat
     from resrepro import layout
     from resrepro.analysis import cost
 
-    config_path = tiny_config_file(tmp_path)
+    config = yaml.safe_load(Path(tiny_config_file(tmp_path)).read_text())
+    copies = {f"{task}/{kind}": 1.0 for task in ("classification", "translation", "captioning")
+              for kind in ("last", "snapshot", "step", "averaged", "scst")}
+    (tmp_path / "disk.yaml").write_text(yaml.safe_dump({"source": "a test", "copies": copies}))
+    config_path = tmp_path / "costed.yaml"
+    config_path.write_text(yaml.safe_dump({**config, "gpu_costs": {**config["gpu_costs"], "disk": str(tmp_path / "disk.yaml")}}))
     config, plan = cost.load_scale(config_path)
     keys = {key for run in cost.tabled_runs(plan).values() for key, _ in cost.stages_of(run)}
     times = tmp_path / "times.yaml"
     times.write_text(yaml.safe_dump({"device": "CPU", "basis": "measured", "commit": "abc1234", "date": "2026-11-29", "source": "a test",
-                                     "job_start_s": 2.0, "step_ms": {key: 10.0 for key in keys}}))
-    model = cost.job_seconds(plan, config, cost.load_step_times(times))
+                                     "job_start_s": 2.0, "checkpoint_write_gb_s": 0.5, "step_ms": {key: 10.0 for key in keys}}))
+    model = cost.job_seconds(plan, config, cost.load_step_times(times), copies)
     job = next(iter(model))
     output = layout.job_file("trained.json", scale=config["scale"], job=job)
     jobs = [{"rule": "train_classifier", "output": output, "seconds": 2 * model[job], "forked": False},

@@ -125,6 +125,40 @@ def eval_hours(run: Run, step_ms: dict[str, float], gpus: int, share: str = "", 
     return eval_batches_of(run, examples) * step_ms[key] * max(gpus, 1) / 3.6e6
 
 
+def dev_pairs(run: Run) -> int | None:
+    """The dev pairs a translation run's dev loss reads at each checkpoint: the recipe's
+    `dev_sentences`, at most its dev split's; else the whole split (data/translation.py's line
+    counts; None for a corpus without them)."""
+    from ..data.translation import SOURCES
+
+    whole = sum(corpus.lines or 0 for corpus in SOURCES[run.dataset].dev) or None if run.dataset in SOURCES else None
+    first = json.loads(run.recipe_json).get("dev_sentences")
+    return min(first, whole) if first and whole else first or whole
+
+
+def dev_key(run: Run) -> str | None:
+    """The key of a translation run's dev loss over `dev_pairs` pairs (train/translation.py's
+    `dev_loss`); None for the other tasks and for a dev split of unknown size."""
+    pairs = dev_pairs(run) if run.task == "translation" else None
+    return f"{run.task}/{run.arch_dir}/{run.variant_id}/dev{pairs}" if pairs else None
+
+
+def dev_hours(run: Run, step_ms: dict[str, float], gpus: int) -> float:
+    """A translation run's dev losses, one at each checkpoint (every `checkpoint_every` updates
+    and at the last), times the dev-loss time, times its GPUs; 0 where the file has no time for
+    its key (the report says translation's dev loss is left out)."""
+    key = dev_key(run)
+    if key is None or key not in step_ms:
+        return 0.0
+    recipe = json.loads(run.recipe_json)
+    return math.ceil(recipe["max_updates"] / recipe["checkpoint_every"]) * step_ms[key] * max(gpus, 1) / 3.6e6
+
+
+def times_dev_loss(step_ms: dict[str, float]) -> bool:
+    """Whether a step-times file has dev-loss times."""
+    return any(len(key.split("/")) > 3 and key.split("/")[3].startswith("dev") for key in step_ms)
+
+
 def scst_key(run: Run) -> str | None:
     """The step key of a captioning run's self-critical updates; None without them."""
     scst = json.loads(run.recipe_json).get("scst")
@@ -321,6 +355,8 @@ def run_hours(plan: Plan, config: dict, step_times: dict, copies: dict[str, floa
         parts = {"steps": run_gpu_hours(run, step_ms, gpus, measured_share(run, share, step_ms), examples)}
         if times_evaluation(step_ms):
             parts["evaluation"] = eval_hours(run, step_ms, gpus, share, examples)
+        if run.task == "translation" and (dev := dev_hours(run, step_ms, gpus)):
+            parts["dev loss"] = dev
         parts |= overhead_hours(run, config, step_times, copies, gpus, runs_at_once(share))
         if "job_start_s" in step_times:
             parts["start"] = step_times["job_start_s"] * max(gpus, 1) / job_runs.get(path, 1) / 3600
@@ -344,9 +380,13 @@ def counted_text(step_times: dict, copies: dict | None, multi_gpu: bool) -> tupl
     counted, left = ["training steps"], []
     if times_evaluation(step_times["step_ms"]):
         counted.append("classification's test evaluation after every epoch")
-        left.append("translation's and captioning's evaluation (dev loss, beam search)")
     else:
-        left.append("evaluation (the step-times file has no evaluation times)")
+        left.append("classification's evaluation (the step-times file has no evaluation times)")
+    if times_dev_loss(step_times["step_ms"]):
+        counted.append("translation's dev loss at each checkpoint")
+    else:
+        left.append("translation's dev loss (the step-times file has no dev-loss times)")
+    left.append("beam search and captioning's evaluation")
     left.append("data preparation")
     if "job_start_s" in step_times:
         counted.append(f"each job's start at {step_times['job_start_s']:g} s (torch's import, CUDA's start)")
