@@ -100,9 +100,16 @@ def test_the_deterministic_switch_is_priced_from_one_key_per_task_timed_with_it_
     assert cost.hours_without_deterministic(plan, {**step_ms, mt_key + cost.NONDETERMINISTIC: 45.0}, step_hours, total) == \
         pytest.approx(total - (2 * add_h + sas_h) / 3 - mt_h / 2)
     said = cost.table_costs(plan, config, times).set_index("table").loc["total", "deterministic"]
-    assert said.endswith("; off, a step takes 0.67x its time at classification/preact_resnet20/add/batch128, and the scale would "
-                         f"take about {total - (2 * add_h + sas_h) / 3:,.1f} GPU-hours, not {total:,.1f} (each task's training steps "
-                         "at its key's ratio); translation at their cost with them on (not timed off in this step-times file)")
+    on = ("on for classification and translation, so that a seed gives the same numbers on the same GPU and software, and a resumed "
+          "run those of an unbroken one")
+    assert said == (f"{on}; off, a step takes 0.67x its time at classification/preact_resnet20/add/batch128, and the scale would "
+                    f"take about {total - (2 * add_h + sas_h) / 3:,.1f} GPU-hours, not {total:,.1f} (each task's training steps "
+                    "at its key's ratio); translation at their cost with them on (not timed off in this step-times file)")
+    step_ms[mt_key + cost.NONDETERMINISTIC] = 45.0
+    said = cost.table_costs(plan, config, times).set_index("table").loc["total", "deterministic"]
+    assert said.startswith(f"{on}; off, a step takes 0.67x its time at classification/preact_resnet20/add/batch128, 0.50x its time at "
+                           "translation/transformer_big/sas/tokens4096, and the scale would take about")
+    assert cost._listed(["a", "b", "c"]) == "a, b and c" and cost._listed(["a"]) == "a"
 
 
 ANCHORS = {
@@ -517,7 +524,7 @@ def test_checkpoint_writes_and_the_all_reduce_count_where_the_file_has_their_ban
     assert frame.set_index("table").loc["total", "gpu_hours"] == pytest.approx(steps_h + sum(hours.values()))
 
 
-def test_translation_counts_its_dev_loss_at_each_checkpoint_where_the_file_times_it():
+def test_translation_counts_its_dev_loss_at_each_checkpoint_where_the_file_times_it(monkeypatch):
     """The dev loss reads the recipe's dev_sentences, at most the split's, else the whole split:
     IWSLT15's tst2012 (1,553), WMT14 EN-FR's newstest2012 + 2013 (3,003 + 3,000). 2,500 updates
     with a checkpoint every 1,000 compute it 3 times (1,000, 2,000 and the last): at 500 ms on 4
@@ -529,16 +536,23 @@ def test_translation_counts_its_dev_loss_at_each_checkpoint_where_the_file_times
     assert cost.dev_pairs(run("translation", "iwslt15_en_vi", "transformer_base", "base", "add", recipe={**MT, "dev_sentences": 9000})) == 1_553
     assert cost.dev_key(run("translation", "synthetic", "transformer_mini", "mini", "add")) is None  # a split of unknown size
     assert cost.dev_key(run()) is None
-    mt = run("translation", "wmt14_en_de", "transformer_big", "big", "add", recipe={**MT, "max_updates": 2500, "checkpoint_every": 1000})
+    mt = run("translation", "wmt14_en_de", "transformer_big", "big", "add",
+             recipe={**MT, "max_updates": 2500, "checkpoint_every": 1000, "keep_checkpoints": 5})
     key = cost.dev_key(mt)
     assert key == "translation/transformer_big/add/dev3000"
     assert cost.dev_hours(mt, {key: 500.0}, gpus=4) == pytest.approx(3 * 0.5 * 4 / 3600) and cost.dev_hours(mt, {}, gpus=4) == 0.0
-    assert cost.times_dev_loss({key: 500.0}) and not cost.times_dev_loss({cost.step_key(mt): 90.0})
+    assert cost.dev_hours(mt, {key: 500.0}, gpus=1) == pytest.approx(3 * 0.5 / 3600)
+    assert cost.times_dev_loss({key: 500.0}) and not cost.times_dev_loss({cost.step_key(mt): 90.0, "a/b/dev": 1.0})
     plan = Plan("paper", {}, runs={"mt": mt}, rows=[{"table": "t", "label": "x", "runs": ["mt"]}], jobs={"j": ["mt"]})
     times = {"device": "GPU X", "basis": "measured", "commit": "abc1234", "date": "2026-11-27", "source": "a test",
              "step_ms": {cost.step_key(mt): 36.0, key: 500.0}}
     config = {"scale": "paper", "gpus_per_job": 1, "translation": {"gpus": {"wmt14_en_de": 4}}}
     assert cost.run_hours(plan, config, times)["mt"]["dev loss"] == pytest.approx(3 * 0.5 * 4 / 3600)
+    steps_s = 2500 * 2 * 0.036  # on each of its 4 GPUs: the job's wall time is its GPU-hours over 4
+    assert cost.job_seconds(plan, config, times) == {"j": pytest.approx(steps_s + 3 * 0.5)}
+    monkeypatch.setattr(cost, "weight_bytes", lambda r, config: 100e6)  # 3 step files of 1 copy, 3 last.pt of 3: 1.2 GB at 2 GB/s
+    written = {**times, "checkpoint_write_gb_s": 2.0}
+    assert cost.job_seconds(plan, config, written, {"translation/last": 3.0, "translation/step": 1.0}) == {"j": pytest.approx(steps_s + 1.5 + 0.6)}
     assert cost.counted_text(times, None, multi_gpu=False)[0] == "training steps; translation's dev loss at each checkpoint"
 
 
@@ -560,6 +574,10 @@ def test_a_jobs_start_and_its_runs_first_steps_count_where_the_file_times_them()
     assert hours["b0"] == {"steps": pytest.approx(3910 * 0.036 / 3600), "warmup": pytest.approx(4 / 3600), "start": pytest.approx(6 / 3600)}
     assert cost.job_seconds(plan, config, times) == {"ja": pytest.approx(2 * (39.1 + 3 + 2)), "jb": pytest.approx(140.76 + 6 + 4)}
     assert cost.job_seconds(plan, config, times, examples={"cifar10": (150, 10)})["jb"] == pytest.approx(20 * 0.036 + 6 + 4)
+    assert cost.eval_batches_of(b0, {"cifar10": (150, 1_000)}) == 10 * 2  # 1,000 test images at 512 a batch, each epoch
+    evaluated = {**times, "step_ms": {**times["step_ms"], cost.eval_key(a0): 20.0, cost.eval_key(b0): 20.0}}
+    assert cost.job_seconds(plan, config, evaluated, examples={"cifar10": (150, 1_000)})["jb"] == pytest.approx(20 * 0.036 + 20 * 0.020 + 6 + 4)
+    assert cost.overhead_hours(b0, {}, {"warmup_s": {sas: 4.0}}, None, gpus=2) == {"warmup": pytest.approx(8 / 3600)}  # alone, on 2 GPUs
     with_a_figures_run = Plan("paper", {}, runs={**plan.runs, "f0": run(variant="xskip")}, rows=plan.rows, jobs={"jf": ["b0", "f0"]})
     assert cost.job_seconds(with_a_figures_run, config, times) == {}  # a run no table names has no step times: not held against
     stopped_part_way = {**times, "step_ms": {key: 36.0, key + "/processes2": 10.0}}  # sas not yet timed
