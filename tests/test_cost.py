@@ -84,6 +84,9 @@ def test_the_deterministic_switch_is_priced_from_one_key_per_task_timed_with_it_
         {"table": "t1", "label": "xskip", "runs": ["x0"]}, {"table": "t2", "label": "sas", "runs": ["mt"]}])
     add, sas, mt_key = cost.step_key(a0), cost.step_key(b0), cost.step_key(mt)
     assert cost.switch_keys(plan) == {"classification": add, "translation": mt_key}
+    sas_first = Plan("paper", {}, runs=plan.runs, rows=[{"table": "t1", "label": "sas", "runs": ["b0"]},
+                                                        {"table": "t1", "label": "add", "runs": ["a0", "a1"]}])
+    assert cost.switch_keys(sas_first) == {"classification": add}  # add's 2 runs' steps, not its last run's
     step_ms = {add: 36.0, sas: 72.0, cost.step_key(fast): 40.0, mt_key: 90.0}
     times = {"device": "GPU X", "basis": "measured", "commit": "abc1234", "date": "2026-11-27", "source": "a test", "step_ms": step_ms}
     config = {"scale": "paper", "gpus_per_job": 1, "translation": {}}
@@ -502,6 +505,7 @@ def test_checkpoint_writes_and_the_all_reduce_count_where_the_file_has_their_ban
     hours = cost.overhead_hours(mt, {}, figures, copies, gpus=4)
     assert hours == {"checkpoints": pytest.approx(0.6 * 4 / 3600), "allreduce": pytest.approx(2500 * 0.001 * 4 / 3600)}
     assert cost.overhead_hours(mt, {}, figures, copies, gpus=1) == {"checkpoints": pytest.approx(0.6 / 3600)}  # no all-reduce alone
+    assert cost.overhead_hours(mt, {}, figures, copies, gpus=2)["allreduce"] == pytest.approx(2500 * (100e6 / 150e9) * 2 / 3600)
     assert cost.overhead_hours(mt, {}, {}, copies, gpus=4) == {} and cost.overhead_hours(mt, {}, figures, None, gpus=4).keys() == {"allreduce"}
     counts, left = cost.counted_text(figures, copies, multi_gpu=True)
     assert counts == ("training steps; checkpoint writes at 2 GB/s; the gradients' all-reduce at 150 GB/s bus bandwidth "
@@ -551,8 +555,9 @@ def test_translation_counts_its_dev_loss_at_each_checkpoint_where_the_file_times
     steps_s = 2500 * 2 * 0.036  # on each of its 4 GPUs: the job's wall time is its GPU-hours over 4
     assert cost.job_seconds(plan, config, times) == {"j": pytest.approx(steps_s + 3 * 0.5)}
     monkeypatch.setattr(cost, "weight_bytes", lambda r, config: 100e6)  # 3 step files of 1 copy, 3 last.pt of 3: 1.2 GB at 2 GB/s
-    written = {**times, "checkpoint_write_gb_s": 2.0}
-    assert cost.job_seconds(plan, config, written, {"translation/last": 3.0, "translation/step": 1.0}) == {"j": pytest.approx(steps_s + 1.5 + 0.6)}
+    written = {**times, "checkpoint_write_gb_s": 2.0, "job_start_s": 5.0}
+    assert cost.job_seconds(plan, config, written, {"translation/last": 3.0, "translation/step": 1.0}) == \
+        {"j": pytest.approx(steps_s + 1.5 + 0.6 + 5.0)}
     assert cost.counted_text(times, None, multi_gpu=False)[0] == "training steps; translation's dev loss at each checkpoint"
 
 
@@ -577,6 +582,7 @@ def test_a_jobs_start_and_its_runs_first_steps_count_where_the_file_times_them()
     assert cost.eval_batches_of(b0, {"cifar10": (150, 1_000)}) == 10 * 2  # 1,000 test images at 512 a batch, each epoch
     evaluated = {**times, "step_ms": {**times["step_ms"], cost.eval_key(a0): 20.0, cost.eval_key(b0): 20.0}}
     assert cost.job_seconds(plan, config, evaluated, examples={"cifar10": (150, 1_000)})["jb"] == pytest.approx(20 * 0.036 + 20 * 0.020 + 6 + 4)
+    assert cost.run_hours(plan, config, evaluated)["b0"]["evaluation"] == pytest.approx(10 * 20 * 0.020 / 3600)  # 10,000 images: 20 a epoch
     assert cost.overhead_hours(b0, {}, {"warmup_s": {sas: 4.0}}, None, gpus=2) == {"warmup": pytest.approx(8 / 3600)}  # alone, on 2 GPUs
     with_a_figures_run = Plan("paper", {}, runs={**plan.runs, "f0": run(variant="xskip")}, rows=plan.rows, jobs={"jf": ["b0", "f0"]})
     assert cost.job_seconds(with_a_figures_run, config, times) == {}  # a run no table names has no step times: not held against
@@ -584,6 +590,11 @@ def test_a_jobs_start_and_its_runs_first_steps_count_where_the_file_times_them()
     assert cost.job_seconds(plan, config, stopped_part_way) == {"ja": pytest.approx(2 * (39.1 + 3 + 2))}
     with pytest.raises(ConfigError, match="no step time for classification/preact_resnet20/sas/batch128"):
         cost.table_costs(plan, config, stopped_part_way)
+    untimed_first = Plan("paper", {}, runs=plan.runs, rows=[{"table": "t", "label": "sas", "runs": ["b0"]},
+                                                            {"table": "t", "label": "add", "runs": ["a0", "a1"]}], jobs=plan.jobs)
+    assert cost.job_seconds(untimed_first, config, stopped_part_way) == {"ja": pytest.approx(2 * (39.1 + 3 + 2))}
+    no_jobs = Plan("paper", {}, runs=plan.runs, rows=plan.rows)
+    assert cost.run_hours(no_jobs, config, times)["b0"]["start"] == pytest.approx(6 / 3600)  # a run of no job: a start of its own
     counts, _ = cost.counted_text(times, None, multi_gpu=False)
     assert counts == "training steps; each job's start at 6 s (torch's import, CUDA's start); each run's first steps beyond their step time (compiling)"
     assert cost.runs_at_once("/processes4") == 4 and cost.runs_at_once("/stacked5") == 5 and cost.runs_at_once("") == 1
