@@ -23,7 +23,8 @@ a model built as training builds it, with the recipe's speed switches and determ
 the training loop resolves them on the device, `--warmup` untimed steps, then the median of
 `--steps` timed steps (forward, loss, backward, optimizer step; synchronised). Classification
 steps take random CIFAR-shaped batches of `batch_size`; translation steps random batches of
-`max_tokens` tokens in sentences of 25 source and 25 target tokens, vocabulary 32,768. Each
+`max_tokens` tokens in sentences of 25 source and 25 target tokens, vocabulary 32,768 (with
+`--data-dir`, batches shaped as the prepared data there: `prepared_data`). Each
 classification run's evaluation batch (the test set's, after every epoch) is timed the same way,
 under its own key (cost.eval_key): the evaluation the loop runs, forward only, uncompiled; and
 each translation run's dev loss at a checkpoint (cost.dev_key: the loop's `dev_loss`). Where a
@@ -62,8 +63,9 @@ def distinct_steps(configs_and_plans, stacked: tuple[int, ...] = (), evaluation:
     a config whose jobs stack their runs (cost.sharing), the stacked keys too, and with `stacked`
     each classification key stacked K for each K given (what stacking would cost, measured beside
     the keys alone). With `evaluation`, each classification run's evaluation key (cost.eval_key)
-    after its steps', stacked likewise, and each translation run's dev-loss key (cost.dev_key). A config whose jobs train their runs side by side as
-    processes adds those keys (`/processes{P}`), timed with P processes at once. With `switched`,
+    after its steps', stacked likewise, and each translation run's dev-loss key (cost.dev_key). A
+    config whose jobs train their runs side by side as processes adds those keys
+    (`/processes{P}`), timed with P processes at once. With `switched`,
     each task's switch key with deterministic kernels off (cost.switch_keys, `/nondeterministic`)."""
     steps = {}
     for config, plan in configs_and_plans:
@@ -321,6 +323,7 @@ def step_times(config: dict, run: experiments.Run, device_name: str, warmup: int
         step = evaluation_batch(spec, pick_device(device_name), data, stacked=runs_sharing(key, "stacked"))
     else:
         step = training_step(spec, pick_device(device_name), data, stacked=runs_sharing(key or "", "stacked"))
+
     def timed() -> float:
         started = time.perf_counter()
         step()
@@ -594,7 +597,7 @@ def main(argv=None) -> None:
         for key in sorted(alone, key=lambda key: key.endswith(cost.NONDETERMINISTIC)):
             config, run = measured[key]
             ms, warmup_s = measure_step(config, run, opts.device, opts.warmup, opts.steps, key, data_dir=opts.data_dir)
-            record(key, ms, warmup_s if key == key.split("/stacked")[0].removesuffix(cost.NONDETERMINISTIC) else None)
+            record(key, ms, warmup_s if key in dict(cost.stages_of(run)) else None)  # the warm-ups cost.overhead_hours reads
         for processes in sorted({runs_sharing(key, "processes") for key in measured} - {1}):
             measure_side_by_side(opts.config, [key for key in measured if runs_sharing(key, "processes") == processes], opts.device, opts.warmup,
                                  opts.steps, measured=record, data_dir=opts.data_dir)
@@ -603,8 +606,13 @@ def main(argv=None) -> None:
     if opts.out:
         write_step_times(opts.out, times)
         print(f"wrote {opts.out} ({len(times['step_ms'])} step times)", file=sys.stderr)
+    examples = None
+    if opts.data_dir:  # the data timed on: its sizes too
+        from resrepro.data.images import prepared_sizes
+
+        examples = prepared_sizes(opts.data_dir)
     for config, plan in configs_and_plans:
-        frame = cost.table_costs(plan, config, times)
+        frame = cost.table_costs(plan, config, times, examples=examples)
         print(f"\n{config['scale']}: GPU-hours on {times['device']} ({times['basis']})")
         print(frame[["table", "runs", "seeds", "gpu_hours", "gpu_hours_per_seed"]].to_string(index=False, float_format="%.1f"))
 

@@ -184,14 +184,6 @@ def startup_seconds(repeats: int) -> float:
     return statistics.median(times)
 
 
-def prepared_sizes(data_dir: str | Path) -> dict[str, tuple[int, int]]:
-    """(training, test) images of each prepared classification dataset in `data_dir` (<name>.pt)."""
-    from resrepro.data.images import load_prepared
-
-    return {path.stem: (len(data["train_y"]), len(data["test_y"])) for path in sorted(Path(data_dir).glob("*.pt"))
-            for data in [load_prepared(path)]}
-
-
 def predicted(jobs: list[dict], config_path: str | Path, step_times_path: str | Path,
               examples: dict[str, tuple[int, int]] | None = None) -> list[dict]:
     """Each finished training job that the cost model times: its rule, output, measured seconds
@@ -290,6 +282,8 @@ def main(argv=None) -> int:
     if a.by_table:
         print_by_table(workdir / "results" / a.by_table)
     if a.predict:
+        from resrepro.data.images import prepared_sizes
+
         print_predicted(predicted(jobs, *a.predict, prepared_sizes(a.data_dir) if a.data_dir else None))
     if a.startup_repeats > 0:
         startup, starting = startup_seconds(a.startup_repeats), len(jobs) - forked

@@ -141,8 +141,7 @@ def test_the_model_takes_the_sizes_of_the_prepared_data_trained_on(tmp_path):
     """--data-dir: each prepared classification file's training and test images, by dataset name."""
     import torch
 
-    from pipeline_time import prepared_sizes
-    from resrepro.data.images import save_prepared
+    from resrepro.data.images import prepared_sizes, save_prepared
 
     for name, (train, test) in {"cifar10": (15, 16), "cifar100": (100, 20)}.items():
         save_prepared(tmp_path / f"{name}.pt", train_x=torch.zeros(train, 3, 4, 4, dtype=torch.uint8), train_y=torch.zeros(train, dtype=torch.int64),

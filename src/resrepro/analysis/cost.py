@@ -21,9 +21,10 @@ machine's figures for them (`checkpoint_write_gb_s`, measured; `allreduce_bus_gb
 `allreduce_source`), and the report says which count. Classification evaluates the test set after
 every epoch, in batches of `eval_batch_size` images: `epochs x ceil(test images / batch)`
 evaluation batches at the key `eval_key`'s milliseconds, counted where the file has evaluation
-times (gpu_budget.py measures them beside the steps). The translation and captioning runs'
-evaluation (the dev loss at each checkpoint, beam search after training) and data preparation are
-left out. A run alone on its GPU takes the GPU's whole time; the runs of a job
+times (gpu_budget.py measures them beside the steps); a translation run's dev loss at each
+checkpoint (`dev_key`), where the file has its time. So do each job's start (`job_start_s`, once
+a job) and each run's first steps beyond their step time (`warmup_s`: compiling). Beam search,
+captioning's evaluation and data preparation are left out. A run alone on its GPU takes the GPU's whole time; the runs of a job
 that share their GPU (`sharing`) take the step times measured so, per run, and, where the file
 has none, the time alone: an upper bound, which the report says. The recipes' deterministic
 kernels cost what the file's `/nondeterministic` keys say: one key per task timed with them off
@@ -131,9 +132,11 @@ def dev_pairs(run: Run) -> int | None:
     counts; None for a corpus without them)."""
     from ..data.translation import SOURCES
 
-    whole = sum(corpus.lines or 0 for corpus in SOURCES[run.dataset].dev) or None if run.dataset in SOURCES else None
+    whole = sum(corpus.lines or 0 for corpus in SOURCES[run.dataset].dev) if run.dataset in SOURCES else 0
     first = json.loads(run.recipe_json).get("dev_sentences")
-    return min(first, whole) if first and whole else first or whole
+    if first and whole:
+        return min(first, whole)
+    return first or whole or None
 
 
 def dev_key(run: Run) -> str | None:
@@ -309,9 +312,9 @@ def overhead_hours(run: Run, config: dict, step_times: dict, copies: dict[str, f
                    at_once: int = 1) -> dict[str, float]:
     """GPU-hours the run holds its GPUs beyond its steps, for what the step-times file has figures
     of: "warmup", its stages' first steps beyond their step time (`warmup_s`: compiling, cuDNN's
-    first calls), its part where `at_once` runs start side by side; "checkpoints", the bytes of the files it writes while training (disk.written_files, each a
-    measured number of weight copies, `copies`) at `checkpoint_write_gb_s` (rank 0 writes, the
-    other ranks wait); "allreduce", for a run on G > 1 GPUs, each update's ring all-reduce of its
+    first calls), its part where `at_once` runs start side by side; "checkpoints", the bytes of
+    the files it writes while training (disk.written_files, each a measured number of weight
+    copies, `copies`) at `checkpoint_write_gb_s` (rank 0 writes, the other ranks wait); "allreduce", for a run on G > 1 GPUs, each update's ring all-reduce of its
     float32 gradients, 2 (G - 1) / G of their bytes at `allreduce_bus_gb_s` (NCCL's bus
     bandwidth): an upper bound, as DDP overlaps it with the backward pass."""
     out = {}
@@ -355,7 +358,7 @@ def run_hours(plan: Plan, config: dict, step_times: dict, copies: dict[str, floa
         parts = {"steps": run_gpu_hours(run, step_ms, gpus, measured_share(run, share, step_ms), examples)}
         if times_evaluation(step_ms):
             parts["evaluation"] = eval_hours(run, step_ms, gpus, share, examples)
-        if run.task == "translation" and (dev := dev_hours(run, step_ms, gpus)):
+        if dev := dev_hours(run, step_ms, gpus):
             parts["dev loss"] = dev
         parts |= overhead_hours(run, config, step_times, copies, gpus, runs_at_once(share))
         if "job_start_s" in step_times:
@@ -414,16 +417,18 @@ def tabled_runs(plan: Plan) -> dict[str, Run]:
     return {path: plan.runs[path] for path in dict.fromkeys(run for row in plan.rows for run in row["runs"])}
 
 
-def table_costs(plan: Plan, config: dict, step_times: dict, copies: dict[str, float] | None = None) -> pd.DataFrame:
+def table_costs(plan: Plan, config: dict, step_times: dict, copies: dict[str, float] | None = None,
+                examples: dict[str, tuple[int, int]] | None = None) -> pd.DataFrame:
     """Per table of `plan`: its runs, seeds (the most of any row), GPU-hours in all and per seed;
-    then a row `total` over every run of the scale once. A run's hours are its steps', its
-    evaluation's where the file times evaluation (`eval_hours`), and the overheads the files give figures for (`overhead_hours`; `copies`, disk.yaml's, for the
-    checkpoints). Each row names the scale, what its hours count and leave out, how its runs share
-    their GPUs, what its deterministic kernels cost (`deterministic_text`), and the step times' device, basis, commit and date. Runs that only figures
-    name (paper 003's nets) are not costed: the step-time files hold the tables' architectures only."""
+    then a row `total` over every run of the scale once. A run's hours are the sum of its parts
+    (`run_hours`; `copies`, disk.yaml's, for the checkpoints; `examples` as for `images`). Each
+    row names the scale, what its hours count and leave out, how its runs share their GPUs, what
+    its deterministic kernels cost (`deterministic_text`), and the step times' device, basis,
+    commit and date. Runs that only figures name (paper 003's nets) are not costed: the step-time
+    files hold the tables' architectures only."""
     runs, shares = tabled_runs(plan), sharing(config, plan)
     costed_as = {path: measured_share(run, shares.get(path, ""), step_times["step_ms"]) for path, run in runs.items()}
-    parts = run_hours(plan, config, step_times, copies)
+    parts = run_hours(plan, config, step_times, copies, examples)
     step_hours = {path: part["steps"] for path, part in parts.items()}
     hours = {path: math.fsum(part.values()) for path, part in parts.items()}
     by_table: dict[str, dict] = {}

@@ -84,6 +84,12 @@ def _check_split(split: str, x: Tensor, y: Tensor, n_classes: int) -> None:
         raise ValueError(f"{split}_y has labels outside 0..{n_classes - 1}")
 
 
+def prepared_sizes(folder: str | Path) -> dict[str, tuple[int, int]]:
+    """(training, test) images of each prepared dataset in `folder` (<name>.pt, `save_prepared`)."""
+    return {path.stem: (len(data["train_y"]), len(data["test_y"])) for path in sorted(Path(folder).glob("*.pt"))
+            for data in [load_prepared(path)]}
+
+
 def load_prepared(path: str | Path) -> dict:
     """Load a prepared dataset; ValueError naming the file if it is unreadable or incomplete."""
     try:
