@@ -17,7 +17,7 @@ import torch
 from conftest import CIFAR10_NAMES, PER_BATCH, _cifar10_label, _cifar100_label, _pixel, _py2_pickle
 from resrepro.data.cifar import prepare_cifar
 from resrepro.data.digits import prepare_digits
-from resrepro.data.download import ChecksumError, IncompleteDownload, fetch, verify
+from resrepro.data.download import ChecksumError, IncompleteDownload, fetch, md5_of, verify
 from resrepro.data.images import (
     augment_batch,
     epoch_batches,
@@ -109,6 +109,14 @@ def test_fetch_downloads_then_reuses(source: Path, tmp_path: Path):
 
     source.unlink()  # a second call must not touch the URL
     assert fetch(source.as_uri(), dest, md5.upper()) == dest
+
+
+def test_a_files_md5_is_the_published_digest(tmp_path: Path):
+    """RFC 1321's test suite: md5("abc") = 900150983cd24fb0d6963f7d28e17f72; the empty file's d41d8cd9..."""
+    (tmp_path / "abc").write_bytes(b"abc")
+    (tmp_path / "empty").write_bytes(b"")
+    assert md5_of(tmp_path / "abc") == "900150983cd24fb0d6963f7d28e17f72"
+    assert md5_of(tmp_path / "empty") == "d41d8cd98f00b204e9800998ecf8427e"
 
 
 def test_fetch_wrong_md5_removes_file_and_names_it(source: Path, tmp_path: Path):

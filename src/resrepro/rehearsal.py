@@ -74,9 +74,9 @@ def published_checksum(key: str) -> bool:
 
 
 def pins(files: dict[str, str]) -> dict[str, str]:
-    from torchvision.datasets.utils import calculate_md5
+    from .data.download import md5_of
 
-    return {key: calculate_md5(path) for key, path in sorted(files.items()) if published_checksum(key)}
+    return {key: md5_of(path) for key, path in sorted(files.items()) if published_checksum(key)}
 
 
 def previous_port(path: Path = SOURCES_FILE) -> int:

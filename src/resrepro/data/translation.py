@@ -72,10 +72,9 @@ import sentencepiece
 
 from resrepro.data import subword
 from resrepro.data import synthetic_translation as synth
-from resrepro.data.download import BROWSER_USER_AGENT, ChecksumError, downloaded, fetch
+from resrepro.data.download import BROWSER_USER_AGENT, ChecksumError, downloaded, fetch, md5_of
 from resrepro.data.subword import SubwordVocab, count_lines, train_subword
 from resrepro.files import atomic_write, write_json
-from torchvision.datasets.utils import calculate_md5
 
 DEFAULT_LOCK = Path("resources/checksums.lock.json")
 SPLITS = ("train", "dev", "test")
@@ -276,7 +275,7 @@ def fetch_file(
             os.replace(tmp, dest)
     elif file.lines is not None:
         check_lines(dest, file.lines)
-    actual = calculate_md5(dest)
+    actual = md5_of(dest)
     _record(lock_path, key, {"md5": actual, "url": url, "bytes": dest.stat().st_size,
                              "recorded": datetime.now(timezone.utc).strftime("%Y-%m-%d")}, dest)
     print(f"trust on first use: {dest} md5 {actual} recorded in {lock_path} (commit it)", file=sys.stderr)
@@ -551,7 +550,7 @@ def write_prepared(
         "dropped_empty_train_pairs": counts["train"][1],
         "references": {"tokenized": "test.tgt" if tokenized else None, "as_distributed": "test.tgt",
                        "detokenized": "test.ref.detok", "detokenizer": detokenizer},
-        "subword": {"model": model.name, "md5": calculate_md5(model), "type": "bpe",
+        "subword": {"model": model.name, "md5": md5_of(model), "type": "bpe",
                     "library": f"sentencepiece {sentencepiece.__version__}",
                     "vocab_size": vocab.size, "requested_vocab_size": vocab_size, "seed": seed,
                     "max_sentences": max_sentences, "character_coverage": character_coverage,
