@@ -271,11 +271,12 @@ def measure_step(config: dict, run: experiments.Run, device_name: str, warmup: i
     """The median ms of the run's training step, of its self-critical update where `key` is the
     run's scst_key (benchmarks/scst_step_time.py's update), or of its evaluation batch where `key`
     is its eval_key; for a stacked key, of its K runs' step over K: one run's part of the GPU, what
-    cost.run_gpu_hours (cost.eval_hours) reads. Then the seconds its warm-up took beyond as many
-    steps at that time (warmup_excess_s): what cost.overhead_hours counts as a run's first steps.
-    On random data of the real datasets' shapes, or, with `data_dir`, of the prepared data's there."""
-    warmup_times, times = step_times(config, run, device_name, warmup, steps, key, data_dir=data_dir)
-    return 1000 * statistics.median(times) / runs_sharing(key or "", "stacked"), warmup_excess_s(warmup_times, times)
+    cost.run_gpu_hours (cost.eval_hours) reads. Then the seconds its model took to build and its
+    warm-up took beyond as many steps at that time (warmup_excess_s): what cost.overhead_hours
+    counts as a run's setup. On random data of the real datasets' shapes, or, with `data_dir`, of
+    the prepared data's there."""
+    warmup_times, times, setup_s = step_times(config, run, device_name, warmup, steps, key, data_dir=data_dir)
+    return 1000 * statistics.median(times) / runs_sharing(key or "", "stacked"), setup_s + warmup_excess_s(warmup_times, times)
 
 
 def measure_step_ms(config: dict, run: experiments.Run, device_name: str, warmup: int, steps: int, key: str | None = None,
@@ -291,9 +292,11 @@ def warmup_excess_s(warmup_times: list[float], times: list[float]) -> float:
 
 
 def step_times(config: dict, run: experiments.Run, device_name: str, warmup: int, steps: int, key: str | None = None,
-               before_timing=lambda: None, data_dir: Path | None = None) -> tuple[list[float], list[float]]:
+               before_timing=lambda: None, data_dir: Path | None = None) -> tuple[list[float], list[float], float]:
     """The seconds of each of `warmup` untimed steps of `key` (see measure_step), then of each
-    of `steps` timed ones; `before_timing` is called between them."""
+    of `steps` timed ones (`before_timing` is called between them), then the seconds a training
+    step's model took to build on the device with its optimizer (0 for the other keys: a
+    self-critical stage, a dev loss and an evaluation use the model their run already built)."""
     import torch
 
     from resrepro.devices import pick_device, use_deterministic_algorithms
@@ -309,20 +312,22 @@ def step_times(config: dict, run: experiments.Run, device_name: str, warmup: int
     elif spec.get("deterministic"):
         use_deterministic_algorithms()
     data = prepared_data(run, Path(data_dir)) if data_dir else real_data(run)
+    device, setup_s = pick_device(device_name), 0.0
     if key is not None and key == cost.scst_key(run):
         from scst_step_time import self_critical_step
 
-        step = self_critical_step(spec, pick_device(device_name), spec.scst.batch_images, spec.scst.max_len, data.vocab, data.regions,
-                                  data.feature_dim)
+        step = self_critical_step(spec, device, spec.scst.batch_images, spec.scst.max_len, data.vocab, data.regions, data.feature_dim)
     elif key is not None and key == cost.dev_key(run):
-        step = dev_loss_pass(spec, pick_device(device_name), data, cost.dev_pairs(run))
+        step = dev_loss_pass(spec, device, data, cost.dev_pairs(run))
         # a pass is dozens of batches, a second or more at paper size: a few passes time it, where
         # the paper's 24 dev keys at every step's count would take minutes of a GPU session
         warmup, steps = min(warmup, 1), min(steps, 2)
     elif key is not None and cost.is_eval_key(key):
-        step = evaluation_batch(spec, pick_device(device_name), data, stacked=runs_sharing(key, "stacked"))
-    else:
-        step = training_step(spec, pick_device(device_name), data, stacked=runs_sharing(key or "", "stacked"))
+        step = evaluation_batch(spec, device, data, stacked=runs_sharing(key, "stacked"))
+    else:  # the run's own model, built as its training builds it: its setup
+        started = time.perf_counter()
+        step = training_step(spec, device, data, stacked=runs_sharing(key or "", "stacked"))
+        setup_s = time.perf_counter() - started
 
     def timed() -> float:
         started = time.perf_counter()
@@ -331,7 +336,7 @@ def step_times(config: dict, run: experiments.Run, device_name: str, warmup: int
 
     warmup_times = [timed() for _ in range(warmup)]
     before_timing()
-    return warmup_times, [timed() for _ in range(steps)]
+    return warmup_times, [timed() for _ in range(steps)], setup_s
 
 
 def use_fastest_algorithms() -> None:
@@ -431,7 +436,7 @@ def worker(opts: argparse.Namespace) -> None:
     steps = distinct_steps([cost.load_scale(path) for path in opts.config], evaluation=True)
     for j, key in enumerate(opts.worker):
         config, run = steps[key]
-        _, times = step_times(config, run, opts.device, opts.warmup, opts.steps, key,
+        _, times, _ = step_times(config, run, opts.device, opts.warmup, opts.steps, key,
                               before_timing=lambda: wait_for_all(Path(opts.work_dir, f"barrier-{j}"), opts.processes), data_dir=opts.data_dir)
         result = Path(opts.work_dir, f"{j}-{opts.worker_index}.json")
         Path(f"{result}.tmp").write_text(json.dumps(times))
@@ -461,7 +466,7 @@ def merge_measured(previous: dict, times: dict, patterns: list[str]) -> dict:
                          "without --keys")
     source = f"{previous['source'].rstrip()}; steps matching {' '.join(patterns)} re-{times['source']}"
     return {**previous, **times, "source": source, "step_ms": {**previous["step_ms"], **times["step_ms"]},
-            **({"warmup_s": previous.get("warmup_s", {}) | times["warmup_s"]} if "warmup_s" in times else {})}
+            **{part: previous.get(part, {}) | times[part] for part in ("warmup_s", "job_start_s") if part in times}}
 
 
 def measure_write_gb_s(directory: Path, megabytes: int = 512, rounds: int = 3) -> float:
@@ -484,19 +489,39 @@ def measure_write_gb_s(directory: Path, megabytes: int = 512, rounds: int = 3) -
     return megabytes * 2**20 / 1e9 / statistics.median(times)
 
 
-def measure_job_start_s(device_name: str, repeats: int = 3) -> float:
-    """The median seconds of a fresh Python starting as a training job does (pipeline_time.py's
-    STARTUP: torch, resrepro's command line, a first optimizer) and starting `device_name`:
-    what cost.run_hours counts once a job."""
-    from pipeline_time import STARTUP
+def job_gpus(configs_and_plans) -> list[int]:
+    """The numbers of GPUs the scales' costed runs' jobs hold (0: the CPU), each once."""
+    return sorted({experiments.gpus_for(config, run) for config, plan in configs_and_plans for run in cost.tabled_runs(plan).values()})
 
-    device = f"torch.zeros(1, device={device_name!r})" + ("; torch.cuda.synchronize()" if device_name.startswith("cuda") else "")
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        subprocess.run([sys.executable, "-c", f"{STARTUP}; {device}"], check=True, cwd=ROOT)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+
+def measure_job_start_s(device_name: str, gpus: list[int], repeats: int = 3) -> dict[int, float]:
+    """Per number of GPUs a job holds (0: the CPU), the median seconds of `resrepro launch --gpus G
+    -- devices`: a job starting as a training job does (the launcher; for several GPUs, torchrun
+    and its ranks, each importing torch and resrepro, starting its device and making a first
+    optimizer; their process group): what cost.run_hours counts once a job. On the CPU no GPU is
+    visible and several "GPUs" are CPU ranks, as the CPU rehearsal runs its WMT jobs. A job on
+    more GPUs than this machine has is not measured (cost.job_start_s takes the most measured)."""
+    import torch
+
+    from resrepro.preload import SOCKET_ENV
+
+    env = {key: value for key, value in os.environ.items() if key != SOCKET_ENV}  # a start of its own, not a preload server's fork
+    if not device_name.startswith("cuda"):
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    available = torch.cuda.device_count() if device_name.startswith("cuda") else None
+    out = {}
+    for count in gpus:
+        if available is not None and count > available:
+            print(f"a job's start on {count} GPUs: not measured, this machine has {available}", file=sys.stderr)
+            continue
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "resrepro.cli", "launch", "--gpus", str(count), "--", "devices"],
+                           check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            times.append(time.perf_counter() - started)
+        out[count] = round(statistics.median(times), 2)
+    return out
 
 
 def write_step_times(path: str | Path, times: dict) -> None:
@@ -577,7 +602,7 @@ def main(argv=None) -> None:
         source = f"measured {today} by benchmarks/gpu_budget.py at commit {session['commit']}, torch {torch.__version__}"
         times = {"device": session["device"], "basis": "measured", "commit": session["commit"], "date": today, "source": source,
                  "checkpoint_write_gb_s": round(measure_write_gb_s(Path(opts.write_dir), opts.write_mb), 2),
-                 "job_start_s": round(measure_job_start_s(opts.device), 2), "warmup_s": {}, "step_ms": {}}
+                 "job_start_s": measure_job_start_s(opts.device, job_gpus(configs_and_plans)), "warmup_s": {}, "step_ms": {}}
         if opts.allreduce_gb_s:
             times = {**times, "allreduce_bus_gb_s": opts.allreduce_gb_s, "allreduce_source": opts.allreduce_source}
 

@@ -191,15 +191,19 @@ def predicted(jobs: list[dict], config_path: str | Path, step_times_path: str | 
     from resrepro import layout
     from resrepro.analysis import cost
     from resrepro.analysis.disk import load_copies
+    from resrepro.experiments import gpus_for
 
     config, plan = cost.load_scale(config_path)
     step_times = cost.load_step_times(step_times_path)
     disk = config.get("gpu_costs", {}).get("disk", "config/costs/disk.yaml")  # the schema's default
     copies = load_copies(disk)["copies"]
-    model = {layout.job_file("trained.json", scale=config["scale"], job=job): seconds
-             for job, seconds in cost.job_seconds(plan, config, step_times, copies, examples).items()}
-    start = step_times.get("job_start_s", 0.0)
-    return [{"rule": j["rule"], "output": j["output"], "measured": j["seconds"], "model": model[j["output"]] - (start if j["forked"] else 0.0)}
+    model, start = {}, {}
+    for job, seconds in cost.job_seconds(plan, config, step_times, copies, examples).items():
+        output = layout.job_file("trained.json", scale=config["scale"], job=job)
+        gpus = gpus_for(config, plan.runs[plan.jobs[job][0]])
+        model[output], start[output] = seconds, cost.job_start_s(step_times, gpus) or 0.0
+    return [{"rule": j["rule"], "output": j["output"], "measured": j["seconds"],
+             "model": model[j["output"]] - (start[j["output"]] if j["forked"] else 0.0)}
             for j in jobs if j["output"] in model]
 
 

@@ -6,11 +6,12 @@ import math
 
 import pandas as pd
 import pytest
+import yaml
 from fake_runs import tiny_config, tiny_config_file
 
 from resrepro.analysis import cost
 from resrepro.catalog import ConfigError
-from resrepro.experiments import Plan, Run
+from resrepro.experiments import Plan, Run, make_plan
 
 CIFAR = {"epochs": 10, "batch_size": 128}
 MT = {"max_tokens": 4096, "max_updates": 1000, "update_freq": 2}
@@ -205,9 +206,7 @@ def test_runs_that_share_a_gpu_cost_their_part_of_it_at_the_step_time_measured_s
 def test_the_committed_estimate_covers_every_run_of_the_costed_scales():
     """config/costs/h100-estimate.yaml is what benchmarks/gpu_budget.py --estimate writes from the
     anchors: every run of paper.yaml's and gpu-day.yaml's tables has its step time, equal to the estimate."""
-    import yaml
 
-    from resrepro.experiments import make_plan
 
     times = cost.load_step_times("config/costs/h100-estimate.yaml")
     anchors = yaml.safe_load(open("config/costs/h100-anchors.yaml"))
@@ -224,9 +223,7 @@ def test_the_committed_estimate_covers_every_run_of_the_costed_scales():
 def test_the_measured_step_times_cover_every_run_of_the_costed_scales_and_are_what_the_configs_read():
     """config/costs/h100.yaml (benchmarks/gpu_budget.py --device cuda on an H100): a step time for
     every run of paper.yaml's and gpu-day.yaml's tables; a new step needs a new measurement."""
-    import yaml
 
-    from resrepro.experiments import make_plan
 
     times = cost.load_step_times("config/costs/h100.yaml")
     assert times["basis"] == "measured" and times["device"] == "NVIDIA H100 80GB HBM3"
@@ -280,7 +277,6 @@ def test_the_budget_times_a_self_critical_stage_with_the_training_loops_update(m
     import sys
     from pathlib import Path
 
-    from resrepro.experiments import make_plan
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import gpu_budget
@@ -303,7 +299,6 @@ def test_the_budget_times_a_stacked_job_as_one_program_and_gives_a_runs_part(mon
     step is the K runs' step as one StackedRuns, and its time the step's over K."""
     import itertools
 
-    from resrepro.experiments import make_plan
     from resrepro.models import stacked
 
     gpu_budget = _gpu_budget()
@@ -341,7 +336,6 @@ def test_the_budget_times_runs_side_by_side_as_processes_and_gives_a_runs_part()
     """A config whose jobs train their seeds side by side adds the /processes{P} keys; such a key is
     timed by P processes stepping the run's step together, and one run's part of the GPU is the
     median of their median steps over P."""
-    from resrepro.experiments import make_plan
 
     gpu_budget = _gpu_budget()
     assert gpu_budget.shared_step_ms([[0.010, 0.012, 0.011], [0.020, 0.020, 0.021], [0.016, 0.015, 0.014]]) == pytest.approx(5.0)
@@ -356,7 +350,6 @@ def test_the_budget_times_runs_side_by_side_as_processes_and_gives_a_runs_part()
 def test_the_budget_times_the_runs_alone_first_and_skips_what_it_is_told(tmp_path, monkeypatch, capsys):
     """gpu_budget.py's main: the keys alone, then each count of processes side by side as one
     group (a file stopped at a time limit holds the keys every cost needs); --skip leaves keys out."""
-    import yaml
 
     gpu_budget = _gpu_budget()
     config = {**tiny_config(), "seeds": 2, "seeds_per_job": {"classification": 2}, "seeds_in_parallel": {"classification": 2}}
@@ -372,7 +365,7 @@ def test_the_budget_times_the_runs_alone_first_and_skips_what_it_is_told(tmp_pat
     monkeypatch.setattr(gpu_budget, "measure_step", lambda *a, data_dir: (8.0, 0.5))
     monkeypatch.setattr(gpu_budget, "measure_side_by_side", side_by_side)
     monkeypatch.setattr(gpu_budget, "measure_write_gb_s", lambda *a: 1.0)
-    monkeypatch.setattr(gpu_budget, "measure_job_start_s", lambda device: 2.5)
+    monkeypatch.setattr(gpu_budget, "measure_job_start_s", lambda device, gpus: dict.fromkeys(gpus, 2.5))
     out = tmp_path / "times.yaml"
     gpu_budget.main(["--config", str(path), "--device", "cpu", "--out", str(out)])
     keys = list(yaml.safe_load(out.read_text())["step_ms"])
@@ -388,10 +381,8 @@ def test_the_budget_times_each_tasks_switch_key_with_deterministic_kernels_off_a
     its step is the run's training step with torch's defaults restored, timed after the other keys
     alone (cuBLAS starts with the deterministic keys' workspace)."""
     import torch
-    import yaml
 
     from resrepro import devices
-    from resrepro.experiments import make_plan
 
     gpu_budget = _gpu_budget()
     tiny = tiny_config()
@@ -418,7 +409,7 @@ def test_the_budget_times_each_tasks_switch_key_with_deterministic_kernels_off_a
 
     monkeypatch.setattr(gpu_budget, "measure_step", lambda config, run, device, warmup, steps, key, data_dir: (8.0, 0.5))
     monkeypatch.setattr(gpu_budget, "measure_write_gb_s", lambda *a: 1.0)
-    monkeypatch.setattr(gpu_budget, "measure_job_start_s", lambda device: 2.5)
+    monkeypatch.setattr(gpu_budget, "measure_job_start_s", lambda device, gpus: dict.fromkeys(gpus, 2.5))
     path, out = tmp_path / "deterministic.yaml", tmp_path / "times.yaml"
     path.write_text(yaml.safe_dump(config))
     gpu_budget.main(["--config", str(path), "--device", "cpu", "--out", str(out)])
@@ -426,7 +417,7 @@ def test_the_budget_times_each_tasks_switch_key_with_deterministic_kernels_off_a
     keys = list(written["step_ms"])
     assert keys[-1] == switched[0] and len(keys) == len(gpu_budget.distinct_steps([(config, plan)], evaluation=True)) + 1
     # the warm-ups the cost reads: each training stage's (the switched key's compiling is its key's; evaluation is not compiled)
-    assert list(written["warmup_s"]) == [key for key in keys[:-1] if not cost.is_eval_key(key)] and written["job_start_s"] == 2.5
+    assert list(written["warmup_s"]) == [key for key in keys[:-1] if not cost.is_eval_key(key)] and written["job_start_s"] == {0: 2.5}  # tiny runs on the CPU
     capsys.readouterr()
 
 
@@ -434,9 +425,7 @@ def test_the_budget_times_each_tasks_switch_key_with_deterministic_kernels_off_a
 def test_the_budget_starts_the_processes_of_side_by_side_keys_once_and_fails_with_them(tmp_path):
     """Two real worker processes on the CPU step two keys, one after the other, and give a time
     for each as it is in; workers that fail (an unknown key) fail the measurement."""
-    import yaml
 
-    from resrepro.experiments import make_plan
 
     gpu_budget = _gpu_budget()
     config = {**tiny_config(), "seeds": 2, "seeds_per_job": {"classification": 2}, "seeds_in_parallel": {"classification": 2}}
@@ -513,13 +502,13 @@ def test_checkpoint_writes_and_the_all_reduce_count_where_the_file_has_their_ban
                       "(assumed; an upper bound: DDP overlaps it with backward)")
     assert left == ("classification's evaluation (the step-times file has no evaluation times), translation's dev loss (the "
                     "step-times file has no dev-loss times), beam search and captioning's evaluation, data preparation, each job's start "
-                    "(the step-times file has no start time), each run's first steps beyond their step time (the step-times file has no "
+                    "(the step-times file has no start time), each run's model build and first steps beyond their step time (the step-times file has no "
                     "warm-up times)")
     counts, left = cost.counted_text({"step_ms": {}}, copies, multi_gpu=True)
     assert counts == "training steps"
     assert left == ("classification's evaluation (the step-times file has no evaluation times), translation's dev loss (the "
                     "step-times file has no dev-loss times), beam search and captioning's evaluation, data preparation, each job's start "
-                    "(the step-times file has no start time), each run's first steps beyond their step time (the step-times file has no "
+                    "(the step-times file has no start time), each run's model build and first steps beyond their step time (the step-times file has no "
                     "warm-up times), checkpoint writes (the step-times file has no write bandwidth), the all-reduce of multi-GPU runs (the step-times file has no bus bandwidth)")
     plan = Plan("paper", {}, runs={"mt": mt}, rows=[{"table": "t", "label": "x", "runs": ["mt"]}])
     times = {"device": "GPU X", "basis": "measured", "commit": "abc1234", "date": "2026-11-27", "source": "a test",
@@ -556,7 +545,7 @@ def test_translation_counts_its_dev_loss_at_each_checkpoint_where_the_file_times
     steps_s = 2500 * 2 * 0.036  # on each of its 4 GPUs: the job's wall time is its GPU-hours over 4
     assert cost.job_seconds(plan, config, times) == {"j": pytest.approx(steps_s + 3 * 0.5)}
     monkeypatch.setattr(cost, "weight_bytes", lambda r, config: 100e6)  # 3 step files of 1 copy, 3 last.pt of 3: 1.2 GB at 2 GB/s
-    written = {**times, "checkpoint_write_gb_s": 2.0, "job_start_s": 5.0}
+    written = {**times, "checkpoint_write_gb_s": 2.0, "job_start_s": {1: 3.0, 4: 5.0}}  # the job holds 4 GPUs
     assert cost.job_seconds(plan, config, written, {"translation/last": 3.0, "translation/step": 1.0}) == \
         {"j": pytest.approx(steps_s + 1.5 + 0.6 + 5.0)}
     assert cost.counted_text(times, None, multi_gpu=False)[0] == "training steps; translation's dev loss at each checkpoint"
@@ -572,7 +561,7 @@ def test_a_jobs_start_and_its_runs_first_steps_count_where_the_file_times_them()
     plan = Plan("paper", {}, runs={"a0": a0, "a1": a1, "b0": b0}, rows=[{"table": "t", "label": "add", "runs": ["a0", "a1"]},
                 {"table": "t", "label": "sas", "runs": ["b0"]}], jobs={"ja": ["a0", "a1"], "jb": ["b0"]})
     key, sas = cost.step_key(a0), cost.step_key(b0)
-    times = {"device": "GPU X", "basis": "measured", "commit": "abc1234", "date": "2026-11-27", "source": "a test", "job_start_s": 6.0,
+    times = {"device": "GPU X", "basis": "measured", "commit": "abc1234", "date": "2026-11-27", "source": "a test", "job_start_s": {1: 6.0},
              "warmup_s": {key: 4.0, sas: 4.0}, "step_ms": {key: 36.0, key + "/processes2": 10.0, sas: 36.0}}
     config = {"scale": "paper", "gpus_per_job": 1, "translation": {}, "seeds_per_job": 2, "seeds_in_parallel": {"classification": 2}}
     hours = cost.run_hours(plan, config, times)
@@ -597,7 +586,8 @@ def test_a_jobs_start_and_its_runs_first_steps_count_where_the_file_times_them()
     no_jobs = Plan("paper", {}, runs=plan.runs, rows=plan.rows)
     assert cost.run_hours(no_jobs, config, times)["b0"]["start"] == pytest.approx(6 / 3600)  # a run of no job: a start of its own
     counts, _ = cost.counted_text(times, None, multi_gpu=False)
-    assert counts == "training steps; each job's start at 6 s (torch's import, CUDA's start); each run's first steps beyond their step time (compiling)"
+    assert counts == ("training steps; each job's start (its launcher and ranks importing torch and starting their devices: 1 GPU 6 s); "
+                      "each run's model build and first steps beyond their step time (compiling)")
     assert cost.runs_at_once("/processes4") == 4 and cost.runs_at_once("/stacked5") == 5 and cost.runs_at_once("") == 1
 
 
@@ -628,7 +618,7 @@ def test_classification_evaluates_its_test_set_after_every_epoch_where_the_file_
     assert hours == pytest.approx(2 * (steps_h + eval_h))
     assert counts == "training steps; classification's test evaluation after every epoch"
     assert left == ("translation's dev loss (the step-times file has no dev-loss times), beam search and captioning's evaluation, "
-                    "data preparation, each job's start (the step-times file has no start time), each run's first steps beyond their step time (the step-times file has no "
+                    "data preparation, each job's start (the step-times file has no start time), each run's model build and first steps beyond their step time (the step-times file has no "
                     "warm-up times), checkpoint writes (the step-times file has no write bandwidth)")
     assert costed({key: 36.0, evaluation: 20.0, key + "/stacked2": 10.0, evaluation + "/stacked2": 6.0}, seeds_stacked=True)[0] == \
         pytest.approx(2 * (3910 * 0.010 + 200 * 0.006) / 3600)
@@ -645,7 +635,6 @@ def test_the_budget_times_a_classification_runs_evaluation_batch_with_the_loops_
     time is one call of evaluate/classification.evaluate on eval_batch_size images (evaluate_stacked
     over K runs, over K); no other task gets one."""
     from resrepro.evaluate import classification
-    from resrepro.experiments import make_plan
 
     gpu_budget = _gpu_budget()
     tiny = tiny_config()
@@ -681,23 +670,86 @@ def test_the_write_bandwidth_is_the_bytes_over_the_median_write_and_an_assumed_a
     assert "--allreduce-gb-s needs --allreduce-source" in capsys.readouterr().err
 
 
-def test_a_runs_warm_up_is_its_first_steps_beyond_its_step_time_and_a_jobs_start_a_fresh_process(monkeypatch):
+def test_a_runs_warm_up_is_its_first_steps_beyond_its_step_time_and_a_jobs_start_its_launcher_and_ranks(monkeypatch):
     """Warm-up steps of 1.0 and 0.3 s against timed steps of median 0.1 s: 1.1 s beyond them (none
-    below 0). A job's start: the median of fresh Pythons that start as a training job and then
-    the device (CUDA synchronised)."""
+    below 0). A job's start, per number of GPUs it holds: the median of 3 `resrepro launch --gpus G
+    -- devices` (the launcher, its ranks, their devices), started afresh (never a preload server's
+    fork); on the CPU with no GPU visible, on a GPU machine only up to the GPUs it has."""
     import itertools
     import subprocess
+
+    import torch
+
+    from resrepro.preload import SOCKET_ENV
 
     gpu_budget = _gpu_budget()
     assert gpu_budget.warmup_excess_s([1.0, 0.3], [0.1, 0.2, 0.1]) == pytest.approx(1.1)
     assert gpu_budget.warmup_excess_s([0.05], [0.1, 0.1]) == 0.0 and gpu_budget.warmup_excess_s([], [0.1]) == 0.0
     started = []
-    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: started.append(argv[-1]))
-    clock = itertools.chain([0.0, 3.0, 10.0, 14.0, 20.0, 25.0])  # 3, 4 and 5 s: the median 4
+    monkeypatch.setattr(subprocess, "run", lambda argv, env, **kw: started.append((argv[1:], env)))
+    monkeypatch.setenv(SOCKET_ENV, "/tmp/a-preload-server")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    clock = itertools.chain([0.0, 3.0, 10.0, 14.0, 20.0, 25.0], [0.0, 8.0, 10.0, 19.0, 20.0, 30.0])  # 3, 4, 5 s; 8, 9, 10 s
     monkeypatch.setattr(gpu_budget.time, "perf_counter", lambda: next(clock))
-    assert gpu_budget.measure_job_start_s("cuda") == pytest.approx(4.0)
-    assert len(started) == 3 and started[0].startswith("import torch, resrepro.cli; torch.optim.SGD(")
-    assert started[0].endswith("; torch.zeros(1, device='cuda'); torch.cuda.synchronize()")
+    assert gpu_budget.measure_job_start_s("cpu", [0, 2]) == {0: pytest.approx(4.0), 2: pytest.approx(9.0)}
+    assert [argv for argv, _ in started] == [["-m", "resrepro.cli", "launch", "--gpus", "0", "--", "devices"]] * 3 + \
+        [["-m", "resrepro.cli", "launch", "--gpus", "2", "--", "devices"]] * 3
+    assert all(env["CUDA_VISIBLE_DEVICES"] == "" and SOCKET_ENV not in env for _, env in started)
+    started.clear()
+    clock = itertools.chain([0.0, 5.0] * 3)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert gpu_budget.measure_job_start_s("cuda", [1, 4]) == {1: pytest.approx(5.0)}  # 4 GPUs: not on this machine
+    assert all(argv[4] == "1" and "CUDA_VISIBLE_DEVICES" not in env for argv, env in started) and len(started) == 3
+
+
+def test_a_runs_setup_is_its_models_build_and_its_warm_up_beyond_its_steps(monkeypatch):
+    """A training key: its model takes 2 s to build, its 2 warm-up steps 0.5 s each and its 3
+    timed steps 0.1 s: a setup of 2 + 2 x (0.5 - 0.1) = 2.8 s. A dev loss uses the model its run
+    built: only its warm-up beyond its passes counts (0.8 s)."""
+    gpu_budget = _gpu_budget()
+    config = tiny_config()
+    plan = make_plan(config)
+    run = next(r for r in cost.tabled_runs(plan).values() if r.task == "classification")
+    now = [0.0]
+    durations = iter([0.5, 0.5, 0.1, 0.1, 0.1] * 2)
+
+    def step():
+        now[0] += next(durations)
+
+    def built(*args, **kwargs):
+        now[0] += 2.0
+        return step
+
+    monkeypatch.setattr(gpu_budget.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(gpu_budget, "training_step", built)
+    monkeypatch.setattr(gpu_budget, "evaluation_batch", built)
+    assert gpu_budget.measure_step(config, run, "cpu", warmup=2, steps=3, key=cost.step_key(run)) == \
+        (pytest.approx(100.0), pytest.approx(2.8))
+    assert gpu_budget.measure_step(config, run, "cpu", warmup=2, steps=3, key=cost.eval_key(run))[1] == pytest.approx(0.8)
+
+
+def test_a_jobs_start_is_read_by_the_gpus_it_holds():
+    """Measured on the CPU and on 1 and 2 GPUs: a job takes its own; on 4 GPUs, the most measured
+    below (2); a file without starts, none. The report names each start, and a scale's jobs on
+    more GPUs than measured."""
+    times = {"job_start_s": {0: 2.0, 1: 5.0, 2: 8.0}}
+    assert [cost.job_start_s(times, gpus) for gpus in (0, 1, 2, 4)] == [2.0, 5.0, 8.0, 8.0]
+    assert cost.job_start_s({"job_start_s": {1: 5.0}}, 0) == 5.0 and cost.job_start_s({}, 1) is None
+    counts, _ = cost.counted_text({**times, "step_ms": {}}, None, multi_gpu=True, job_gpus=frozenset({1, 4, 8}))
+    assert counts == ("training steps; each job's start (its launcher and ranks importing torch and starting their devices: "
+                      "the CPU 2 s, 1 GPU 5 s, 2 GPUs 8 s; a job on 4 GPUs or 8 GPUs as on 2 GPUs: not measured)")
+
+
+def test_a_step_times_file_gives_a_jobs_start_by_its_gpus(tmp_path):
+    """job_start_s maps the GPUs a job holds to seconds; one number (which GPUs?) is refused."""
+    times = {"device": "GPU X", "basis": "measured", "commit": "abc1234", "date": "2026-11-29", "source": "a test", "step_ms": {}}
+    path = tmp_path / "times.yaml"
+    path.write_text(yaml.safe_dump({**times, "job_start_s": {0: 2.5, 4: 9.0}}))
+    assert cost.load_step_times(path)["job_start_s"] == {0: 2.5, 4: 9.0}
+    for wrong in (2.5, {"one": 2.5}, {-1: 2.5}):
+        path.write_text(yaml.safe_dump({**times, "job_start_s": wrong}))
+        with pytest.raises(ConfigError, match="job_start_s must give a job's start in seconds by the GPUs it holds"):
+            cost.load_step_times(path)
 
 
 def test_the_budget_times_steps_on_data_shaped_as_the_prepared_data_the_runs_train_on(tmp_path):
@@ -711,7 +763,6 @@ def test_the_budget_times_steps_on_data_shaped_as_the_prepared_data_the_runs_tra
     import torch
 
     from resrepro.data.images import save_prepared
-    from resrepro.experiments import make_plan
 
     gpu_budget = _gpu_budget()
     assert gpu_budget.real_data(run(dataset="cifar100")) == gpu_budget.StepData(classes=100)
@@ -749,7 +800,6 @@ def test_the_budget_times_steps_on_data_shaped_as_the_prepared_data_the_runs_tra
 def test_the_budget_times_a_translation_runs_dev_loss_with_the_loops_dev_loss(monkeypatch):
     """A translation run's dev-loss key is measured (with evaluation) by the loop's own dev_loss
     over that many random pairs."""
-    from resrepro.experiments import make_plan
     from resrepro.train import translation
 
     gpu_budget = _gpu_budget()
@@ -785,9 +835,7 @@ def _gpu_budget():
 def test_the_budget_remeasures_only_the_chosen_keys_and_keeps_the_rest(tmp_path, monkeypatch):
     """`--keys`: after a change to one variant, its steps are measured again on the same device and
     every other step time of the file stays; the source says what was re-measured."""
-    import yaml
 
-    from resrepro.experiments import make_plan
 
     gpu_budget = _gpu_budget()
     config = tiny_config()
@@ -796,7 +844,7 @@ def test_the_budget_remeasures_only_the_chosen_keys_and_keeps_the_rest(tmp_path,
     session = {"commit": gpu_budget.git_commit(), "date": datetime.date.today().isoformat()}
     out.write_text(yaml.safe_dump({"device": gpu_budget.device_label("cpu"), "basis": "measured", **session, "source": "measured before",
                                    "warmup_s": {keys[0]: 9.0}, "step_ms": {k: 1e6 for k in keys}}, sort_keys=False))
-    monkeypatch.setattr(gpu_budget, "measure_job_start_s", lambda device: 2.5)
+    monkeypatch.setattr(gpu_budget, "measure_job_start_s", lambda device, gpus: dict.fromkeys(gpus, 2.5))
     gpu_budget.main(["--config", tiny_config_file(tmp_path), "--device", "cpu", "--warmup", "0", "--steps", "1",
                      "--keys", "*/sas-gatesingle/*", "--out", str(out), "--write-dir", str(tmp_path / "disk"), "--write-mb", "8"])
     times = cost.load_step_times(out)
@@ -813,7 +861,6 @@ def test_the_budget_remeasures_only_the_chosen_keys_and_keeps_the_rest(tmp_path,
 def test_a_budget_stopped_midway_leaves_the_keys_it_measured_said_partial(tmp_path, monkeypatch):
     """A GPU session stops a check at its time limit: the file written after each key holds those
     measured until then, and its source says how many of how many."""
-    import yaml
 
     gpu_budget = _gpu_budget()
     measured = []
@@ -826,7 +873,7 @@ def test_a_budget_stopped_midway_leaves_the_keys_it_measured_said_partial(tmp_pa
 
     monkeypatch.setattr(gpu_budget, "measure_step", measure)
     monkeypatch.setattr(gpu_budget, "measure_write_gb_s", lambda directory, megabytes: 1.5)
-    monkeypatch.setattr(gpu_budget, "measure_job_start_s", lambda device: 2.5)
+    monkeypatch.setattr(gpu_budget, "measure_job_start_s", lambda device, gpus: dict.fromkeys(gpus, 2.5))
     out = tmp_path / "times.yaml"
     with pytest.raises(KeyboardInterrupt):
         gpu_budget.main(["--config", tiny_config_file(tmp_path), "--device", "cpu", "--out", str(out)])
@@ -837,7 +884,6 @@ def test_a_budget_stopped_midway_leaves_the_keys_it_measured_said_partial(tmp_pa
 
 
 def test_the_budget_refuses_to_mix_devices_or_to_match_nothing(tmp_path):
-    import yaml
 
     gpu_budget = _gpu_budget()
     out = tmp_path / "times.yaml"
@@ -868,13 +914,11 @@ def test_the_gpu_day_fit_finds_the_most_cifar_epochs_whose_hours_fit_the_day():
     import sys
     from pathlib import Path
 
-    import yaml
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import gpu_budget
     import gpu_day_fit
 
-    from resrepro.experiments import make_plan
 
     with open("tests/fixtures/config/gpu-day.yaml") as f:
         config = yaml.safe_load(f)

@@ -145,3 +145,50 @@ def test_an_exported_cuda_visible_devices_still_goes_through_the_pool(tmp_path):
         for proc in holders:
             proc.kill()
             proc.wait()
+
+
+def test_a_jobs_device_check_takes_one_training_step_and_refuses_a_wrong_one(monkeypatch):
+    """One SGD step of a 4x4 model of ones on sum(W @ W): every gradient is 8, every weight 0.2
+    after it at lr 0.1; a device whose step gives anything else is refused."""
+    import torch
+
+    from resrepro.devices import check_devices
+
+    for name in ("WORLD_SIZE", "RANK"):
+        monkeypatch.delenv(name, raising=False)
+    assert check_devices("cpu") == "rank 0 of 1: cpu"
+    monkeypatch.setattr(torch.optim.SGD, "step", lambda self, closure=None: None)
+    with pytest.raises(RuntimeError, match=r"cpu: one SGD step gave \[1.0, 1.0, 1.0, 1.0\], not 0.2 everywhere"):
+        check_devices("cpu")
+
+
+def test_a_ranks_device_check_all_reduces_the_ranks(monkeypatch):
+    """Rank 0 of 2 (gloo on the CPU): the all-reduce of the ranks 0 and 1 gives 1; one that gives
+    rank 0's own 0 (the other rank never joined) is refused."""
+    import torch
+
+    from resrepro.devices import check_devices
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    backends = []
+    monkeypatch.setattr(torch.distributed, "init_process_group", backends.append)
+    monkeypatch.setattr(torch.distributed, "destroy_process_group", lambda: None)
+    monkeypatch.setattr(torch.distributed, "all_reduce", lambda tensor: tensor.add_(1.0))  # rank 1's part
+    assert check_devices("cpu") == "rank 0 of 2: cpu; all-reduce over 2 ranks: ok" and backends == ["gloo"]
+    monkeypatch.setattr(torch.distributed, "all_reduce", lambda tensor: None)
+    with pytest.raises(RuntimeError, match="the all-reduce of the ranks 0..1 gave 0, not 1"):
+        check_devices("cpu")
+
+
+@pytest.mark.integration
+def test_launch_checks_a_two_rank_jobs_devices():
+    """`resrepro launch --gpus 2 -- devices` with no GPU visible: torchrun's 2 CPU ranks each take
+    their step and all-reduce together."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    for name in LAUNCHER_ENV[:3]:
+        env.pop(name, None)
+    done = subprocess.run([sys.executable, "-m", "resrepro.cli", "launch", "--gpus", "2", "--", "devices"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(done.stdout.split("\n"))[-2:] == [f"rank {r} of 2: cpu; all-reduce over 2 ranks: ok" for r in (0, 1)]

@@ -122,7 +122,7 @@ def test_training_jobs_are_held_against_the_cost_models_seconds_for_them(tmp_pat
     keys = {key for run in cost.tabled_runs(plan).values() for key, _ in cost.stages_of(run)}
     times = tmp_path / "times.yaml"
     times.write_text(yaml.safe_dump({"device": "CPU", "basis": "measured", "commit": "abc1234", "date": "2026-11-29", "source": "a test",
-                                     "job_start_s": 2.0, "checkpoint_write_gb_s": 0.5, "step_ms": {key: 10.0 for key in keys}}))
+                                     "job_start_s": {0: 2.0, 1: 7.0}, "checkpoint_write_gb_s": 0.5, "step_ms": {key: 10.0 for key in keys}}))
     model = cost.job_seconds(plan, config, cost.load_step_times(times), copies)
     job = next(iter(model))
     output = layout.job_file("trained.json", scale=config["scale"], job=job)

@@ -328,6 +328,17 @@ def cmd_report(a) -> None:
 # Running jobs: on GPUs, from the warm server, the rehearsal
 
 
+def devices_arguments(s) -> None:
+    s.add_argument("--device", default="auto", help="auto (a GPU when one is visible), cpu, cuda, cuda:1, ...")
+
+
+def cmd_devices(a) -> None:
+    from .devices import check_devices
+
+    sys.stdout.write(check_devices(a.device) + "\n")  # one write: the ranks' lines do not interleave
+    sys.stdout.flush()
+
+
 def launch_arguments(s) -> None:
     s.add_argument("--gpus", type=int, default=0, help="GPUs the job holds (its Snakemake gpu resource)")
     s.add_argument("argv", nargs=argparse.REMAINDER, help="-- then the resrepro command and its options")
@@ -383,6 +394,8 @@ COMMANDS = {
     "gpu-hours": Command("GPU-hours and disk per table of the given scales -> CSV", gpu_hours_arguments, cmd_gpu_hours),
     "report": Command("render the HTML report", report_arguments, cmd_report),
     "launch": Command("run a command on N GPUs: itself for one, torchrun ranks for several", launch_arguments, cmd_launch),
+    "devices": Command("check this job's devices: a training step on each, an all-reduce across its ranks", devices_arguments,
+                       cmd_devices),
     "preload": Command("serve CPU jobs from one process with torch imported (a local run's start-up, paid once)", preload_arguments,
                        cmd_preload),
     "rehearse": Command("the paper scale's whole DAG on fake data in the real formats (config/rehearsal.yaml)", rehearse_arguments,

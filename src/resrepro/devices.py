@@ -143,3 +143,37 @@ def use_deterministic_algorithms() -> None:
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
     torch.backends.cuda.enable_cudnn_sdp(False)
+
+
+def check_devices(name: str = "auto") -> str:
+    """This rank's device checked as a training job starts on it, and the line saying so: the device
+    `pick_device` gives, one SGD step of a tiny model there (a torch build without kernels for the
+    GPU, or a broken driver, fails here, not after the data has loaded), and, under torchrun, the
+    ranks' process group with one all-reduce of their ranks (NCCL on GPUs, gloo on CPU ranks), as
+    DDP starts it. `resrepro launch --gpus N -- devices`: a job's GPUs checked before it trains, and
+    the time a job takes to start (benchmarks/gpu_budget.py)."""
+    import torch
+
+    world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
+    device = pick_device(name)
+    weight = torch.nn.Parameter(torch.ones(4, 4, device=device))
+    optimizer = torch.optim.SGD([weight], lr=0.1)  # as a training job's first optimizer, it imports torch._dynamo
+    (weight @ weight).sum().backward()  # each entry's gradient is 2 x 4 = 8
+    optimizer.step()
+    if not torch.allclose(weight.detach().cpu(), torch.full((4, 4), 0.2)):
+        raise RuntimeError(f"{device}: one SGD step gave {weight.detach().cpu()[0].tolist()}, not 0.2 everywhere: "
+                           "this device computes wrongly")
+    line = f"rank {rank} of {world}: {device}"
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        line += f" ({torch.cuda.get_device_name(device)}, {free / 2**30:.1f} of {total / 2**30:.1f} GiB free)"
+    if world > 1:
+        torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        ranks = torch.tensor([float(rank)], device=device)
+        torch.distributed.all_reduce(ranks)
+        torch.distributed.destroy_process_group()
+        if ranks.item() != world * (world - 1) / 2:
+            raise RuntimeError(f"{device}: the all-reduce of the ranks 0..{world - 1} gave {ranks.item():g}, "
+                               f"not {world * (world - 1) // 2}")
+        line += f"; all-reduce over {world} ranks: ok"
+    return line

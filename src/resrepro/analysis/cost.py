@@ -23,9 +23,9 @@ every epoch, in batches of `eval_batch_size` images: `epochs x ceil(test images 
 evaluation batches at the key `eval_key`'s milliseconds, counted where the file has evaluation
 times (gpu_budget.py measures them beside the steps); a translation run's dev loss at each
 checkpoint (`dev_key`), where the file has its time. So do each job's start (`job_start_s`, once
-a job) and each run's first steps beyond their step time (`warmup_s`: compiling). Beam search,
-captioning's evaluation and data preparation are left out. A run alone on its GPU takes the GPU's whole time; the runs of a job
-that share their GPU (`sharing`) take the step times measured so, per run, and, where the file
+a job, by the GPUs it holds) and each run's model build and first steps beyond their step time
+(`warmup_s`: compiling). Beam search, captioning's evaluation and data preparation are left out.
+A run alone on its GPU takes the GPU's whole time; the runs of a job that share their GPU (`sharing`) take the step times measured so, per run, and, where the file
 has none, the time alone: an upper bound, which the report says. The recipes' deterministic
 kernels cost what the file's `/nondeterministic` keys say: one key per task timed with them off
 (`switch_keys`), which prices the scale without them (`deterministic_text`). A table's cost is that of its
@@ -190,6 +190,10 @@ def load_step_times(path: str | Path) -> dict:
         if isinstance(data[key], (list, dict)):
             raise ConfigError(f"{path}: {key} names {len(data[key])} values: step times of several sessions do not compare; "
                               "measure every key in one session (benchmarks/gpu_budget.py --device cuda --out FILE)")
+    starts = data.get("job_start_s")
+    if starts is not None and not (isinstance(starts, dict) and all(isinstance(gpus, int) and gpus >= 0 for gpus in starts)):
+        raise ConfigError(f"{path}: job_start_s must give a job's start in seconds by the GPUs it holds (0: the CPU), "
+                          f"got {starts!r}; measure it again (benchmarks/gpu_budget.py)")
     return {**data, "date": str(data["date"])}
 
 
@@ -311,10 +315,11 @@ def run_gpu_hours(run: Run, step_ms: dict[str, float], gpus: int, share: str = "
 def overhead_hours(run: Run, config: dict, step_times: dict, copies: dict[str, float] | None, gpus: int,
                    at_once: int = 1) -> dict[str, float]:
     """GPU-hours the run holds its GPUs beyond its steps, for what the step-times file has figures
-    of: "warmup", its stages' first steps beyond their step time (`warmup_s`: compiling, cuDNN's
-    first calls), its part where `at_once` runs start side by side; "checkpoints", the bytes of
-    the files it writes while training (disk.written_files, each a measured number of weight
-    copies, `copies`) at `checkpoint_write_gb_s` (rank 0 writes, the other ranks wait); "allreduce", for a run on G > 1 GPUs, each update's ring all-reduce of its
+    of: "warmup", its model's build and its stages' first steps beyond their step time
+    (`warmup_s`: compiling, cuDNN's first calls), its part where `at_once` runs start side by
+    side; "checkpoints", the bytes of the files it writes while training (disk.written_files, each
+    a measured number of weight copies, `copies`) at `checkpoint_write_gb_s` (rank 0 writes, the
+    other ranks wait); "allreduce", for a run on G > 1 GPUs, each update's ring all-reduce of its
     float32 gradients, 2 (G - 1) / G of their bytes at `allreduce_bus_gb_s` (NCCL's bus
     bandwidth): an upper bound, as DDP overlaps it with the backward pass."""
     out = {}
@@ -333,6 +338,23 @@ def overhead_hours(run: Run, config: dict, step_times: dict, copies: dict[str, f
     return out
 
 
+def job_start_s(step_times: dict, gpus: int) -> float | None:
+    """The seconds a job on `gpus` GPUs (0: the CPU) takes to start, from the file's `job_start_s`
+    (seconds by the GPUs a job holds: `resrepro launch --gpus G -- devices` timed, the launcher and
+    its ranks each importing torch and starting its device); a job on more GPUs than any measured
+    (the machine had fewer) takes the start on the most measured below; None where the file has no
+    start."""
+    starts = step_times.get("job_start_s")
+    if not starts:
+        return None
+    fewer = [measured for measured in starts if measured <= gpus]
+    return starts[max(fewer) if fewer else min(starts)]
+
+
+def gpus_text(gpus: int) -> str:
+    return "the CPU" if gpus == 0 else f"{gpus} GPU" + ("s" if gpus > 1 else "")
+
+
 def runs_at_once(share: str) -> int:
     """How many runs of a job share its GPU at once, from its keys' suffix (`sharing`)."""
     return int(share.removeprefix("/processes").removeprefix("/stacked")) if share else 1
@@ -343,8 +365,8 @@ def run_hours(plan: Plan, config: dict, step_times: dict, copies: dict[str, floa
     """Per tabled run (by path), its GPU-hours by part: "steps" (`run_gpu_hours`, at the steps
     measured as it shares its GPU where the file has them, else alone), "evaluation" (`eval_hours`,
     where the file times evaluation), the overheads the file has figures for (`overhead_hours`),
-    and "start", its part of its job's start (`job_start_s`: a process importing torch and
-    starting CUDA, once a job, shared by the job's runs). `examples` as for `images`; with
+    and "start", its part of its job's start (`job_start_s`: the launcher and the job's ranks
+    importing torch and starting their devices, once a job, shared by the job's runs). `examples` as for `images`; with
     `timed_only`, only the runs whose steps the file times (a file stopped part way), else a run
     without them is refused (`run_gpu_hours`)."""
     runs, shares = tabled_runs(plan), sharing(config, plan)
@@ -361,8 +383,8 @@ def run_hours(plan: Plan, config: dict, step_times: dict, copies: dict[str, floa
         if dev := dev_hours(run, step_ms, gpus):
             parts["dev loss"] = dev
         parts |= overhead_hours(run, config, step_times, copies, gpus, runs_at_once(share))
-        if "job_start_s" in step_times:
-            parts["start"] = step_times["job_start_s"] * max(gpus, 1) / job_runs.get(path, 1) / 3600
+        if (start := job_start_s(step_times, gpus)) is not None:
+            parts["start"] = start * max(gpus, 1) / job_runs.get(path, 1) / 3600
         out[path] = parts
     return out
 
@@ -378,8 +400,9 @@ def job_seconds(plan: Plan, config: dict, step_times: dict, copies: dict[str, fl
             for job, members in plan.jobs.items() if all(path in hours for path in members)}
 
 
-def counted_text(step_times: dict, copies: dict | None, multi_gpu: bool) -> tuple[str, str]:
-    """(what a scale's GPU-hours count, what they leave out), in words, for the report."""
+def counted_text(step_times: dict, copies: dict | None, multi_gpu: bool, job_gpus: frozenset[int] = frozenset()) -> tuple[str, str]:
+    """(what a scale's GPU-hours count, what they leave out), in words, for the report; `job_gpus`
+    the GPUs its jobs hold (a job's start is measured per number of GPUs)."""
     counted, left = ["training steps"], []
     if times_evaluation(step_times["step_ms"]):
         counted.append("classification's test evaluation after every epoch")
@@ -391,14 +414,18 @@ def counted_text(step_times: dict, copies: dict | None, multi_gpu: bool) -> tupl
         left.append("translation's dev loss (the step-times file has no dev-loss times)")
     left.append("beam search and captioning's evaluation")
     left.append("data preparation")
-    if "job_start_s" in step_times:
-        counted.append(f"each job's start at {step_times['job_start_s']:g} s (torch's import, CUDA's start)")
+    if starts := step_times.get("job_start_s"):
+        unmeasured = sorted(gpus for gpus in job_gpus if gpus > max(starts))
+        counted.append("each job's start (its launcher and ranks importing torch and starting their devices: "
+                       + ", ".join(f"{gpus_text(gpus)} {seconds:g} s" for gpus, seconds in sorted(starts.items()))
+                       + (f"; a job on {' or '.join(map(gpus_text, unmeasured))} as on {gpus_text(max(starts))}: not measured"
+                          if unmeasured else "") + ")")
     else:
         left.append("each job's start (the step-times file has no start time)")
     if "warmup_s" in step_times:
-        counted.append("each run's first steps beyond their step time (compiling)")
+        counted.append("each run's model build and first steps beyond their step time (compiling)")
     else:
-        left.append("each run's first steps beyond their step time (the step-times file has no warm-up times)")
+        left.append("each run's model build and first steps beyond their step time (the step-times file has no warm-up times)")
     if "checkpoint_write_gb_s" in step_times and copies is not None:
         counted.append(f"checkpoint writes at {step_times['checkpoint_write_gb_s']:g} GB/s")
     else:
@@ -445,7 +472,8 @@ def table_costs(plan: Plan, config: dict, step_times: dict, copies: dict[str, fl
                 "gpu_hours": math.fsum(hours.values()), "gpu_hours_per_seed": float("nan")})
     frame = pd.DataFrame(out)
     frame.insert(0, "scale", config["scale"])
-    frame["counts"], frame["leaves_out"] = counted_text(step_times, copies, any(gpus_for(config, run) > 1 for run in runs.values()))
+    job_gpus = frozenset(gpus_for(config, run) for run in runs.values())
+    frame["counts"], frame["leaves_out"] = counted_text(step_times, copies, max(job_gpus, default=0) > 1, job_gpus)
     frame["sharing"] = sharing_text({shares.get(path, "") for path in runs},
                                     {shares.get(path, "") for path in runs if costed_as[path] != shares.get(path, "")})
     frame["deterministic"] = deterministic_text(plan, step_times["step_ms"], step_hours, math.fsum(hours.values()))
