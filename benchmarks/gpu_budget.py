@@ -489,6 +489,21 @@ def measure_write_gb_s(directory: Path, megabytes: int = 512, rounds: int = 3) -
     return megabytes * 2**20 / 1e9 / statistics.median(times)
 
 
+def largest_checkpoint_mb(configs_and_plans) -> int:
+    """The MB of the scales' largest checkpoint file: a run's last.pt, its weights and optimizer
+    state (disk.yaml's copies of its weights, the config's `gpu_costs.disk`). The write timed is
+    that size, as the big Transformers' files are most of the bytes written, and a file of a few
+    GB writes slower than one of a few hundred MB (0.62 against 0.80 GB/s here, docs/performance.md)."""
+    from resrepro.analysis.disk import load_copies, weight_bytes
+
+    largest = 0.0
+    for config, plan in configs_and_plans:
+        copies = load_copies(config.get("gpu_costs", {}).get("disk", "config/costs/disk.yaml"))["copies"]  # the schema's default
+        sizes = {(run.task, run.arch_dir, run.size, run.dataset, run.recipe_json): run for run in cost.tabled_runs(plan).values()}
+        largest = max([largest, *(weight_bytes(run, config) * copies[f"{run.task}/last"] for run in sizes.values())])
+    return max(1, round(largest / 2**20))
+
+
 def job_gpus(configs_and_plans) -> list[int]:
     """The numbers of GPUs the scales' costed runs' jobs hold (0: the CPU), each once."""
     return sorted({experiments.gpus_for(config, run) for config, plan in configs_and_plans for run in cost.tabled_runs(plan).values()})
@@ -564,7 +579,7 @@ def main(argv=None) -> None:
     p.add_argument("--stacked", type=int, nargs="+", default=[], metavar="K",
                    help="also each classification step of K runs stacked as one program (keys .../stackedK)")
     p.add_argument("--write-dir", default=str(ROOT / "results"), help="where runs write their checkpoints: its write bandwidth is timed")
-    p.add_argument("--write-mb", type=int, default=512, help="the size of the timed write (a big Transformer's last.pt is 2.6 GB)")
+    p.add_argument("--write-mb", type=int, help="the size of the timed write (default: the scales' largest checkpoint file)")
     p.add_argument("--allreduce-gb-s", type=float, help="the NCCL all-reduce bus bandwidth of this machine's GPUs (nccl-tests' busbw), "
                    "for the multi-GPU runs' gradients; with --allreduce-source saying where it comes from")
     p.add_argument("--allreduce-source", default="")
@@ -601,7 +616,7 @@ def main(argv=None) -> None:
             merge_measured(previous, {**session, "source": "", "step_ms": {}}, opts.keys)
         source = f"measured {today} by benchmarks/gpu_budget.py at commit {session['commit']}, torch {torch.__version__}"
         times = {"device": session["device"], "basis": "measured", "commit": session["commit"], "date": today, "source": source,
-                 "checkpoint_write_gb_s": round(measure_write_gb_s(Path(opts.write_dir), opts.write_mb), 2),
+                 "checkpoint_write_gb_s": round(measure_write_gb_s(Path(opts.write_dir), opts.write_mb or largest_checkpoint_mb(configs_and_plans)), 2),
                  "job_start_s": measure_job_start_s(opts.device, job_gpus(configs_and_plans)), "warmup_s": {}, "step_ms": {}}
         if opts.allreduce_gb_s:
             times = {**times, "allreduce_bus_gb_s": opts.allreduce_gb_s, "allreduce_source": opts.allreduce_source}

@@ -365,6 +365,7 @@ def test_the_budget_times_the_runs_alone_first_and_skips_what_it_is_told(tmp_pat
     monkeypatch.setattr(gpu_budget, "measure_step", lambda *a, data_dir: (8.0, 0.5))
     monkeypatch.setattr(gpu_budget, "measure_side_by_side", side_by_side)
     monkeypatch.setattr(gpu_budget, "measure_write_gb_s", lambda *a: 1.0)
+    monkeypatch.setattr(gpu_budget, "largest_checkpoint_mb", lambda configs_and_plans: 8)
     monkeypatch.setattr(gpu_budget, "measure_job_start_s", lambda device, gpus: dict.fromkeys(gpus, 2.5))
     out = tmp_path / "times.yaml"
     gpu_budget.main(["--config", str(path), "--device", "cpu", "--out", str(out)])
@@ -409,6 +410,7 @@ def test_the_budget_times_each_tasks_switch_key_with_deterministic_kernels_off_a
 
     monkeypatch.setattr(gpu_budget, "measure_step", lambda config, run, device, warmup, steps, key, data_dir: (8.0, 0.5))
     monkeypatch.setattr(gpu_budget, "measure_write_gb_s", lambda *a: 1.0)
+    monkeypatch.setattr(gpu_budget, "largest_checkpoint_mb", lambda configs_and_plans: 8)
     monkeypatch.setattr(gpu_budget, "measure_job_start_s", lambda device, gpus: dict.fromkeys(gpus, 2.5))
     path, out = tmp_path / "deterministic.yaml", tmp_path / "times.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -728,6 +730,23 @@ def test_a_runs_setup_is_its_models_build_and_its_warm_up_beyond_its_steps(monke
     assert gpu_budget.measure_step(config, run, "cpu", warmup=2, steps=3, key=cost.eval_key(run))[1] == pytest.approx(0.8)
 
 
+def test_the_write_timed_is_the_scales_largest_checkpoint_file(tmp_path, monkeypatch):
+    """A run's last.pt is its weights times disk.yaml's copies for its task: with a translation
+    model of 10 MiB in 2 copies, a captioner of 4 MiB in 3 and a classifier of 1 MiB in 3, the
+    largest file is 20 MiB."""
+    from resrepro.analysis import disk
+
+    gpu_budget = _gpu_budget()
+    (tmp_path / "disk.yaml").write_text(yaml.safe_dump({"source": "a test", "copies": {
+        "classification/last": 3.0, "translation/last": 2.0, "captioning/last": 3.0}}))
+    config = {**tiny_config(), "gpu_costs": {"disk": str(tmp_path / "disk.yaml")}}
+    mib = {"classification": 1, "translation": 10, "captioning": 4}
+    monkeypatch.setattr(disk, "weight_bytes", lambda run, config: mib[run.task] * 2**20)
+    assert gpu_budget.largest_checkpoint_mb([(config, make_plan(config))]) == 20
+    mib["captioning"] = 7  # 21 MiB
+    assert gpu_budget.largest_checkpoint_mb([(config, make_plan(config))]) == 21
+
+
 def test_a_jobs_start_is_read_by_the_gpus_it_holds():
     """Measured on the CPU and on 1 and 2 GPUs: a job takes its own; on 4 GPUs, the most measured
     below (2); a file without starts, none. The report names each start, and a scale's jobs on
@@ -873,6 +892,7 @@ def test_a_budget_stopped_midway_leaves_the_keys_it_measured_said_partial(tmp_pa
 
     monkeypatch.setattr(gpu_budget, "measure_step", measure)
     monkeypatch.setattr(gpu_budget, "measure_write_gb_s", lambda directory, megabytes: 1.5)
+    monkeypatch.setattr(gpu_budget, "largest_checkpoint_mb", lambda configs_and_plans: 8)
     monkeypatch.setattr(gpu_budget, "measure_job_start_s", lambda device, gpus: dict.fromkeys(gpus, 2.5))
     out = tmp_path / "times.yaml"
     with pytest.raises(KeyboardInterrupt):
