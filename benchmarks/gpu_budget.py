@@ -615,9 +615,13 @@ def main(argv=None) -> None:
         if previous:  # refuse another session's file before spending the GPU's time
             merge_measured(previous, {**session, "source": "", "step_ms": {}}, opts.keys)
         source = f"measured {today} by benchmarks/gpu_budget.py at commit {session['commit']}, torch {torch.__version__}"
+        # the machine's own figures, once a session: a --keys run keeps those its file has
+        write_gb_s = (previous or {}).get("checkpoint_write_gb_s") or round(
+            measure_write_gb_s(Path(opts.write_dir), opts.write_mb or largest_checkpoint_mb(configs_and_plans)), 2)
+        starts = dict((previous or {}).get("job_start_s", {}))
+        starts |= measure_job_start_s(opts.device, [gpus for gpus in job_gpus(configs_and_plans) if gpus not in starts])
         times = {"device": session["device"], "basis": "measured", "commit": session["commit"], "date": today, "source": source,
-                 "checkpoint_write_gb_s": round(measure_write_gb_s(Path(opts.write_dir), opts.write_mb or largest_checkpoint_mb(configs_and_plans)), 2),
-                 "job_start_s": measure_job_start_s(opts.device, job_gpus(configs_and_plans)), "warmup_s": {}, "step_ms": {}}
+                 "checkpoint_write_gb_s": write_gb_s, "job_start_s": starts, "warmup_s": {}, "step_ms": {}}
         if opts.allreduce_gb_s:
             times = {**times, "allreduce_bus_gb_s": opts.allreduce_gb_s, "allreduce_source": opts.allreduce_source}
 

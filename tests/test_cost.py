@@ -875,6 +875,17 @@ def test_the_budget_remeasures_only_the_chosen_keys_and_keeps_the_rest(tmp_path,
     assert list(times["step_ms"]) == keys  # the file's order kept
     assert times["source"].startswith("measured before; steps matching */sas-gatesingle/* re-measured ")
     assert (times["commit"], times["date"]) == (session["commit"], session["date"])
+    out.write_text(yaml.safe_dump({**times, "checkpoint_write_gb_s": 0.5, "job_start_s": {0: 3.0}}))
+
+    def measured_again(*args):
+        raise AssertionError("the session's file has this machine figure")
+
+    monkeypatch.setattr(gpu_budget, "measure_write_gb_s", measured_again)
+    monkeypatch.setattr(gpu_budget, "measure_job_start_s", lambda device, gpus: measured_again() if gpus else {})
+    gpu_budget.main(["--config", tiny_config_file(tmp_path), "--device", "cpu", "--warmup", "0", "--steps", "1",
+                     "--keys", "*/sas-gatesingle/*", "--out", str(out)])
+    again = cost.load_step_times(out)
+    assert (again["checkpoint_write_gb_s"], again["job_start_s"]) == (0.5, {0: 3.0})
 
 
 def test_a_budget_stopped_midway_leaves_the_keys_it_measured_said_partial(tmp_path, monkeypatch):
