@@ -493,7 +493,8 @@ def largest_checkpoint_mb(configs_and_plans) -> int:
     """The MB of the scales' largest checkpoint file: a run's last.pt, its weights and optimizer
     state (disk.yaml's copies of its weights, the config's `gpu_costs.disk`). The write timed is
     that size, as the big Transformers' files are most of the bytes written, and a file of a few
-    GB writes slower than one of a few hundred MB (0.62 against 0.80 GB/s here, docs/performance.md)."""
+    GB writes slower than one of a few hundred MB (0.62 against 0.80 GB/s on the development
+    machine's disk, docs/performance.md)."""
     from resrepro.analysis.disk import load_copies, weight_bytes
 
     largest = 0.0
@@ -518,8 +519,12 @@ def measure_job_start_s(device_name: str, gpus: list[int], repeats: int = 3) -> 
     more GPUs than this machine has is not measured (cost.job_start_s takes the most measured)."""
     import torch
 
+    from resrepro.devices import pooled_gpu
     from resrepro.preload import SOCKET_ENV
 
+    if pooled_gpu() is not None:
+        raise RuntimeError(f"a job's start is measured before this process takes a GPU (it holds cuda:{pooled_gpu()}): "
+                           "the launcher would wait for that GPU")
     env = {key: value for key, value in os.environ.items() if key != SOCKET_ENV}  # a start of its own, not a preload server's fork
     if not device_name.startswith("cuda"):
         env["CUDA_VISIBLE_DEVICES"] = ""

@@ -682,6 +682,7 @@ def test_a_runs_warm_up_is_its_first_steps_beyond_its_step_time_and_a_jobs_start
 
     import torch
 
+    from resrepro import devices
     from resrepro.preload import SOCKET_ENV
 
     gpu_budget = _gpu_budget()
@@ -702,6 +703,9 @@ def test_a_runs_warm_up_is_its_first_steps_beyond_its_step_time_and_a_jobs_start
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     assert gpu_budget.measure_job_start_s("cuda", [1, 4]) == {1: pytest.approx(5.0)}  # 4 GPUs: not on this machine
     assert all(argv[4] == "1" and "CUDA_VISIBLE_DEVICES" not in env for argv, env in started) and len(started) == 3
+    monkeypatch.setattr(devices, "_INDEX", 0)  # this process took cuda:0 from the pool: a launch would wait for it forever
+    with pytest.raises(RuntimeError, match="measured before this process takes a GPU"):
+        gpu_budget.measure_job_start_s("cuda", [1])
 
 
 def test_a_runs_setup_is_its_models_build_and_its_warm_up_beyond_its_steps(monkeypatch):
@@ -754,9 +758,12 @@ def test_a_jobs_start_is_read_by_the_gpus_it_holds():
     times = {"job_start_s": {0: 2.0, 1: 5.0, 2: 8.0}}
     assert [cost.job_start_s(times, gpus) for gpus in (0, 1, 2, 4)] == [2.0, 5.0, 8.0, 8.0]
     assert cost.job_start_s({"job_start_s": {1: 5.0}}, 0) == 5.0 and cost.job_start_s({}, 1) is None
+    assert cost.job_start_s({"job_start_s": {1: 5.0, 4: 9.0}}, 2) == 5.0
     counts, _ = cost.counted_text({**times, "step_ms": {}}, None, multi_gpu=True, job_gpus=frozenset({1, 4, 8}))
     assert counts == ("training steps; each job's start (its launcher and ranks importing torch and starting their devices: "
-                      "the CPU 2 s, 1 GPU 5 s, 2 GPUs 8 s; a job on 4 GPUs or 8 GPUs as on 2 GPUs: not measured)")
+                      "the CPU 2 s, 1 GPU 5 s, 2 GPUs 8 s; a job on 4 GPUs as on 2 GPUs, a job on 8 GPUs as on 2 GPUs: not measured)")
+    counts, _ = cost.counted_text({"job_start_s": {1: 5.0, 4: 9.0}, "step_ms": {}}, None, multi_gpu=True, job_gpus=frozenset({0, 2, 4}))
+    assert counts.endswith("1 GPU 5 s, 4 GPUs 9 s; a job on the CPU as on 1 GPU, a job on 2 GPUs as on 1 GPU: not measured)")
 
 
 def test_a_step_times_file_gives_a_jobs_start_by_its_gpus(tmp_path):

@@ -107,6 +107,12 @@ def cuda_device_for_this_job(device_count: int, lock_dir: str | Path = DEFAULT_L
     return f"cuda:{_INDEX}"
 
 
+def pooled_gpu() -> int | None:
+    """The GPU this process took from the pool (`cuda_device_for_this_job`) and holds till it ends;
+    None when it took none. A `resrepro launch` it starts waits for that GPU."""
+    return _INDEX
+
+
 def pick_device(name: str = "auto"):
     """The torch device a job runs on, always with an index, and made CUDA's current device (NCCL,
     CUDA's random generator and new tensors all follow it). auto: a GPU when one is visible (the

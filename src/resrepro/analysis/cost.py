@@ -25,12 +25,12 @@ times (gpu_budget.py measures them beside the steps); a translation run's dev lo
 checkpoint (`dev_key`), where the file has its time. So do each job's start (`job_start_s`, once
 a job, by the GPUs it holds) and each run's model build and first steps beyond their step time
 (`warmup_s`: compiling). Beam search, captioning's evaluation and data preparation are left out.
-A run alone on its GPU takes the GPU's whole time; the runs of a job that share their GPU (`sharing`) take the step times measured so, per run, and, where the file
-has none, the time alone: an upper bound, which the report says. The recipes' deterministic
-kernels cost what the file's `/nondeterministic` keys say: one key per task timed with them off
-(`switch_keys`), which prices the scale without them (`deterministic_text`). A table's cost is that of its
-runs (a run that two tables share counts in both); a scale's total counts each run of its tables
-once.
+A run alone on its GPU takes the GPU's whole time; the runs of a job that share their GPU
+(`sharing`) take the step times measured so, per run, and, where the file has none, the time
+alone: an upper bound, which the report says. The recipes' deterministic kernels cost what the
+file's `/nondeterministic` keys say: one key per task timed with them off (`switch_keys`), which
+prices the scale without them (`deterministic_text`). A table's cost is that of its runs (a run
+that two tables share counts in both); a scale's total counts each run of its tables once.
 """
 
 from __future__ import annotations
@@ -341,14 +341,17 @@ def overhead_hours(run: Run, config: dict, step_times: dict, copies: dict[str, f
 def job_start_s(step_times: dict, gpus: int) -> float | None:
     """The seconds a job on `gpus` GPUs (0: the CPU) takes to start, from the file's `job_start_s`
     (seconds by the GPUs a job holds: `resrepro launch --gpus G -- devices` timed, the launcher and
-    its ranks each importing torch and starting its device); a job on more GPUs than any measured
-    (the machine had fewer) takes the start on the most measured below; None where the file has no
-    start."""
+    its ranks each importing torch and starting its device), at `start_measured_on`; None where
+    the file has no start."""
     starts = step_times.get("job_start_s")
-    if not starts:
-        return None
+    return starts[start_measured_on(starts, gpus)] if starts else None
+
+
+def start_measured_on(starts: dict[int, float], gpus: int) -> int:
+    """The GPUs whose measured start a job on `gpus` takes: its own; else (the measuring machine
+    had fewer) the most measured below; else the fewest measured."""
     fewer = [measured for measured in starts if measured <= gpus]
-    return starts[max(fewer) if fewer else min(starts)]
+    return max(fewer) if fewer else min(starts)
 
 
 def gpus_text(gpus: int) -> str:
@@ -366,9 +369,9 @@ def run_hours(plan: Plan, config: dict, step_times: dict, copies: dict[str, floa
     measured as it shares its GPU where the file has them, else alone), "evaluation" (`eval_hours`,
     where the file times evaluation), the overheads the file has figures for (`overhead_hours`),
     and "start", its part of its job's start (`job_start_s`: the launcher and the job's ranks
-    importing torch and starting their devices, once a job, shared by the job's runs). `examples` as for `images`; with
-    `timed_only`, only the runs whose steps the file times (a file stopped part way), else a run
-    without them is refused (`run_gpu_hours`)."""
+    importing torch and starting their devices, once a job, shared by the job's runs). `examples`
+    as for `images`; with `timed_only`, only the runs whose steps the file times (a file stopped
+    part way), else a run without them is refused (`run_gpu_hours`)."""
     runs, shares = tabled_runs(plan), sharing(config, plan)
     step_ms = step_times["step_ms"]
     job_runs = {path: len(members) for members in plan.jobs.values() for path in members}
@@ -415,11 +418,11 @@ def counted_text(step_times: dict, copies: dict | None, multi_gpu: bool, job_gpu
     left.append("beam search and captioning's evaluation")
     left.append("data preparation")
     if starts := step_times.get("job_start_s"):
-        unmeasured = sorted(gpus for gpus in job_gpus if gpus > max(starts))
+        unmeasured = ", ".join(f"a job on {gpus_text(gpus)} as on {gpus_text(start_measured_on(starts, gpus))}"
+                               for gpus in sorted(job_gpus - starts.keys()))
         counted.append("each job's start (its launcher and ranks importing torch and starting their devices: "
                        + ", ".join(f"{gpus_text(gpus)} {seconds:g} s" for gpus, seconds in sorted(starts.items()))
-                       + (f"; a job on {' or '.join(map(gpus_text, unmeasured))} as on {gpus_text(max(starts))}: not measured"
-                          if unmeasured else "") + ")")
+                       + (f"; {unmeasured}: not measured" if unmeasured else "") + ")")
     else:
         left.append("each job's start (the step-times file has no start time)")
     if "warmup_s" in step_times:
