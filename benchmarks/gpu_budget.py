@@ -466,7 +466,7 @@ def merge_measured(previous: dict, times: dict, patterns: list[str]) -> dict:
                          "without --keys")
     source = f"{previous['source'].rstrip()}; steps matching {' '.join(patterns)} re-{times['source']}"
     return {**previous, **times, "source": source, "step_ms": {**previous["step_ms"], **times["step_ms"]},
-            **{part: previous.get(part, {}) | times[part] for part in ("warmup_s", "job_start_s") if part in times}}
+            **({"warmup_s": previous.get("warmup_s", {}) | times["warmup_s"]} if "warmup_s" in times else {})}
 
 
 def measure_write_gb_s(directory: Path, megabytes: int = 512, rounds: int = 3) -> float:
