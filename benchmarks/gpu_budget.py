@@ -495,13 +495,13 @@ def largest_checkpoint_mb(configs_and_plans) -> int:
     that size, as the big Transformers' files are most of the bytes written, and a file of a few
     GB writes slower than one of a few hundred MB (0.62 against 0.80 GB/s on the development
     machine's disk, docs/performance.md)."""
-    from resrepro.analysis.disk import load_copies, weight_bytes
+    from resrepro.analysis.disk import copies_of, weight_bytes
 
     largest = 0.0
     for config, plan in configs_and_plans:
-        copies = load_copies(config.get("gpu_costs", {}).get("disk", "config/costs/disk.yaml"))["copies"]  # the schema's default
-        sizes = {(run.task, run.arch_dir, run.size, run.dataset, run.recipe_json): run for run in cost.tabled_runs(plan).values()}
-        largest = max([largest, *(weight_bytes(run, config) * copies[f"{run.task}/last"] for run in sizes.values())])
+        copies = copies_of(config)
+        cells = {dataclasses.replace(run, seed=0) for run in cost.tabled_runs(plan).values()}  # a cell's seeds weigh the same
+        largest = max([largest, *(weight_bytes(run, config) * copies[f"{run.task}/last"] for run in cells)])
     return max(1, round(largest / 2**20))
 
 

@@ -190,13 +190,12 @@ def predicted(jobs: list[dict], config_path: str | Path, step_times_path: str | 
     and the model's (cost.job_seconds; without the start for a job forked from the preload server)."""
     from resrepro import layout
     from resrepro.analysis import cost
-    from resrepro.analysis.disk import load_copies
+    from resrepro.analysis.disk import copies_of
     from resrepro.experiments import gpus_for
 
     config, plan = cost.load_scale(config_path)
     step_times = cost.load_step_times(step_times_path)
-    disk = config.get("gpu_costs", {}).get("disk", "config/costs/disk.yaml")  # the schema's default
-    copies = load_copies(disk)["copies"]
+    copies = copies_of(config)
     model, start = {}, {}
     for job, seconds in cost.job_seconds(plan, config, step_times, copies, examples).items():
         output = layout.job_file("trained.json", scale=config["scale"], job=job)

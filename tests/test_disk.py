@@ -181,3 +181,11 @@ def test_gpu_hours_csv_is_the_same_to_the_last_digit_whatever_the_hash_seed(tmp_
         subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": seed}, check=True, capture_output=True)
         outs.append(out.read_bytes())
     assert outs[0] == outs[1] == outs[2]
+
+
+def test_a_scales_copies_come_from_its_own_disk_file(tmp_path):
+    """`gpu_costs.disk` names the scale's file of copies; the benchmarks read it through copies_of."""
+    import yaml
+
+    (tmp_path / "disk.yaml").write_text(yaml.safe_dump({"source": "a test", "copies": {"translation/last": 3.0}}))
+    assert disk.copies_of({"gpu_costs": {"disk": str(tmp_path / "disk.yaml")}}) == {"translation/last": 3.0}

@@ -151,6 +151,14 @@ def use_deterministic_algorithms() -> None:
     torch.backends.cuda.enable_cudnn_sdp(False)
 
 
+def join_process_group(device) -> None:
+    """This rank joins its job's process group, once: NCCL between GPUs, gloo between CPU ranks."""
+    import torch
+
+    if not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
+
+
 def check_devices(name: str = "auto") -> str:
     """This rank's device checked as a training job starts on it, and the line saying so: the device
     `pick_device` gives, one SGD step of a tiny model there (a torch build without kernels for the
@@ -174,7 +182,7 @@ def check_devices(name: str = "auto") -> str:
         free, total = torch.cuda.mem_get_info(device)
         line += f" ({torch.cuda.get_device_name(device)}, {free / 2**30:.1f} of {total / 2**30:.1f} GiB free)"
     if world > 1:
-        torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        join_process_group(device)
         ranks = torch.tensor([float(rank)], device=device)
         torch.distributed.all_reduce(ranks)
         torch.distributed.destroy_process_group()

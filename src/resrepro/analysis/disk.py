@@ -57,6 +57,12 @@ def load_copies(path: str | Path) -> dict:
     return data
 
 
+def copies_of(config: dict) -> dict[str, float]:
+    """The copies of a scale's disk file (its `gpu_costs.disk`, else the schema's default
+    config/costs/disk.yaml): for a scale read as written, without the workflow's defaults."""
+    return load_copies(config.get("gpu_costs", {}).get("disk", "config/costs/disk.yaml"))["copies"]
+
+
 def kept_files(run: Run) -> dict[str, int]:
     """How many files of each kind the run keeps when it ends (module docstring)."""
     recipe = json.loads(run.recipe_json)

@@ -40,7 +40,7 @@ from tqdm import tqdm
 
 from .. import files, models, provenance, residual
 from ..catalog import MAX_POSITIONS
-from ..devices import pick_device, use_deterministic_algorithms
+from ..devices import join_process_group, pick_device, use_deterministic_algorithms
 from ..models.transformer import label_smoothed_loss
 from ..specs import ModelSpec, SequenceTrainSpec, TranslationTrainSpec
 from ..speed import Speed, own_gradients, speed_of
@@ -228,8 +228,8 @@ def train_sequences(spec: SequenceTrainSpec, train_data, dev_data, model_inputs:
         use_deterministic_algorithms()
     device = pick_device(device)  # under torchrun, auto means cuda:LOCAL_RANK; --device cpu gives CPU ranks
     speed = speed_of(spec, device)
-    if world > 1 and not torch.distributed.is_initialized():
-        torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    if world > 1:
+        join_process_group(device)
 
     torch.manual_seed(spec.seed)
     gen = torch.Generator().manual_seed(spec.seed)
