@@ -88,7 +88,7 @@ def test_batches_cover_every_caption_once_and_collate_pairs_images_with_their_ca
     assert torch.equal(feats[1], torch.from_numpy(np.asarray(split.features[2], dtype=np.float32)))
     ids = data.pairs[7][1]
     assert tin[0, 0] == 1 and tin[0, 1 : len(ids) + 1].tolist() == ids.tolist() and tout[0, len(ids)] == 2
-    assert data.lengths[7] == (16, len(ids) + 1)
+    assert tuple(data.lengths[7]) == (16, len(ids) + 1)
 
 
 def test_training_learns_and_resumes_bit_identically(scenes_dir, tmp_path, monkeypatch):

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -49,13 +50,50 @@ def test_inverse_sqrt_schedule():
     assert inverse_sqrt_lr(0, d, warmup) == inverse_sqrt_lr(1, d, warmup)  # steps count from 1
 
 
+def listed(batches) -> list[list[int]]:
+    return [[int(i) for i in b] for b in batches]
+
+
+def greedy_batches(lengths, max_tokens: int, generator: torch.Generator, bucket: int = 0) -> list[list[int]]:
+    """token_batches written as the plain loop it computes: sentences in order of (longest side,
+    source, target, index), each added to the open batch unless that takes it over the budget."""
+    if bucket:
+        lengths = [(bucketed(s, bucket), bucketed(t, bucket)) for s, t in lengths]
+    order = sorted(range(len(lengths)), key=lambda i: (max(lengths[i]), lengths[i]))
+    batches, current, longest = [], [], 0
+    for i in order:
+        longest_if_added = max(longest, *lengths[i])
+        if current and longest_if_added * (len(current) + 1) > max_tokens:
+            batches.append(current)
+            current, longest_if_added = [], max(lengths[i])
+        current.append(i)
+        longest = longest_if_added
+    if current:
+        batches.append(current)
+    return [batches[p] for p in torch.randperm(len(batches), generator=generator).tolist()]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_token_batches_are_the_greedy_loops_batches_in_its_order(seed):
+    """Ties of length, sentences over the budget, buckets and an empty corpus included: the same
+    batches, in the same order, so a run batches its epochs as before and resumes the same."""
+    generator = torch.Generator().manual_seed(seed)
+    n = [0, 1, 7, 300, 2000, 500][seed]
+    lengths = torch.randint(1, [3, 9, 40, 120, 60, 300][seed], (n, 2), generator=generator).tolist()
+    for max_tokens, bucket in ((64, 0), (200, 0), (200, 8), (37, 5), (1, 0)):
+        want = greedy_batches([tuple(pair) for pair in lengths], max_tokens, torch.Generator().manual_seed(seed), bucket)
+        assert listed(token_batches(lengths, max_tokens, torch.Generator().manual_seed(seed), bucket)) == want
+        assert listed(token_batches(np.array(lengths, dtype=np.int32).reshape(-1, 2), max_tokens,
+                                    torch.Generator().manual_seed(seed), bucket)) == want
+
+
 def test_token_batches_respect_the_budget_and_cover_every_sentence():
     lengths = [(int(a), int(b)) for a, b in torch.randint(1, 40, (500, 2)).tolist()]
-    batches = token_batches(lengths, 200, torch.Generator().manual_seed(0))
+    batches = listed(token_batches(lengths, 200, torch.Generator().manual_seed(0)))
     assert sorted(i for b in batches for i in b) == list(range(500))
     for b in batches:
         assert len(b) == 1 or max(max(lengths[i]) for i in b) * len(b) <= 200
-    assert batches == token_batches(lengths, 200, torch.Generator().manual_seed(0))
+    assert batches == listed(token_batches(lengths, 200, torch.Generator().manual_seed(0)))
 
 
 def test_token_batches_pack_sentences_in_length_order_up_to_the_budget_inclusive():
@@ -63,7 +101,7 @@ def test_token_batches_pack_sentences_in_length_order_up_to_the_budget_inclusive
     # adding 2 would make 4 x 3 = 12; 2+4: 4 x 2 = 8, exactly the budget; 3 alone.
     lengths = [(3, 2), (1, 1), (2, 4), (5, 5), (4, 1)]
     batches = token_batches(lengths, 8, torch.Generator().manual_seed(0))
-    assert sorted(batches) == [[1, 0], [2, 4], [3]]
+    assert sorted(listed(batches)) == [[1, 0], [2, 4], [3]]
 
 
 def test_collate_appends_eos_to_sources_and_shifts_targets_for_teacher_forcing():
@@ -84,9 +122,9 @@ def test_with_a_bucket_batches_count_sentences_at_their_bucketed_length():
     lengths = [(3, 2), (1, 1), (2, 5), (5, 5), (4, 1)]
     # bucketed to 4 (ties keep index order): 0, 1 and 4 -> (4, 4), 2 -> (4, 8), 3 -> (8, 8). 0 + 1: 4 x 2 = 8;
     # adding 4 makes 12 > 10; 4 + 2: 8 x 2 = 16 > 10; each of 4, 2 and 3 alone.
-    assert sorted(token_batches(lengths, 10, torch.Generator().manual_seed(0), bucket=4)) == [[0, 1], [2], [3], [4]]
+    assert sorted(listed(token_batches(lengths, 10, torch.Generator().manual_seed(0), bucket=4))) == [[0, 1], [2], [3], [4]]
     # unbucketed, 4 (longest 4) and 2 (longest 5) fit together: 5 x 2 = 10
-    assert sorted(token_batches(lengths, 10, torch.Generator().manual_seed(0))) == [[1, 0], [3], [4, 2]]
+    assert sorted(listed(token_batches(lengths, 10, torch.Generator().manual_seed(0)))) == [[1, 0], [3], [4, 2]]
 
 
 def test_pad_to_bucket_pads_columns_and_adds_empty_sentences():
@@ -139,11 +177,46 @@ def test_a_run_with_length_buckets_trains(tmp_path):
 def test_pairs_with_a_side_over_the_limit_are_no_examples():
     pairs = [([5, 6, 7], [8]), ([9] * 5, [10]), ([11], [12] * 4), ([13], [14, 15])]  # sides with EOS: (4, 2), (6, 2), (2, 5), (2, 3)
     data = TokenPairs(pairs, typed(max_tokens=64), max_len=4)
-    assert data.dropped == 2 and data.lengths == [(4, 2), (2, 3)]
+    assert data.dropped == 2 and data.lengths.tolist() == [[4, 2], [2, 3]]
     src, _, tgt_out = data.collate([1, 0])
     assert src.tolist() == [[13, 2, 0, 0], [5, 6, 7, 2]] and tgt_out.tolist() == [[14, 15, 2], [8, 2, 0]]
     everything = TokenPairs(pairs, typed(max_tokens=64))
     assert everything.dropped == 0 and len(everything.lengths) == 4
+
+
+def test_a_prepared_split_gives_the_examples_of_its_pairs_read_one_by_one():
+    """TokenPairs reads a prepared split's lengths from its offsets, not pair by pair."""
+    pairs = [([5, 6, 7], [8]), ([9] * 5, [10]), ([11], [12] * 4), ([13], [14, 15]), ([], [16])]
+    for max_len in (None, 4):
+        listed_pairs, prepared = TokenPairs(pairs, typed(max_tokens=64), max_len), TokenPairs(encoded(pairs), typed(max_tokens=64), max_len)
+        assert prepared.lengths.tolist() == listed_pairs.lengths.tolist() and prepared.dropped == listed_pairs.dropped
+        assert prepared.kept.tolist() == listed_pairs.kept.tolist() == ([0, 1, 2, 3, 4] if max_len is None else [0, 3, 4])
+        for a, b in zip(prepared.collate([2, 0]), listed_pairs.collate([2, 0])):
+            assert a.tolist() == b.tolist()
+
+
+def encoded(pairs):
+    """`pairs` (lists of ids) in the prepared format: data/translation.EncodedPairs."""
+    from resrepro.data.translation import EncodedPairs
+
+    ids = {side: [np.array(p[k], dtype=np.int32) for p in pairs] for k, side in enumerate(("src", "tgt"))}
+    return EncodedPairs(**{f"{side}_ids": np.concatenate(parts) for side, parts in ids.items()},
+                        **{f"{side}_offsets": np.concatenate([[0], np.cumsum([len(a) for a in parts])]).astype(np.int64)
+                           for side, parts in ids.items()})
+
+
+@pytest.mark.parametrize("bucket", [0, 4])
+def test_a_prepared_splits_batches_are_collated_as_its_pairs_one_by_one(bucket):
+    generator = torch.Generator().manual_seed(bucket)
+    pairs = [(torch.randint(3, 50, (int(n),), generator=generator).tolist(), torch.randint(3, 50, (int(m),), generator=generator).tolist())
+             for n, m in torch.randint(0, 12, (200, 2), generator=generator)]
+    pairs[5] = ([], [])  # empty sides: EOS alone, BOS alone
+    listed_pairs, prepared = TokenPairs(pairs, typed(max_tokens=64, length_bucket=bucket)), TokenPairs(encoded(pairs), typed(max_tokens=64, length_bucket=bucket))
+    batches = prepared.batches(torch.Generator().manual_seed(0))
+    assert any(5 in b for b in batches)
+    for idx in [*batches, [5], [7, 5, 7]]:
+        for a, b in zip(prepared.collate(idx), listed_pairs.collate(idx)):
+            assert a.dtype == b.dtype == torch.long and a.tolist() == b.tolist()
 
 
 def test_a_training_pair_longer_than_the_model_positions_is_dropped_and_the_run_trains_and_resumes(tmp_path, monkeypatch, capsys):

@@ -60,7 +60,7 @@ class CaptionedImages:
         self.pairs = [(image, c) for image, c in pairs if max_len is None or len(c) + 1 <= max_len]
         self.dropped = len(pairs) - len(self.pairs)
         regions = split.features.shape[1]
-        self.lengths = [(regions, len(c) + 1) for _, c in self.pairs]
+        self.lengths = np.array([(regions, len(c) + 1) for _, c in self.pairs], dtype=np.int32).reshape(-1, 2)
 
     def batches(self, generator: torch.Generator) -> list[list[int]]:
         order = torch.randperm(len(self.pairs), generator=generator).tolist()
