@@ -101,8 +101,8 @@ def collate(pairs, idx: list[int], pad: int, bos: int, eos: int):
 
 def collate_prepared(pairs, idx: np.ndarray, pad: int, bos: int, eos: int):
     """`collate` of a prepared split (data/translation.EncodedPairs), each side gathered from its
-    ids at once by the offsets: a batch is made on the host between a step's launches and the next
-    (about 9 ms for 112 WMT-length sentences pair by pair, while the GPU waited)."""
+    ids at once by the offsets: a batch is made on the host after an update's sync and before the
+    next step's kernels, so the GPU waits for it (benchmarks/epoch_batches.py)."""
     src = padded_rows(pairs.src_ids, pairs.src_offsets, idx, pad, last=eos)
     tgt_in = padded_rows(pairs.tgt_ids, pairs.tgt_offsets, idx, pad, first=bos)
     tgt_out = padded_rows(pairs.tgt_ids, pairs.tgt_offsets, idx, pad, last=eos)
