@@ -195,16 +195,22 @@ class TokenPairs:
     def collate(self, idx: list[int]):
         ids = self.spec.pad_id, self.spec.bos_id, self.spec.eos_id
         pairs = self.kept[np.asarray(idx, dtype=np.int64)]
-        batch = collate_prepared(self.pairs, pairs, *ids) if hasattr(self.pairs, "src_offsets") else collate(self.pairs, pairs, *ids)
+        batch = collate_prepared(self.pairs, pairs, *ids) if is_prepared(self.pairs) else collate(self.pairs, pairs, *ids)
         if bucket := self.spec.get("length_bucket", 0):
             batch = pad_to_bucket(batch, bucket, self.spec.max_tokens, *ids)
         return batch
 
 
+def is_prepared(pairs) -> bool:
+    """Whether `pairs` is a prepared split (data/translation.EncodedPairs: ids and their offsets,
+    memory-mapped), read by its offsets, or pairs of id lists, read one by one."""
+    return hasattr(pairs, "src_offsets")
+
+
 def sides_of(pairs) -> tuple[np.ndarray, np.ndarray]:
     """The source and target lengths of each pair (no EOS): from a prepared split's offsets
-    (data/translation.EncodedPairs) without reading its ids, else pair by pair."""
-    if hasattr(pairs, "src_lengths"):
+    without reading its ids, else pair by pair."""
+    if is_prepared(pairs):
         return pairs.src_lengths(), pairs.tgt_lengths()
     sides = np.array([(len(s), len(t)) for s, t in pairs], dtype=np.int64).reshape(-1, 2)
     return sides[:, 0], sides[:, 1]
