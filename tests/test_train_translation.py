@@ -104,13 +104,19 @@ def test_token_batches_pack_sentences_in_length_order_up_to_the_budget_inclusive
     assert sorted(listed(batches)) == [[1, 0], [2, 4], [3]]
 
 
-def test_collate_appends_eos_to_sources_and_shifts_targets_for_teacher_forcing():
+@pytest.mark.parametrize("prepared", [False, True])
+def test_collate_appends_eos_to_sources_and_shifts_targets_for_teacher_forcing(prepared):
     pad, bos, eos = 0, 1, 2
-    pairs = [([5, 6, 7], [8]), ([9], [10, 11])]
+    pairs = [([5, 6, 7], [8]), ([9], [10, 11]), ([], [])]
+    pairs = encoded(pairs) if prepared else pairs
     src, tgt_in, tgt_out = collate(pairs, [1, 0], pad, bos, eos)
     assert src.tolist() == [[9, 2, 0, 0], [5, 6, 7, 2]]
     assert tgt_in.tolist() == [[1, 10, 11], [1, 8, 0]]
     assert tgt_out.tolist() == [[10, 11, 2], [8, 2, 0]]
+    src, tgt_in, tgt_out = collate(pairs, [2, 0], pad, bos, eos)  # an empty pair: EOS alone, BOS alone
+    assert src.tolist() == [[2, 0, 0, 0], [5, 6, 7, 2]]
+    assert tgt_in.tolist() == [[1, 0], [1, 8]]
+    assert tgt_out.tolist() == [[2, 0], [8, 2]]
 
 
 def test_bucketed_rounds_up_to_a_multiple_and_zero_leaves_the_length():

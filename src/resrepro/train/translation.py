@@ -89,24 +89,27 @@ def token_batches(lengths, max_tokens: int, generator: torch.Generator, bucket: 
     return [order[bounds[p] : bounds[p + 1]] for p in perm]
 
 
-def collate(pairs, idx: list[int], pad: int, bos: int, eos: int):
-    """-> src (N, S) with EOS, tgt_in (N, T) = BOS + target, tgt_out (N, T) = target + EOS.
-    `pairs[i]` is (source ids, target ids): lists or numpy arrays (memory-mapped at WMT size)."""
-    sources = [torch.as_tensor(np.asarray(pairs[i][0], dtype=np.int64)) for i in idx]
-    src = torch.full((len(idx), max(len(s) for s in sources) + 1), pad, dtype=torch.long)
-    for k, s in enumerate(sources):
-        src[k, : len(s)], src[k, len(s)] = s, eos
-    return (src, *shifted_targets([pairs[i][1] for i in idx], pad, bos, eos))
+def collate(pairs, idx, pad: int, bos: int, eos: int):
+    """-> src (N, S) with EOS, tgt_in (N, T) = BOS + target, tgt_out (N, T) = target + EOS, for the
+    pairs `idx`. `pairs` is a prepared split (data/translation.EncodedPairs), each side gathered from
+    its memory-mapped ids by the offsets at once: a batch is made on the host after an update's sync
+    and before the next step's kernels, so the GPU waits for it (benchmarks/epoch_batches.py). Else
+    `pairs[i]` is (source ids, target ids), packed the same way first."""
+    if is_prepared(pairs):
+        sources, targets, rows = (pairs.src_ids, pairs.src_offsets), (pairs.tgt_ids, pairs.tgt_offsets), np.asarray(idx)
+    else:
+        sources, targets = packed([pairs[i][0] for i in idx]), packed([pairs[i][1] for i in idx])
+        rows = np.arange(len(idx))
+    return padded_rows(*sources, rows, pad, last=eos), *shifted_rows(*targets, rows, pad, bos, eos)
 
 
-def collate_prepared(pairs, idx: np.ndarray, pad: int, bos: int, eos: int):
-    """`collate` of a prepared split (data/translation.EncodedPairs), each side gathered from its
-    ids at once by the offsets: a batch is made on the host after an update's sync and before the
-    next step's kernels, so the GPU waits for it (benchmarks/epoch_batches.py)."""
-    src = padded_rows(pairs.src_ids, pairs.src_offsets, idx, pad, last=eos)
-    tgt_in = padded_rows(pairs.tgt_ids, pairs.tgt_offsets, idx, pad, first=bos)
-    tgt_out = padded_rows(pairs.tgt_ids, pairs.tgt_offsets, idx, pad, last=eos)
-    return src, tgt_in, tgt_out
+def packed(sentences) -> tuple[np.ndarray, np.ndarray]:
+    """Sentences of ids as a prepared split holds a side: all ids in one array, and offsets such that
+    sentence k is ids[offsets[k]:offsets[k + 1]]."""
+    arrays = [np.asarray(s, dtype=np.int64) for s in sentences]
+    offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
+    np.cumsum([len(a) for a in arrays], out=offsets[1:])
+    return np.concatenate([np.zeros(0, dtype=np.int64), *arrays]), offsets
 
 
 def padded_rows(ids: np.ndarray, offsets: np.ndarray, rows: np.ndarray, pad: int, first: int | None = None,
@@ -127,16 +130,16 @@ def padded_rows(ids: np.ndarray, offsets: np.ndarray, rows: np.ndarray, pad: int
     return torch.from_numpy(out)
 
 
+def shifted_rows(ids: np.ndarray, offsets: np.ndarray, rows: np.ndarray, pad: int, bos: int, eos: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Teacher forcing's pair of the target sentences `rows`, padded: tgt_in (N, T) = BOS + target,
+    tgt_out (N, T) = target + EOS."""
+    return padded_rows(ids, offsets, rows, pad, first=bos), padded_rows(ids, offsets, rows, pad, last=eos)
+
+
 def shifted_targets(targets, pad: int, bos: int, eos: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Teacher forcing's pair, padded: tgt_in (N, T) = BOS + target, tgt_out (N, T) = target + EOS."""
-    chosen = [torch.as_tensor(np.asarray(t, dtype=np.int64)) for t in targets]
-    n, t_len = len(chosen), max(len(t) for t in chosen) + 1
-    tin = torch.full((n, t_len), pad, dtype=torch.long)
-    tout = torch.full((n, t_len), pad, dtype=torch.long)
-    for k, t in enumerate(chosen):
-        tin[k, 0], tin[k, 1 : len(t) + 1] = bos, t
-        tout[k, : len(t)], tout[k, len(t)] = t, eos
-    return tin, tout
+    """`shifted_rows` of target sentences given as sequences of ids."""
+    ids, offsets = packed(targets)
+    return shifted_rows(ids, offsets, np.arange(len(offsets) - 1), pad, bos, eos)
 
 
 def pad_to_bucket(batch: tuple[torch.Tensor, ...], bucket: int, max_tokens: int, pad: int, bos: int, eos: int):
@@ -195,7 +198,7 @@ class TokenPairs:
     def collate(self, idx: list[int]):
         ids = self.spec.pad_id, self.spec.bos_id, self.spec.eos_id
         pairs = self.kept[np.asarray(idx, dtype=np.int64)]
-        batch = collate_prepared(self.pairs, pairs, *ids) if is_prepared(self.pairs) else collate(self.pairs, pairs, *ids)
+        batch = collate(self.pairs, pairs, *ids)
         if bucket := self.spec.get("length_bucket", 0):
             batch = pad_to_bucket(batch, bucket, self.spec.max_tokens, *ids)
         return batch
