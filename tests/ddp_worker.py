@@ -10,8 +10,9 @@ The process group gets a timeout of DDP_TEST_TIMEOUT_S seconds (default 60) inst
 30 minutes, so ranks that wait in mismatched collectives fail instead of hanging.
 
 Switches, for the tests: DDP_TEST_FAKE_CUDA=1 makes torch report two GPUs (a GPU machine, where
-`--device cpu` must still give CPU ranks); DDP_TEST_KILL_AT_CHECKPOINT=N ends every rank when the
-N-th checkpoint is due, after the (N-1)-th was written, as a kill between checkpoints would;
+`--device cpu` must still give CPU ranks); DDP_TEST_KILL_AT_CHECKPOINT=N makes every checkpoint a
+resume point and ends every rank when the N-th is due, after the (N-1)-th was written, as a kill
+between checkpoints would;
 DDP_TEST_DEVICE and DDP_TEST_BACKEND choose the device and backend (the GPU tests: two ranks on
 one GPU need gloo, NCCL refuses to share a GPU between ranks).
 """
@@ -27,7 +28,7 @@ from pathlib import Path
 import torch
 
 from resrepro.models import transformer
-from resrepro.train import translation
+from resrepro.train import checkpoint, translation
 
 
 def corpus(n: int, seed: int) -> list[tuple[list[int], list[int]]]:
@@ -67,6 +68,7 @@ def main() -> None:
     if os.environ.get("DDP_TEST_FAKE_CUDA") == "1":
         fake_two_gpus_for_resrepro()
     if (kill_at := int(os.environ.get("DDP_TEST_KILL_AT_CHECKPOINT", 0))):
+        checkpoint.RESUME_EVERY_S = 0.0  # a resume point at every checkpoint, each gathering the ranks' random states
         gather, calls = translation.random_states_of_all_ranks, []
 
         def killed_when_due(*args):

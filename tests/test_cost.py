@@ -499,9 +499,16 @@ def test_checkpoint_writes_and_the_all_reduce_count_where_the_file_has_their_ban
     assert cost.overhead_hours(mt, {}, figures, copies, gpus=1) == {"checkpoints": pytest.approx(0.6 / 3600)}  # no all-reduce alone
     assert cost.overhead_hours(mt, {}, figures, copies, gpus=2)["allreduce"] == pytest.approx(2500 * (100e6 / 150e9) * 2 / 3600)
     assert cost.overhead_hours(mt, {}, {}, copies, gpus=4) == {} and cost.overhead_hours(mt, {}, figures, None, gpus=4).keys() == {"allreduce"}
+    # timed steps: checkpoints 1,000 x 2 x 300 ms = 600 s apart, a resume point at each; at 299 ms,
+    # at every second one (and the last): 2 of 3, so 3 + 2 x 3 copies = 0.9 GB
+    timed = {**figures, "step_ms": {cost.step_key(mt): 300.0}}
+    assert cost.overhead_hours(mt, {}, timed, copies, gpus=1)["checkpoints"] == pytest.approx(0.6 / 3600)
+    timed["step_ms"][cost.step_key(mt)] = 299.0
+    assert cost.overhead_hours(mt, {}, timed, copies, gpus=1)["checkpoints"] == pytest.approx(0.45 / 3600)
     counts, left = cost.counted_text(figures, copies, multi_gpu=True)
-    assert counts == ("training steps; checkpoint writes at 2 GB/s; the gradients' all-reduce at 150 GB/s bus bandwidth "
-                      "(assumed; an upper bound: DDP overlaps it with backward)")
+    assert counts == ("training steps; checkpoint writes at 2 GB/s (a translation or captioning run's resume point at most every 10 "
+                      "minutes of training); the gradients' all-reduce at 150 GB/s bus bandwidth (assumed; an upper bound: DDP "
+                      "overlaps it with backward)")
     assert left == ("classification's evaluation (the step-times file has no evaluation times), translation's dev loss (the "
                     "step-times file has no dev-loss times), beam search and captioning's evaluation, data preparation, each job's start "
                     "(the step-times file has no start time), each run's model build and first steps beyond their step time (the step-times file has no "
@@ -517,7 +524,8 @@ def test_checkpoint_writes_and_the_all_reduce_count_where_the_file_has_their_ban
              **figures, "step_ms": {cost.step_key(mt): 36.0}}
     frame = cost.table_costs(plan, {"scale": "paper", "gpus_per_job": 1, "translation": {"gpus": {"wmt14_en_de": 4}}}, times, copies)
     steps_h = 2500 * 2 * 0.036 * 4 / 3600
-    assert frame.set_index("table").loc["total", "gpu_hours"] == pytest.approx(steps_h + sum(hours.values()))
+    # checkpoints 72 s apart: one resume point, the last (3 step files and 1 last.pt, 0.6 GB: 0.3 s)
+    assert frame.set_index("table").loc["total", "gpu_hours"] == pytest.approx(steps_h + hours["allreduce"] + 0.3 * 4 / 3600)
 
 
 def test_translation_counts_its_dev_loss_at_each_checkpoint_where_the_file_times_it(monkeypatch):
@@ -546,10 +554,16 @@ def test_translation_counts_its_dev_loss_at_each_checkpoint_where_the_file_times
     assert cost.run_hours(plan, config, times)["mt"]["dev loss"] == pytest.approx(3 * 0.5 * 4 / 3600)
     steps_s = 2500 * 2 * 0.036  # on each of its 4 GPUs: the job's wall time is its GPU-hours over 4
     assert cost.job_seconds(plan, config, times) == {"j": pytest.approx(steps_s + 3 * 0.5)}
-    monkeypatch.setattr(cost, "weight_bytes", lambda r, config: 100e6)  # 3 step files of 1 copy, 3 last.pt of 3: 1.2 GB at 2 GB/s
+    # 3 step files of 1 copy; the checkpoints 72.5 s apart (1,000 updates of 2 batches at 36 ms, and
+    # the dev loss), so one resume point in 600 s: the last, a last.pt of 3 copies. 0.6 GB at 2 GB/s.
+    assert cost.checkpoint_seconds(mt, times["step_ms"]) == pytest.approx(1000 * 2 * 0.036 + 0.5)
+    shared = {cost.step_key(mt) + "/processes2": 18.0, key: 500.0}  # one run's part of a GPU two runs share: 36 ms of wall time
+    assert cost.checkpoint_seconds(mt, shared, "/processes2") == pytest.approx(1000 * 2 * 0.036 + 0.5)
+    assert cost.checkpoint_seconds(mt, {}) is None and cost.checkpoint_seconds(run(), {cost.step_key(run()): 1.0}) is None
+    monkeypatch.setattr(cost, "weight_bytes", lambda r, config: 100e6)
     written = {**times, "checkpoint_write_gb_s": 2.0, "job_start_s": {1: 3.0, 4: 5.0}}  # the job holds 4 GPUs
     assert cost.job_seconds(plan, config, written, {"translation/last": 3.0, "translation/step": 1.0}) == \
-        {"j": pytest.approx(steps_s + 1.5 + 0.6 + 5.0)}
+        {"j": pytest.approx(steps_s + 1.5 + 0.3 + 5.0)}
     assert cost.counted_text(times, None, multi_gpu=False)[0] == "training steps; translation's dev loss at each checkpoint"
 
 

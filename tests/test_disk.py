@@ -53,6 +53,8 @@ def test_what_each_task_writes_while_it_trains(paper):
     assert disk.written_files(classifier) == {"last": 200, "snapshot": 6}
     big = a_run(plan, task="translation", size="big", dataset="wmt14_en_de")  # 550,000 updates, a checkpoint every 1,000
     assert disk.written_files(big) == {"step": 20, "last": 550}
+    # checkpoints 250 s apart: a resume point (last.pt) at every 3rd of the 550 (10 minutes), and the last
+    assert disk.written_files(big, checkpoint_s=250.0) == {"step": 20, "last": 184}
     captioner = a_run(plan, task="captioning")  # 226,000 updates, one checkpoint every 11,300; self-critical 67,950 every 2,265
     assert disk.written_files(captioner) == {"step": 1 + 30, "last": 20, "scst": 30}
     uneven = replace(big, recipe_json=json.dumps({**json.loads(big.recipe_json), "max_updates": 2500, "keep_checkpoints": 5}))

@@ -1,6 +1,7 @@
 """Translation training contracts: token batching, the schedule, resume bit-identically, divergence, long pairs dropped."""
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -9,7 +10,7 @@ import torch
 from resrepro import models
 from resrepro.models import transformer
 from resrepro.specs import TranslationTrainSpec
-from resrepro.train import translation
+from resrepro.train import checkpoint, translation
 from resrepro.train.translation import TokenPairs, bucketed, collate, inverse_sqrt_lr, pad_to_bucket, token_batches, train
 
 
@@ -241,10 +242,12 @@ def test_a_training_pair_longer_than_the_model_positions_is_dropped_and_the_run_
         raise KeyboardInterrupt
 
     monkeypatch.setattr(translation, "_save", killed_at_the_first_checkpoint)
+    monkeypatch.setattr(checkpoint, "RESUME_EVERY_S", 0.0)  # a resume point at every checkpoint
     with pytest.raises(KeyboardInterrupt):
         train(spec(**run), train_pairs, corpus(10, 1), 26, tmp_path / "resumed", device="cpu", progress=False)
     monkeypatch.setattr(translation, "_save", saved)
     resumed = train(spec(**run), train_pairs, corpus(10, 1), 26, tmp_path / "resumed", device="cpu", progress=False)
+    assert "(step 4)" in capsys.readouterr().err
     assert resumed["final"]["dev_loss"] == whole["final"]["dev_loss"] and resumed["updates"] == 8
     written = json.loads((tmp_path / "resumed" / "metrics.json").read_text())
     assert (written["dropped_long_pairs"], written["max_train_len"]) == (1, 1024)
@@ -257,10 +260,11 @@ def test_the_recipe_max_train_len_drops_every_pair_with_a_longer_side(tmp_path):
     assert 0 < over_8 < 100 and (m["dropped_long_pairs"], m["max_train_len"]) == (over_8, 8)
 
 
-def test_resume_after_a_kill_is_bit_identical(tmp_path, monkeypatch):
+def test_resume_after_a_kill_is_bit_identical(tmp_path, monkeypatch, capsys):
     train_pairs, dev_pairs = corpus(300, 0), corpus(30, 1)
     whole = train(spec(), train_pairs, dev_pairs, 26, tmp_path / "whole", device="cpu", progress=False)
     saved, calls = translation._save, {"n": 0}
+    monkeypatch.setattr(checkpoint, "RESUME_EVERY_S", 0.0)  # a resume point at every checkpoint
 
     def killed_after_first_checkpoint(*args, **kwargs):
         saved(*args, **kwargs)
@@ -272,12 +276,77 @@ def test_resume_after_a_kill_is_bit_identical(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         train(spec(), train_pairs, dev_pairs, 26, tmp_path / "resumed", device="cpu", progress=False)
     resumed = train(spec(), train_pairs, dev_pairs, 26, tmp_path / "resumed", device="cpu", progress=False)
+    assert "(step 8)" in capsys.readouterr().err
     assert resumed["final"]["dev_loss"] == whole["final"]["dev_loss"]
     a = torch.load(tmp_path / "whole" / "checkpoints" / "last.pt", weights_only=True)["model"]
     b = torch.load(tmp_path / "resumed" / "checkpoints" / "last.pt", weights_only=True)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
     kept = sorted(p.name for p in (tmp_path / "whole" / "checkpoints").glob("step*.pt"))
     assert kept == ["step16.pt", "step24.pt"]  # keep_checkpoints=2, the newest
+
+
+def test_last_pt_is_written_at_the_end_and_not_at_checkpoints_before_resume_every_s(tmp_path, monkeypatch, capsys):
+    """A resume point (last.pt, three copies of the weights) at the checkpoints RESUME_EVERY_S apart
+    and at the end; the step files averaging reads at their checkpoints all the same. A kill before
+    the first resume point loses the run so far: it trains again from the start, to the same end."""
+    train_pairs, dev_pairs = corpus(100, 0), corpus(10, 1)
+    real_save, written = translation.save, []
+
+    def counted(path, model, opt, run_spec, state, *rest):
+        written.append(state.step)
+        real_save(path, model, opt, run_spec, state, *rest)
+
+    monkeypatch.setattr(translation, "save", counted)
+    whole = train(spec(), train_pairs, dev_pairs, 26, tmp_path / "whole", device="cpu", progress=False)
+    assert written == [24]  # 3 checkpoints (8, 16, 24) within a few seconds of training
+    assert sorted(p.name for p in (tmp_path / "whole" / "checkpoints").glob("step*.pt")) == ["step16.pt", "step24.pt"]
+    monkeypatch.setattr(checkpoint, "RESUME_EVERY_S", 0.0)
+    written.clear()
+    train(spec(), train_pairs, dev_pairs, 26, tmp_path / "every", device="cpu", progress=False)
+    assert written == [8, 16, 24]
+
+    monkeypatch.setattr(checkpoint, "RESUME_EVERY_S", 600.0)
+    saved = translation._save
+
+    def killed_after_the_second_checkpoint(*args, **kwargs):
+        saved(*args, **kwargs)
+        if args[4].step == 16:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(translation, "_save", killed_after_the_second_checkpoint)
+    with pytest.raises(KeyboardInterrupt):
+        train(spec(), train_pairs, dev_pairs, 26, tmp_path / "killed", device="cpu", progress=False)
+    assert not (tmp_path / "killed" / "checkpoints" / "last.pt").exists()
+    monkeypatch.setattr(translation, "_save", saved)
+    capsys.readouterr()
+    again = train(spec(), train_pairs, dev_pairs, 26, tmp_path / "killed", device="cpu", progress=False)
+    assert "resuming from" not in capsys.readouterr().err
+    assert again["final"]["dev_loss"] == whole["final"]["dev_loss"]
+
+
+def test_a_resume_point_comes_resume_every_s_after_the_last_one(tmp_path, monkeypatch):
+    """The loop's clock jumps 1,000 s at each checkpoint: with a resume point due after 1,500 s,
+    checkpoints 8 and 16 (0 and 1,000 s after the start) write none, 24 (2,000 s) one, 32 (1,000 s
+    after it) none, 40 the run's end."""
+
+    class JumpingClock:
+        offset = 0.0
+
+        def perf_counter(self):
+            return time.perf_counter() + self.offset
+
+    clock, saved, written = JumpingClock(), translation._save, []
+
+    def checkpointed(ckpt_dir, model, opt, run_spec, state, model_spec, random_states):
+        saved(ckpt_dir, model, opt, run_spec, state, model_spec, random_states)
+        written.append((state.step, random_states is not None))
+        clock.offset += 1000.0
+
+    monkeypatch.setattr(translation, "time", clock)
+    monkeypatch.setattr(translation, "_save", checkpointed)
+    monkeypatch.setattr(checkpoint, "RESUME_EVERY_S", 1500.0)
+    train(spec(max_updates=40), corpus(100, 0), corpus(10, 1), 26, tmp_path, device="cpu", progress=False)
+    assert written == [(8, False), (16, False), (24, True), (32, False), (40, True)]
 
 
 def test_training_lowers_the_dev_loss_and_records_provenance(tmp_path):

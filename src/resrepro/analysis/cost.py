@@ -45,6 +45,7 @@ import yaml
 from ..catalog import ConfigError
 from ..evaluate.classification import eval_batch_size
 from ..experiments import Plan, Run, gpus_for, make_plan, seeds_at_once
+from ..train.checkpoint import RESUME_EVERY_S
 from .disk import weight_bytes, written_files
 
 # Training examples per dataset that classification costs epochs in (Krizhevsky 2009: CIFAR-10 and
@@ -312,23 +313,37 @@ def run_gpu_hours(run: Run, step_ms: dict[str, float], gpus: int, share: str = "
     return sum(steps * step_ms[key] for key, steps in stages) * max(gpus, 1) / 3.6e6
 
 
+def checkpoint_seconds(run: Run, step_ms: dict[str, float], share: str = "") -> float | None:
+    """The seconds of training between two checkpoints of a translation or captioning run:
+    `checkpoint_every` updates at its step time (`share` as for its steps), and its dev loss where
+    the file times it; None for classification (a checkpoint every epoch) and without a step time."""
+    key = step_key(run) + share
+    if run.task == "classification" or key not in step_ms:
+        return None
+    recipe = json.loads(run.recipe_json)
+    batches = recipe["checkpoint_every"] * recipe["update_freq"] * step_ms[key] * runs_at_once(share)
+    return (batches + step_ms.get(dev_key(run) or "", 0.0)) / 1000
+
+
 def overhead_hours(run: Run, config: dict, step_times: dict, copies: dict[str, float] | None, gpus: int,
-                   at_once: int = 1) -> dict[str, float]:
+                   share: str = "") -> dict[str, float]:
     """GPU-hours the run holds its GPUs beyond its steps, for what the step-times file has figures
     of: "warmup", its model's build and its stages' first steps beyond their step time
-    (`warmup_s`: compiling, cuDNN's first calls), its part where `at_once` runs start side by
-    side; "checkpoints", the bytes of the files it writes while training (disk.written_files, each
-    a measured number of weight copies, `copies`) at `checkpoint_write_gb_s` (rank 0 writes, the
-    other ranks wait); "allreduce", for a run on G > 1 GPUs, each update's ring all-reduce of its
+    (`warmup_s`: compiling, cuDNN's first calls), its part where runs start side by side (`share`,
+    see `sharing`); "checkpoints", the bytes of the files it writes while training
+    (disk.written_files, its resume points by its `checkpoint_seconds`; each file a measured
+    number of weight copies, `copies`) at `checkpoint_write_gb_s` (rank 0 writes, the other ranks
+    wait); "allreduce", for a run on G > 1 GPUs, each update's ring all-reduce of its
     float32 gradients, 2 (G - 1) / G of their bytes at `allreduce_bus_gb_s` (NCCL's bus
     bandwidth): an upper bound, as DDP overlaps it with the backward pass."""
     out = {}
     size = None
     if warmups := [step_times["warmup_s"][key] for key, _ in stages_of(run) if key in step_times.get("warmup_s", {})]:
-        out["warmup"] = sum(warmups) * max(gpus, 1) / at_once / 3600
+        out["warmup"] = sum(warmups) * max(gpus, 1) / runs_at_once(share) / 3600
     if "checkpoint_write_gb_s" in step_times and copies is not None:
         size = weight_bytes(run, config)
-        written = sum(count * copies[f"{run.task}/{kind}"] * size for kind, count in written_files(run).items())
+        checkpoint_s = checkpoint_seconds(run, step_times["step_ms"], measured_share(run, share, step_times["step_ms"]))
+        written = sum(count * copies[f"{run.task}/{kind}"] * size for kind, count in written_files(run, checkpoint_s).items())
         out["checkpoints"] = written / (step_times["checkpoint_write_gb_s"] * 1e9) * max(gpus, 1) / 3600
     if "allreduce_bus_gb_s" in step_times and gpus > 1:
         size = size or weight_bytes(run, config)
@@ -385,7 +400,7 @@ def run_hours(plan: Plan, config: dict, step_times: dict, copies: dict[str, floa
             parts["evaluation"] = eval_hours(run, step_ms, gpus, share, examples)
         if dev := dev_hours(run, step_ms, gpus):
             parts["dev loss"] = dev
-        parts |= overhead_hours(run, config, step_times, copies, gpus, runs_at_once(share))
+        parts |= overhead_hours(run, config, step_times, copies, gpus, share)
         if (start := job_start_s(step_times, gpus)) is not None:
             parts["start"] = start * max(gpus, 1) / job_runs.get(path, 1) / 3600
         out[path] = parts
@@ -430,7 +445,8 @@ def counted_text(step_times: dict, copies: dict | None, multi_gpu: bool, job_gpu
     else:
         left.append("each run's model build and first steps beyond their step time (the step-times file has no warm-up times)")
     if "checkpoint_write_gb_s" in step_times and copies is not None:
-        counted.append(f"checkpoint writes at {step_times['checkpoint_write_gb_s']:g} GB/s")
+        counted.append(f"checkpoint writes at {step_times['checkpoint_write_gb_s']:g} GB/s (a translation or captioning run's "
+                       f"resume point at most every {RESUME_EVERY_S / 60:g} minutes of training)")
     else:
         left.append("checkpoint writes (the step-times file has no write bandwidth)")
     if multi_gpu:

@@ -75,17 +75,21 @@ def kept_files(run: Run) -> dict[str, int]:
     return kept
 
 
-def written_files(run: Run) -> dict[str, int]:
+def written_files(run: Run, checkpoint_s: float | None = None) -> dict[str, int]:
     """How many files of each kind the run writes while it trains (analysis/cost.py's checkpoint
-    writes): classification last.pt after every epoch and each snapshot once; translation last.pt
-    at every checkpoint (every `checkpoint_every` updates and at the last) and step<N>.pt for the
-    checkpoints averaging reads; captioning the same, then, self-critically, scst.pt and a step
-    file at each of its checkpoints. averaged.pt is evaluation's, not training's."""
+    writes): classification last.pt after every epoch and each snapshot once; translation
+    step<N>.pt for the checkpoints averaging reads (of one every `checkpoint_every` updates and at
+    the last) and last.pt at its resume points, with checkpoints `checkpoint_s` seconds apart
+    (train/checkpoint.resume_points; at every checkpoint without the time); captioning the same,
+    then, self-critically, scst.pt and a step file at each of its checkpoints. averaged.pt is
+    evaluation's, not training's."""
+    from ..train.checkpoint import resume_points
+
     recipe = json.loads(run.recipe_json)
     if run.task == "classification":
         return {"last": recipe["epochs"], "snapshot": kept_files(run)["snapshot"]}
     checkpoints = -(-recipe["max_updates"] // recipe["checkpoint_every"])
-    written = {"step": min(recipe["keep_checkpoints"], checkpoints), "last": checkpoints}
+    written = {"step": min(recipe["keep_checkpoints"], checkpoints), "last": resume_points(checkpoints, checkpoint_s)}
     if run.task == "captioning" and (scst := recipe.get("scst")):
         scst_checkpoints = -(-scst["updates"] // scst["checkpoint_every"])
         written["step"] += scst_checkpoints

@@ -15,10 +15,11 @@ or BOS; default the model's MAX_POSITIONS) is dropped, as tensor2tensor drops it
 how many is printed and kept in metrics.json. The dev split keeps every pair, or its first
 `dev_sentences` (`dev_examples`).
 
-Contracts (docs/design.md), as for classification: a checkpoint every `checkpoint_every` updates:
-checkpoints/step<N>.pt for the last `keep_checkpoints` of them (those averaging reads) plus last.pt with
-everything needed to continue bit-identically on CPU (optimizer, random states, position in the
-epoch); a NaN/inf loss stops the run and is recorded; metrics.json carries spec and provenance.
+Contracts (docs/design.md), as for classification: a checkpoint every `checkpoint_every` updates
+(a log row, the dev loss, and checkpoints/step<N>.pt for the last `keep_checkpoints` of them, those
+averaging reads); at the first checkpoint RESUME_EVERY_S after the last one (train/checkpoint.py),
+at a time-limit stop and at the end, last.pt with everything needed to continue bit-identically on
+CPU (optimizer, random states, position in the epoch); a NaN/inf loss stops the run and is recorded; metrics.json carries spec and provenance.
 With torchrun (WORLD_SIZE > 1) each process takes every WORLD_SIZE-th batch and DDP averages the
 gradients; only rank 0 writes.
 """
@@ -44,7 +45,7 @@ from ..devices import join_process_group, pick_device, use_deterministic_algorit
 from ..models.transformer import label_smoothed_loss
 from ..specs import ModelSpec, SequenceTrainSpec, TranslationTrainSpec
 from ..speed import Speed, own_gradients, speed_of
-from .checkpoint import LoopState, new_run_id, random_state, resume, save
+from .checkpoint import LoopState, new_run_id, random_state, resume, resume_due, save
 from .time_limit import TimeLimitReached, must_stop
 from .classification import log_csv
 
@@ -312,6 +313,7 @@ def train_sequences(spec: SequenceTrainSpec, train_data, dev_data, model_inputs:
     bar = tqdm(total=spec.max_updates, initial=state.step, desc=str(out_dir), disable=not progress or rank > 0, mininterval=2, file=sys.stderr)
     # The epoch's loss sum stays on the device: a step reads one tensor, its divergence check.
     started, loss_sum, loss_tokens, seen_tokens = time.perf_counter(), torch.zeros((), dtype=torch.float64, device=device), 0, 0
+    last_resume = started
     per_update = spec.update_freq * world  # batches of one update, all ranks together
     while state.step < spec.max_updates and state.diverged is None:
         gen.set_state(state.generator)
@@ -366,11 +368,15 @@ def train_sequences(spec: SequenceTrainSpec, train_data, dev_data, model_inputs:
                 state.log.append(row)
                 bar.set_postfix(train_loss=f"{row['train_loss']:.3f}", dev_loss=f"{row['dev_loss']:.3f}")
                 started, loss_sum, loss_tokens, seen_tokens = time.perf_counter(), torch.zeros((), dtype=torch.float64, device=device), 0, 0
-                random_states = random_states_of_all_ranks(device, world)
+                stop = state.step < spec.max_updates and must_stop(stop_by, elapsed, device, world)
+                resumable = stop or state.step == spec.max_updates or resume_due(time.perf_counter() - last_resume, device, world)
+                random_states = random_states_of_all_ranks(device, world) if resumable else None
                 if rank == 0:
                     files.write_text(out_dir / "train_log.csv", log_csv(state.log, LOG_FIELDS))
                     _save(ckpt_dir, model, opt, spec, state, model_spec, random_states)
-                if state.step < spec.max_updates and must_stop(stop_by, elapsed, device, world):
+                if resumable:
+                    last_resume = time.perf_counter()
+                if stop:
                     raise TimeLimitReached(f"{out_dir}: stopped after update {state.step} of {spec.max_updates}, checkpointed, "
                                            "before the job's time limit; the next attempt continues from it")
         if state.diverged is None and state.position >= len(updates):
@@ -418,12 +424,14 @@ def averaged_steps(max_updates: int, every: int, keep: int) -> list[int]:
     return written[-keep:]
 
 
-def _save(ckpt_dir: Path, model, opt, spec: SequenceTrainSpec, state: LoopState, model_spec: ModelSpec, random_states: list[dict]) -> None:
-    """last.pt for resuming; step<N>.pt (model and its spec) for averaging, written only for the
-    updates averaging reads (a big Transformer's file is 0.85 GB; a paper run checkpoints 550 times)."""
+def _save(ckpt_dir: Path, model, opt, spec: SequenceTrainSpec, state: LoopState, model_spec: ModelSpec, random_states: list[dict] | None) -> None:
+    """A checkpoint's files: step<N>.pt (model and its spec) for averaging, written only for the
+    updates averaging reads (a big Transformer's file is 0.85 GB; a paper run checkpoints 550 times);
+    last.pt for resuming where this is a resume point (every rank's `random_states` given)."""
     if state.diverged is None and state.step in averaged_steps(spec.max_updates, spec.checkpoint_every, spec.keep_checkpoints):
         save_step(ckpt_dir, model, model_spec, state.step, spec.keep_checkpoints, state.run_id)
-    save(ckpt_dir / "last.pt", model, opt, spec.to_dict(), state, model_spec, random_states)
+    if random_states is not None:
+        save(ckpt_dir / "last.pt", model, opt, spec.to_dict(), state, model_spec, random_states)
 
 
 def step_checkpoints(ckpt_dir: Path) -> list[Path]:
