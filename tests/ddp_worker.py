@@ -27,8 +27,9 @@ from pathlib import Path
 
 import torch
 
+from resrepro import recipes
 from resrepro.models import transformer
-from resrepro.train import checkpoint, translation
+from resrepro.train import translation
 
 
 def corpus(n: int, seed: int) -> list[tuple[list[int], list[int]]]:
@@ -68,7 +69,7 @@ def main() -> None:
     if os.environ.get("DDP_TEST_FAKE_CUDA") == "1":
         fake_two_gpus_for_resrepro()
     if (kill_at := int(os.environ.get("DDP_TEST_KILL_AT_CHECKPOINT", 0))):
-        checkpoint.RESUME_EVERY_S = 0.0  # a resume point at every checkpoint, each gathering the ranks' random states
+        recipes.RESUME_EVERY_S = 0.0  # a resume point at every checkpoint, each gathering the ranks' random states
         gather, calls = translation.random_states_of_all_ranks, []
 
         def killed_when_due(*args):

@@ -121,7 +121,8 @@ def test_a_caption_longer_than_the_model_positions_is_dropped_and_the_run_trains
 def train_killed_then_resumed(run_spec, data_dir, out_dir, device, monkeypatch) -> dict:
     """Train until the second checkpoint is written, stop there as a kill would, then train again:
     the second call must resume from that checkpoint (same spec), not start afresh."""
-    from resrepro.train import checkpoint, translation
+    from resrepro import recipes
+    from resrepro.train import translation
 
     saved, calls = translation._save, []
 
@@ -132,7 +133,7 @@ def train_killed_then_resumed(run_spec, data_dir, out_dir, device, monkeypatch) 
             raise KeyboardInterrupt  # stands for SIGKILL right after the checkpoint
 
     monkeypatch.setattr(translation, "_save", killed_after_second_checkpoint)
-    monkeypatch.setattr(checkpoint, "RESUME_EVERY_S", 0.0)  # a resume point at every checkpoint
+    monkeypatch.setattr(recipes, "RESUME_EVERY_S", 0.0)  # a resume point at every checkpoint
     with pytest.raises(KeyboardInterrupt):
         train_captioning.train(run_spec, data_dir, out_dir, device=device, progress=False)
     monkeypatch.setattr(translation, "_save", saved)

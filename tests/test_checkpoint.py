@@ -4,6 +4,7 @@ import torch
 from torch import nn
 
 from resrepro.specs import ModelSpec
+from resrepro import recipes
 from resrepro.train import checkpoint
 from resrepro.train.checkpoint import LoopState, random_state, resume, save
 
@@ -79,17 +80,17 @@ def test_a_checkpoint_of_the_same_spec_whose_weights_do_not_fit_is_not_resumed(t
 
 
 def test_a_resume_point_is_due_once_resume_every_s_has_passed(monkeypatch):
-    monkeypatch.setattr(checkpoint, "RESUME_EVERY_S", 600.0)
+    monkeypatch.setattr(recipes, "RESUME_EVERY_S", 600.0)
     assert [checkpoint.resume_due(s) for s in (0.0, 599.9, 600.0, 4000.0)] == [False, False, True, True]
 
 
 def test_resume_points_count_every_ceil_of_the_interval_over_the_stretch_and_the_last():
     # 50 checkpoints 20 s apart, one resume point 600 s after the last: every 30th checkpoint
     # (30, then the 50th, the run's end)
-    assert checkpoint.resume_points(50, 20.0, 600.0) == 2
-    assert checkpoint.resume_points(60, 20.0, 600.0) == 2  # 30 and 60
-    assert checkpoint.resume_points(61, 20.0, 600.0) == 3
-    assert checkpoint.resume_points(50, 250.0, 600.0) == 17  # every 3rd (ceil(2.4)): 16 and the 50th
-    assert checkpoint.resume_points(50, 7.0, 600.0) == 1  # ceil(600 / 7) = 86 apart: the end alone
-    assert checkpoint.resume_points(50, 700.0, 600.0) == 50  # stretches longer than the interval: every one
-    assert checkpoint.resume_points(50, None) == 50  # no time given: every checkpoint, an upper bound
+    assert recipes.resume_points(50, 20.0, 600.0) == 2
+    assert recipes.resume_points(60, 20.0, 600.0) == 2  # 30 and 60
+    assert recipes.resume_points(61, 20.0, 600.0) == 3
+    assert recipes.resume_points(50, 250.0, 600.0) == 17  # every 3rd (ceil(2.4)): 16 and the 50th
+    assert recipes.resume_points(50, 7.0, 600.0) == 1  # ceil(600 / 7) = 86 apart: the end alone
+    assert recipes.resume_points(50, 700.0, 600.0) == 50  # stretches longer than the interval: every one
+    assert recipes.resume_points(50, None) == 50  # no time given: every checkpoint, an upper bound

@@ -21,9 +21,9 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before this proce
 import pytest
 import torch
 
-from resrepro import catalog, devices, models, residual
+from resrepro import catalog, devices, models, recipes, residual
 from resrepro.models import transformer
-from resrepro.train import checkpoint, classification, translation
+from resrepro.train import classification, translation
 from test_train import digits  # noqa: F401 (a fixture: the prepared digits dataset)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -337,7 +337,7 @@ def test_a_killed_translation_run_resumes_bit_identically_on_the_gpu(tmp_path, m
             raise KeyboardInterrupt  # stands for SIGKILL right after the step-8 checkpoint
 
     monkeypatch.setattr(translation, "_save", killed_after_first_checkpoint)
-    monkeypatch.setattr(checkpoint, "RESUME_EVERY_S", 0.0)  # a resume point at every checkpoint
+    monkeypatch.setattr(recipes, "RESUME_EVERY_S", 0.0)  # a resume point at every checkpoint
     with pytest.raises(KeyboardInterrupt):
         translation.train(run_spec, train_pairs, dev_pairs, 26, tmp_path / "resumed", device="auto", progress=False)
     monkeypatch.setattr(translation, "_save", saved)

@@ -10,7 +10,8 @@ import torch
 from resrepro import models
 from resrepro.models import transformer
 from resrepro.specs import TranslationTrainSpec
-from resrepro.train import checkpoint, translation
+from resrepro import recipes
+from resrepro.train import translation
 from resrepro.train.translation import TokenPairs, bucketed, collate, inverse_sqrt_lr, pad_to_bucket, token_batches, train
 
 
@@ -242,7 +243,7 @@ def test_a_training_pair_longer_than_the_model_positions_is_dropped_and_the_run_
         raise KeyboardInterrupt
 
     monkeypatch.setattr(translation, "_save", killed_at_the_first_checkpoint)
-    monkeypatch.setattr(checkpoint, "RESUME_EVERY_S", 0.0)  # a resume point at every checkpoint
+    monkeypatch.setattr(recipes, "RESUME_EVERY_S", 0.0)  # a resume point at every checkpoint
     with pytest.raises(KeyboardInterrupt):
         train(spec(**run), train_pairs, corpus(10, 1), 26, tmp_path / "resumed", device="cpu", progress=False)
     monkeypatch.setattr(translation, "_save", saved)
@@ -264,7 +265,7 @@ def test_resume_after_a_kill_is_bit_identical(tmp_path, monkeypatch, capsys):
     train_pairs, dev_pairs = corpus(300, 0), corpus(30, 1)
     whole = train(spec(), train_pairs, dev_pairs, 26, tmp_path / "whole", device="cpu", progress=False)
     saved, calls = translation._save, {"n": 0}
-    monkeypatch.setattr(checkpoint, "RESUME_EVERY_S", 0.0)  # a resume point at every checkpoint
+    monkeypatch.setattr(recipes, "RESUME_EVERY_S", 0.0)  # a resume point at every checkpoint
 
     def killed_after_first_checkpoint(*args, **kwargs):
         saved(*args, **kwargs)
@@ -300,12 +301,12 @@ def test_last_pt_is_written_at_the_end_and_not_at_checkpoints_before_resume_ever
     whole = train(spec(), train_pairs, dev_pairs, 26, tmp_path / "whole", device="cpu", progress=False)
     assert written == [24]  # 3 checkpoints (8, 16, 24) within a few seconds of training
     assert sorted(p.name for p in (tmp_path / "whole" / "checkpoints").glob("step*.pt")) == ["step16.pt", "step24.pt"]
-    monkeypatch.setattr(checkpoint, "RESUME_EVERY_S", 0.0)
+    monkeypatch.setattr(recipes, "RESUME_EVERY_S", 0.0)
     written.clear()
     train(spec(), train_pairs, dev_pairs, 26, tmp_path / "every", device="cpu", progress=False)
     assert written == [8, 16, 24]
 
-    monkeypatch.setattr(checkpoint, "RESUME_EVERY_S", 600.0)
+    monkeypatch.setattr(recipes, "RESUME_EVERY_S", 600.0)
     saved = translation._save
 
     def killed_after_the_second_checkpoint(*args, **kwargs):
@@ -344,7 +345,7 @@ def test_a_resume_point_comes_resume_every_s_after_the_last_one(tmp_path, monkey
 
     monkeypatch.setattr(translation, "time", clock)
     monkeypatch.setattr(translation, "_save", checkpointed)
-    monkeypatch.setattr(checkpoint, "RESUME_EVERY_S", 1500.0)
+    monkeypatch.setattr(recipes, "RESUME_EVERY_S", 1500.0)
     train(spec(max_updates=40), corpus(100, 0), corpus(10, 1), 26, tmp_path, device="cpu", progress=False)
     assert written == [(8, False), (16, False), (24, True), (32, False), (40, True)]
 

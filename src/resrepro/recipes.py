@@ -26,6 +26,8 @@ Keys are split by what changing them must redo: ``EVAL_KEYS`` only score a train
 
 from __future__ import annotations
 
+import math
+
 from .catalog import ConfigError
 
 # A task block's keys that say how this scale maps the papers, not how a run trains.
@@ -127,3 +129,20 @@ def snapshot_epochs(epochs: int, count: int) -> list[int]:
         return []
     count = min(count, epochs)  # more snapshots than epochs: every epoch
     return sorted({0, *(round(k * epochs / count) for k in range(1, count + 1))})
+
+
+# How often a translation or captioning run writes its resume point (last.pt: weights, Adam's two
+# moments, random states; 3.4 GB for a big Transformer), in seconds of training: at most this much
+# is lost to a crash, while gpu-day's WMT runs checkpoint every 20 updates, every few seconds on a
+# GPU, for the step files averaging reads. A time-limit stop and the run's end always write one.
+RESUME_EVERY_S = 600.0
+
+
+def resume_points(checkpoints: int, checkpoint_s: float | None, every_s: float = RESUME_EVERY_S) -> int:
+    """How many resume points a run of `checkpoints` checkpoints, `checkpoint_s` seconds apart,
+    writes (train/checkpoint.resume_due): one at every ceil(every_s / checkpoint_s)-th checkpoint,
+    and at the last; with no time given, one at every checkpoint (an upper bound)."""
+    if not checkpoint_s or checkpoint_s <= 0:
+        return checkpoints
+    apart = max(1, math.ceil(every_s / checkpoint_s))
+    return -(-checkpoints // apart)

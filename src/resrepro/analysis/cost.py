@@ -45,7 +45,7 @@ import yaml
 from ..catalog import ConfigError
 from ..evaluate.classification import eval_batch_size
 from ..experiments import Plan, Run, gpus_for, make_plan, seeds_at_once
-from ..train.checkpoint import RESUME_EVERY_S
+from ..recipes import RESUME_EVERY_S
 from .disk import weight_bytes, written_files
 
 # Training examples per dataset that classification costs epochs in (Krizhevsky 2009: CIFAR-10 and

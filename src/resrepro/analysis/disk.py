@@ -29,7 +29,7 @@ import yaml
 
 from ..catalog import ConfigError
 from ..experiments import Plan, Run, train_spec
-from ..recipes import snapshot_epochs
+from ..recipes import resume_points, snapshot_epochs
 
 KINDS = {
     "classification": ("last", "snapshot"),
@@ -80,11 +80,9 @@ def written_files(run: Run, checkpoint_s: float | None = None) -> dict[str, int]
     writes): classification last.pt after every epoch and each snapshot once; translation
     step<N>.pt for the checkpoints averaging reads (of one every `checkpoint_every` updates and at
     the last) and last.pt at its resume points, with checkpoints `checkpoint_s` seconds apart
-    (train/checkpoint.resume_points; at every checkpoint without the time); captioning the same,
+    (recipes.resume_points; at every checkpoint without the time); captioning the same,
     then, self-critically, scst.pt and a step file at each of its checkpoints. averaged.pt is
     evaluation's, not training's."""
-    from ..train.checkpoint import resume_points
-
     recipe = json.loads(run.recipe_json)
     if run.task == "classification":
         return {"last": recipe["epochs"], "snapshot": kept_files(run)["snapshot"]}

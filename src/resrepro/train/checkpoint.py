@@ -8,7 +8,6 @@ a GPU, includes that GPU's generator, which dropout draws from there.
 
 from __future__ import annotations
 
-import math
 import sys
 import uuid
 from dataclasses import asdict, dataclass, field, fields
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from .. import files
+from .. import files, recipes
 from ..models import load_checkpoint, snapshot_path
 from ..specs import ModelSpec
 
@@ -37,32 +36,15 @@ class LoopState:
     run_id: str | None = None
 
 
-# How often a translation or captioning run writes its resume point (last.pt: weights, Adam's two
-# moments, random states; 3.4 GB for a big Transformer), in seconds of training: at most this much
-# is lost to a crash, while gpu-day's WMT runs checkpoint every 20 updates, every few seconds on a
-# GPU, for the step files averaging reads. A time-limit stop and the run's end always write one.
-RESUME_EVERY_S = 600.0
-
-
 def resume_due(since_s: float, device=None, world: int = 1) -> bool:
-    """Whether a checkpoint `since_s` seconds after the last resume point writes a new one: after
-    RESUME_EVERY_S on any rank, so every rank decides the same (a collective: every rank calls it
-    at the same step)."""
+    """Whether a checkpoint `since_s` seconds after the last resume point writes a new one (last.pt):
+    after recipes.RESUME_EVERY_S on any rank, so every rank decides the same (a collective: every
+    rank calls it at the same step)."""
     if world > 1:
         since = torch.tensor([since_s], dtype=torch.float64, device=device)
         torch.distributed.all_reduce(since, op=torch.distributed.ReduceOp.MAX)
         since_s = since.item()
-    return since_s >= RESUME_EVERY_S
-
-
-def resume_points(checkpoints: int, checkpoint_s: float | None, every_s: float = RESUME_EVERY_S) -> int:
-    """How many resume points a run of `checkpoints` checkpoints, `checkpoint_s` seconds apart,
-    writes (`resume_due`): one at every ceil(every_s / checkpoint_s)-th checkpoint, and at the last;
-    with no time given, one at every checkpoint (an upper bound)."""
-    if not checkpoint_s or checkpoint_s <= 0:
-        return checkpoints
-    apart = max(1, math.ceil(every_s / checkpoint_s))
-    return -(-checkpoints // apart)
+    return since_s >= recipes.RESUME_EVERY_S
 
 
 def new_run_id() -> str:
