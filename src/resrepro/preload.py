@@ -321,4 +321,5 @@ def stop_server() -> None:
         process.wait(timeout=20)
     except subprocess.TimeoutExpired:
         process.kill()
+        process.wait()  # reaped: no zombie, and its return code is known
     shutil.rmtree(_server.pop("folder"), ignore_errors=True)
