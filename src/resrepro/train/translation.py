@@ -19,7 +19,8 @@ Contracts (docs/design.md), as for classification: a checkpoint every `checkpoin
 (a log row, the dev loss, and checkpoints/step<N>.pt for the last `keep_checkpoints` of them, those
 averaging reads); at the first checkpoint RESUME_EVERY_S after the last one (recipes.py),
 at a time-limit stop and at the end, last.pt with everything needed to continue bit-identically on
-CPU (optimizer, random states, position in the epoch); a NaN/inf loss stops the run and is recorded; metrics.json carries spec and provenance.
+CPU (optimizer, random states, position in the epoch); a NaN/inf loss stops the run and is
+recorded; metrics.json carries spec and provenance.
 With torchrun (WORLD_SIZE > 1) each process takes every WORLD_SIZE-th batch and DDP averages the
 gradients; only rank 0 writes.
 """
