@@ -371,16 +371,16 @@ def test_context_values_exactly(report):
 
 
 def test_empty_text_cells_stay_empty():
-    """rows.csv reads an empty verdict, reason, baseline or vocabulary back as NaN: shown empty."""
+    """rows.csv reads an empty formula, verdict, reason, baseline or vocabulary back as NaN: shown empty."""
     from resrepro.report.render import _row_view
 
-    row = pd.Series({"label": "r", "formula": "x", "metric": "test_error", "paper": 1.0, "mean": 1.0, "std": float("nan"), "n": 1, "n_runs": 1,
+    row = pd.Series({"label": "r", "formula": float("nan"), "metric": "test_error", "paper": 1.0, "mean": 1.0, "std": float("nan"), "n": 1, "n_runs": 1,
                      "n_diverged": 0, "n_unfinished": 0, "values": "[1.0]", "delta": 0.0, "dataset": "d", "arch": "a",
                      "recipe": "default", "variant_id": "add", "note": float("nan"), "verdict": float("nan"),
                      "reason": float("nan"), "baseline": float("nan"), "parameters_vocabulary": float("nan"),
                      "parameters_at_paper_size": float("nan"), "paper_parameters": float("nan")})
     view = _row_view(row)
-    assert [view[k] for k in ("verdict", "reason", "baseline", "note", "parameters_vocabulary", "parameters", "paper_parameters")] == [""] * 7
+    assert [view[k] for k in ("formula", "verdict", "reason", "baseline", "note", "parameters_vocabulary", "parameters", "paper_parameters")] == [""] * 8
     view = _row_view(row.copy().fillna({"verdict": "supported", "reason": "p < 0.05", "baseline": "b", "parameters_vocabulary": 32768}))
     assert (view["verdict"], view["reason"], view["baseline"], view["parameters_vocabulary"]) == ("supported", "p < 0.05", "b", "32,768")
 

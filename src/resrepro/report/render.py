@@ -395,6 +395,11 @@ def with_references(views: list[dict], table: dict) -> list[dict]:
     return out
 
 
+def _text(value) -> str:
+    """A text column of rows.csv as shown: an empty cell reads back as NaN and is shown empty."""
+    return value if isinstance(value, str) else ""
+
+
 def _row_view(r: pd.Series) -> dict:
     values = json.loads(r["values"])
     metric = r["metric"]
@@ -405,21 +410,21 @@ def _row_view(r: pd.Series) -> dict:
     else:
         reproduced = f"{fmt_metric(r['mean'], metric)} ± {fmt_metric(r['std'], metric)}"
     return {
-        "label": r["label"], "formula": r["formula"], "metric": metric.replace("_", " "), "paper": "new" if r.get("new") in (True,) else fmt_metric(r["paper"], metric),
-        "reproduced": reproduced, "at": r["at"] if isinstance(r.get("at"), str) else "",
+        "label": r["label"], "formula": _text(r["formula"]), "metric": metric.replace("_", " "), "paper": "new" if r.get("new") in (True,) else fmt_metric(r["paper"], metric),
+        "reproduced": reproduced, "at": _text(r.get("at")),
         "ratio": fmt_metric(r.get("ratio"), "ratio"), "paper_ratio": fmt_metric(r.get("paper_ratio"), "ratio"),
         "loop_time_ratio": f"{r['loop_time_ratio']:.2f}x" if _is_number(r.get("loop_time_ratio")) else "",
-        "note": r["note"] if isinstance(r["note"], str) else "",  # rows.csv: an empty note reads back as NaN
+        "note": _text(r["note"]),
         "n": int(r["n"]), "n_runs": int(r["n_runs"]), "n_diverged": int(r["n_diverged"]), "n_unfinished": int(r["n_unfinished"]),
         "values": ", ".join(str(v) for v in values), "delta": fmt_metric(r["delta"], metric),
         "run_as": " / ".join([r["dataset"], r["arch"], *([r["recipe"]] if r["recipe"] != "default" else []), r["variant_id"]]),
-        "verdict": r["verdict"] if isinstance(r["verdict"], str) else "",
+        "verdict": _text(r["verdict"]),
         "difference": fmt_metric(r.get("difference"), metric), "p_value": fmt_p(r.get("p_value")),
         "resolvable": fmt_metric(r.get("resolvable"), metric),
         "seeds_needed": fmt_seeds(r.get("seeds_needed")),
         "paper_unresolved": unresolved_note(r.get("paper_runs"), r.get("paper_resolved")),
-        "reason": r["reason"] if isinstance(r["reason"], str) else "",
-        "baseline": r["baseline"] if isinstance(r["baseline"], str) else "",
+        "reason": _text(r["reason"]),
+        "baseline": _text(r["baseline"]),
         # translation only: the honest BLEU, the bootstrap against the baseline, the paper-size model
         "sacrebleu": fmt(r.get("sacrebleu")),
         "bootstrap_p": ", ".join(fmt_p(p) for p in json.loads(r["bootstrap_p"])) if isinstance(r.get("bootstrap_p"), str) else "",
