@@ -71,14 +71,17 @@ def write_metrics(results, run: str, test_error: float | None, best: tuple[float
         files.write_text(results / run / "train_log.csv", f"epoch,train_loss,test_error\n1,1.0,50\n2,0.5,{last}\n")
 
 
-def write_translation_run(results, run: str, bleu: float, sacrebleu: float, hyps: list[str], refs: list[str]) -> None:
-    """A trained and evaluated translation run: metrics.json, eval.json and the detokenized texts."""
+def write_translation_run(results, run: str, bleu: float, sacrebleu: float, hyps: list[str], refs: list[str],
+                          dev_losses: tuple[float, float] = (1.25, 1.27)) -> None:
+    """A trained and evaluated translation run: metrics.json, eval.json (with the dev loss of the
+    averaged model and of the last checkpoint, `dev_losses`) and the detokenized texts."""
     from resrepro.evaluate.bleu import write_lines
 
     files.write_json(results / run / "metrics.json", {"diverged": False, "updates": 20, "wall_time_s": 2.0, "parameters": 10,
                                                       "spec": {"max_updates": 20}, "provenance": {"device": "cpu", "git_commit": "abc"}})
     files.write_json(results / run / "eval.json", {"bleu_tokenized": {"bleu": bleu}, "sacrebleu": {"bleu": sacrebleu, "signature": "sig"},
-                                                   "test_sentences": len(hyps), "test_split_sentences": len(hyps)})
+                                                   "test_sentences": len(hyps), "test_split_sentences": len(hyps),
+                                                   "dev_loss_averaged": dev_losses[0], "dev_loss_last": dev_losses[1]})
     write_lines(results / run / "hyp.detok.txt", hyps)
     write_lines(results / run / "ref.detok.txt", refs)
 

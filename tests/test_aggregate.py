@@ -277,7 +277,22 @@ def test_read_run_fills_every_runs_csv_column(tmp_path):
     assert read_run(tmp_path, f"{cls}/seed4") == {"run": f"{cls}/seed4", **names, "seed": 4, "status": "missing", "error": "never ran"}
     assert read_run(tmp_path, f"{tr}/seed0") == {"run": f"{tr}/seed0", "task": "translation", "dataset": "synthetic", "arch": "transformer_mini", "recipe": "default",
                                                  "variant_id": "xskip_ln", "seed": 0, "status": "ok", "epochs_completed": None, **done, "wall_time_s": 2.0, "train_length": "20 updates",
-                                                 "bleu": 30.5, "sacrebleu": 27.25, "sacrebleu_signature": "sig", "test_sentences": 1, "test_split_sentences": 1}
+                                                 "bleu": 30.5, "sacrebleu": 27.25, "sacrebleu_signature": "sig", "test_sentences": 1, "test_split_sentences": 1,
+                                                 "dev_loss_averaged": 1.25, "dev_loss_last": 1.27}
+
+
+def test_a_translation_row_says_when_averaging_made_the_dev_loss_worse():
+    """Two seeds averaged 1.5 and 1.6 (mean 1.55) against 1.2 and 1.3 at their last checkpoints
+    (1.25): the note gives both; averaging that helped, or runs without the losses, say nothing."""
+    from resrepro.analysis.aggregate import averaging_note
+
+    worse = pd.DataFrame({"dev_loss_averaged": [1.5, 1.6], "dev_loss_last": [1.2, 1.3]})
+    assert averaging_note(worse) == ("Averaging made the dev loss worse: 1.550 for the averaged checkpoints against 1.250 at the last "
+                                     "one (mean over 2 seeds); the BLEU is the averaged model's.")
+    assert averaging_note(worse.iloc[:1]).endswith("(mean over 1 seed); the BLEU is the averaged model's.")
+    assert averaging_note(pd.DataFrame({"dev_loss_averaged": [1.2], "dev_loss_last": [1.25]})) == ""
+    assert averaging_note(pd.DataFrame({"dev_loss_averaged": [1.25], "dev_loss_last": [1.25]})) == ""  # no worse
+    assert averaging_note(pd.DataFrame({"dev_loss_averaged": [None], "dev_loss_last": [None]}, dtype=object)) == ""
 
 
 def test_runs_columns_rows_cells_and_per_seed_values(tmp_path):

@@ -215,8 +215,8 @@ def test_a_refinements_values_are_checked_by_the_schema(mini):
         ("classification", {"lr_milestones": [9, 6]}, "classification.lr_milestones [9, 6] must be strictly increasing"),
         ("classification", {"lr_milestones": [6, 6]}, "must be strictly increasing"),
         ("classification", {"epochs": 12, "lr_milestones": [6, 12]}, "lr_milestones [6, 12] must lie within the 12 epochs (epoch 12 is never reached)"),
-        ("translation", {"average_last": 11}, "translation.average_last (11) exceeds keep_checkpoints (10)"),
-        ("translation", {"max_updates": 420, "checkpoint_every": 50, "average_last": 10},
+        ("translation", {"average_last": 11}, "translation.average_last (11) exceeds keep_checkpoints (3)"),
+        ("translation", {"max_updates": 420, "checkpoint_every": 50, "average_last": 10, "keep_checkpoints": 10},
          "translation.average_last (10) exceeds the 9 checkpoints that max_updates 420 at checkpoint_every 50 writes"),
         ("translation", {"max_train_len": 1025}, "translation.max_train_len 1025 exceeds the 1024 positions the model holds"),
         ("translation", {"max_train_len": 1020, "length_bucket": 24},
@@ -247,9 +247,11 @@ def test_captioning_refuses_graph_replays_which_would_record_a_graph_per_caption
 def test_the_edges_of_the_recipe_checks_pass(mini):
     cfg = copy.deepcopy(mini)
     cfg["classification"].update(epochs=12, lr_milestones=[1, 11])  # the last epoch is index 11 of 12
-    cfg["translation"].update(max_updates=450, checkpoint_every=50, average_last=9, keep_checkpoints=9)  # 450/50 = 9 written
+    cfg["translation"].update(max_updates=450, checkpoint_every=250, average_last=2, keep_checkpoints=2)  # 250 and 450: both
     experiments.make_plan(cfg)
-    cfg["translation"].update(max_updates=401)  # 8 at multiples of 50, and the last update
+    cfg["translation"].update(max_updates=401)  # 250 and the last update, 401
+    experiments.make_plan(cfg)
+    cfg["translation"].update(max_updates=600, checkpoint_every=50, average_last=6, keep_checkpoints=6, warmup=349)  # from 350: after both
     experiments.make_plan(cfg)
     cfg["classification"]["lr_milestones"] = []
     experiments.make_plan(cfg)
@@ -268,7 +270,7 @@ def test_a_refined_recipe_is_checked_too(mini):
     cfg["translation"]["refine"] = [refinement("avg20", {"size": "big"}, {"average_last": 20})]
     with pytest.raises(ConfigError) as err:
         experiments.make_plan(cfg)
-    assert "(recipe avg20): translation.average_last (20) exceeds keep_checkpoints (10)" in str(err.value)
+    assert "(recipe avg20): translation.average_last (20) exceeds keep_checkpoints (3)" in str(err.value)
 
 
 def test_depths_must_be_preact_resnet_depths(mini):
@@ -430,3 +432,50 @@ def test_every_run_measured_on_its_snapshots_keeps_them(scale):
     on_snapshots = {run for run, name in asked if get(name).reads in ("snapshots", "first_step_and_end")}
     assert on_snapshots
     assert [run for run in sorted(on_snapshots) if not json.loads(plan.runs[run].recipe_json).get("snapshots")] == []
+
+
+def test_the_averaged_updates_are_the_newest_checkpoints_a_captioners_self_critical_ones_last():
+    assert recipes.checkpointed_updates(600, 50)[-3:] == [500, 550, 600]
+    assert recipes.checkpointed_updates(25, 10) == [10, 20, 25]  # the last update too
+    mt = {"max_updates": 600, "checkpoint_every": 50, "average_last": 3, "warmup": 200}
+    assert recipes.averaged_updates("translation", mt) == [500, 550, 600]
+    # 600 cross-entropy updates, then 100 self-critical ones checkpointed every 20: 620 ... 700
+    cap = {**mt, "average_last": 5, "scst": {"updates": 100, "checkpoint_every": 20}}
+    assert recipes.averaged_updates("captioning", cap) == [620, 640, 660, 680, 700]
+    assert recipes.averaged_updates("captioning", {**cap, "average_last": 7}) == [550, 600, 620, 640, 660, 680, 700]
+    assert recipes.averaged_updates("translation", cap) == [400, 450, 500, 550, 600]  # a translation recipe has no scst stage
+
+
+@pytest.mark.parametrize("recipe, problem", [
+    ({"average_last": 10}, "average_last 10 at checkpoint_every 50 averages updates 150-600, from within the warm-up of 200 updates"),
+    ({"average_last": 8}, "average_last 8 at checkpoint_every 50 averages updates 250-600, from before the last 50% of the 600 updates"),
+    ({"average_last": 7}, "average_last 7 at checkpoint_every 50 averages updates 300-600, from before the last 50% of the 600 updates"),
+    ({"average_last": 6}, None),  # from 350
+    ({"average_last": 3, "warmup": 500}, "average_last 3 at checkpoint_every 50 averages updates 500-600, from within the warm-up of 500 updates"),
+    ({"average_last": 3, "warmup": 499}, None),
+])
+def test_an_average_that_reaches_into_the_warm_up_or_the_first_half_is_a_problem(recipe, problem):
+    assert recipes.averaging_problem("translation", {"max_updates": 600, "checkpoint_every": 50, "warmup": 200, **recipe}) == problem
+
+
+def test_a_captioners_average_counts_its_self_critical_updates():
+    """600 + 100 updates: its 5 self-critical checkpoints (620-700) lie in the last half of 700."""
+    cap = {"max_updates": 600, "checkpoint_every": 50, "average_last": 5, "warmup": 200, "scst": {"updates": 100, "checkpoint_every": 20}}
+    assert recipes.averaging_problem("captioning", cap) is None
+    assert "from before the last 50% of the 700 updates" in recipes.averaging_problem("captioning", {**cap, "average_last": 12})
+
+
+def test_a_scale_whose_average_reaches_into_the_warm_up_is_refused_naming_its_keys(mini):
+    cfg = copy.deepcopy(mini)
+    cfg["translation"].update(average_last=10, keep_checkpoints=10)
+    with pytest.raises(ConfigError) as err:
+        experiments.make_plan(cfg)
+    assert ("(recipe default): translation: average_last 10 at checkpoint_every 50 averages updates 150-600, from within the warm-up "
+            "of 200 updates; the averaged checkpoints must all lie after the warm-up and in the last 50% of training: lower "
+            "average_last or checkpoint_every, or shorten warmup") in str(err.value)
+    cfg["translation"]["refine"] = [refinement("late", {"size": "base"}, {"max_updates": 3000})]  # a refinement may mend it
+    cfg["tables"] = ["rskip-t2"]
+    experiments.make_plan(cfg)
+    cfg["scale"] = experiments.REHEARSAL  # whose numbers mean nothing: not checked
+    cfg["translation"]["refine"] = []
+    experiments.make_plan(cfg)

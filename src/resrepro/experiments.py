@@ -26,13 +26,14 @@ TASKS = ("classification", "translation", "captioning")
 # (the report says "new") and their verdicts say better or worse than the baseline. Opt-in: `tables:
 # all` leaves them out unless the scale sets `beyond: true`; naming them in `tables` selects them too.
 BEYOND = "beyond"
+REHEARSAL = "rehearsal"  # config/rehearsal.yaml's scale: its numbers mean nothing, so its averages are not checked
 # metric -> higher is better; train_loss: the last (or best) epoch's mean cross-entropy over its
 # batches; the COCO toolkit's metrics x 100 (evaluate/captioning.py)
 CAPTION_METRICS = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l", "cider", "spice")
 METRICS = {"test_error": False, "test_accuracy": True, "bleu": True, "train_loss": False, **{m: True for m in CAPTION_METRICS}}
 # The version of the aggregate's tidy tables (analysis/aggregate.py): a parameter of the aggregate
 # rule, so that a release that adds or changes their columns rewrites them, without retraining.
-TIDY_FORMAT = 5
+TIDY_FORMAT = 6
 CELL_KEYS = {"label", "dataset", "arch", "depth", "size", "variant", "args"}
 COMPUTED_CELL_KEYS = {"label", "curve"}  # a computed figure's cell: one of the curves its measurement computes
 # download_urls keys: the datasets a rule downloads (workflow/rules/data.smk); the captioning
@@ -574,7 +575,7 @@ def _plan_cell(config: dict, plan: Plan, task: str, paper: str, table_id: str, r
             "variant": row["variant"]}
     size = _size_at_scale(task_cfg, task, arch, cell, where)
     recipe_name, recipe = recipes.resolve(task_cfg, cell)
-    check_recipe(task, recipe, f"{where} (recipe {recipe_name})")
+    check_recipe(task, recipe, f"{where} (recipe {recipe_name})", averages_read=config["scale"] != REHEARSAL)
     runs = [
         Run(task, dataset, arch.run_name.format(size), arch.name, size, row["variant"], json.dumps(args, sort_keys=True),
             seed, recipe_name, json.dumps(recipe, sort_keys=True))
@@ -687,10 +688,12 @@ def continuations(config: dict, rule: str, rounds_per_job: list[int]) -> int:
     return max((-(-need * rounds // cap) - 1 for rounds in rounds_per_job), default=0)
 
 
-def check_recipe(task: str, recipe: dict, where: str) -> None:
+def check_recipe(task: str, recipe: dict, where: str, averages_read: bool = True) -> None:
     """What a typo makes silently wrong and the schema cannot see: a learning-rate schedule that
     never applies, an average over checkpoints that training does not keep or never writes, step
-    checkpoints kept that no average reads (disk), training sentences longer than the model's positions."""
+    checkpoints kept that no average reads (disk), training sentences longer than the model's positions;
+    and, where the scale's scores are read (`averages_read`), an average over checkpoints that do not
+    stand for the trained model (recipes.averaging_problem)."""
     if task == "classification":
         milestones = recipe["lr_milestones"]
         if milestones != sorted(set(milestones)):
@@ -711,6 +714,10 @@ def check_recipe(task: str, recipe: dict, where: str) -> None:
         if last > written:
             raise ConfigError(f"{where}: {task}.average_last ({last}) exceeds the {written} checkpoints that "
                               f"max_updates {updates} at checkpoint_every {every} writes")
+        if averages_read and (problem := recipes.averaging_problem(task, recipe)):
+            raise ConfigError(f"{where}: {task}: {problem}; the averaged checkpoints must all lie after the warm-up and in the "
+                              f"last {recipes.AVERAGED_PART:.0%} of training: lower average_last or checkpoint_every, "
+                              "or shorten warmup")
         if "max_train_len" in recipe:
             _check_max_train_len(task, recipe, where)
         if task == "translation" and recipe.get("compile") in recipes.GRAPH_REPLAYS and not recipe.get("length_bucket"):

@@ -202,11 +202,32 @@ def translation_scorer(a, spec: EvalSpec):
     from .evaluate.translation import evaluate_prepared
 
     def score(averaged: Path, run_dir: Path) -> tuple[dict, str]:
-        result = evaluate_prepared(spec, a.data, averaged, run_dir, device=a.device)
+        losses = averaging_dev_losses(averaged, a.data, run_dir, spec, a.device)
+        result = evaluate_prepared(spec, a.data, averaged, run_dir, device=a.device, also=losses)
         bleu, sacre = result["bleu_tokenized"]["bleu"], result["sacrebleu"]["bleu"]
-        return {"bleu_tokenized": bleu, "sacrebleu": sacre}, f"BLEU {bleu:.2f} tokenized, {sacre:.2f} sacreBLEU"
+        return {"bleu_tokenized": bleu, "sacrebleu": sacre, **losses}, (
+            f"BLEU {bleu:.2f} tokenized, {sacre:.2f} sacreBLEU; dev loss {losses['dev_loss_averaged']:.3f} averaged, "
+            f"{losses['dev_loss_last']:.3f} at the last checkpoint")
 
     return score
+
+
+def averaging_dev_losses(averaged: Path, data_dir: str | Path, run_dir: Path, spec: EvalSpec, device: str) -> dict:
+    """The dev loss of the averaged model, on the dev examples and with the loss training computed
+    at each checkpoint, beside the last checkpoint's (metrics.json): what averaging did to the model."""
+    from .data.translation import load_encoded
+    from .devices import pick_device
+    from .evaluate.translation import load_model
+    from .specs import TranslationTrainSpec
+    from .speed import speed_of
+    from .train.translation import dev_examples, dev_loss
+
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    train_spec = TranslationTrainSpec.of(metrics["spec"])
+    dev = pick_device(device)
+    model = load_model(averaged, spec, dev)
+    loss = dev_loss(model, dev_examples(load_encoded(data_dir, "dev"), train_spec), train_spec, dev, speed_of(train_spec, dev))
+    return {"dev_loss_averaged": loss, "dev_loss_last": metrics["final"]["dev_loss"]}
 
 
 def captioning_scorer(a, spec: EvalSpec):

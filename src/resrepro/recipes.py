@@ -131,6 +131,45 @@ def snapshot_epochs(epochs: int, count: int) -> list[int]:
     return sorted({0, *(round(k * epochs / count) for k in range(1, count + 1))})
 
 
+def checkpointed_updates(max_updates: int, every: int) -> list[int]:
+    """The updates a sequence run checkpoints (a dev loss, and a step<N>.pt where averaging reads
+    it): every `every` updates, and the last one."""
+    return sorted({*range(every, max_updates + 1, every), max_updates})
+
+
+def averaged_updates(task: str, recipe: dict) -> list[int]:
+    """The updates whose weights a translation or captioning run's evaluation averages: the newest
+    `average_last` of its checkpoints. A captioner's self-critical stage continues the numbering
+    after its `max_updates` cross-entropy updates (train/captioning.py), so its own checkpoints
+    come last."""
+    written = checkpointed_updates(recipe["max_updates"], recipe["checkpoint_every"])
+    scst = (recipe.get("scst") or {}) if task == "captioning" else {}
+    if scst.get("updates"):
+        written += [recipe["max_updates"] + step for step in checkpointed_updates(scst["updates"], scst["checkpoint_every"])]
+    return written[-recipe["average_last"]:]
+
+
+# The averaged checkpoints must come from the trained model, as the papers' "last N checkpoints" of
+# a long run do (the last 1-10% of 100,000-550,000 updates at paper scale): all after the warm-up,
+# whose rising rate leaves the weights far from where training ends, and in the last part of training.
+AVERAGED_PART = 0.5
+
+
+def averaging_problem(task: str, recipe: dict) -> str | None:
+    """Why a translation or captioning recipe's averaged checkpoints do not stand for its trained
+    model (None when they do): one lies within the warm-up, or before the last AVERAGED_PART of
+    its updates (a captioner's self-critical updates counted)."""
+    steps = averaged_updates(task, recipe)
+    scst = (recipe.get("scst") or {}) if task == "captioning" else {}
+    total = recipe["max_updates"] + (scst.get("updates") or 0)
+    span = f"average_last {recipe['average_last']} at checkpoint_every {recipe['checkpoint_every']} averages updates {steps[0]}-{steps[-1]}"
+    if steps[0] <= recipe["warmup"]:
+        return f"{span}, from within the warm-up of {recipe['warmup']} updates"
+    if steps[0] <= (1 - AVERAGED_PART) * total:
+        return f"{span}, from before the last {AVERAGED_PART:.0%} of the {total} updates"
+    return None
+
+
 # How often a translation or captioning run writes its resume point (last.pt: weights, Adam's two
 # moments, random states; 3.4 GB for a big Transformer), in seconds of training: at most this much
 # is lost to a crash, while gpu-day's WMT runs checkpoint every 20 updates, every few seconds on a

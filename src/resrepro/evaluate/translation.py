@@ -57,10 +57,11 @@ def translate(model: Transformer, sources: list[list[int]], spec: EvalSpec, devi
 
 def evaluate(model, sources, refs_tok: list[str], refs_detok: list[str], decode: Callable[[list[int]], str],
              to_tokenized: Callable[[str], str], to_detokenized: Callable[[str], str], spec: EvalSpec, device, out_dir: str | Path,
-             split_sentences: int | None = None) -> dict:
+             split_sentences: int | None = None, also: dict | None = None) -> dict:
     """`decode` gives the dataset's own form (tokenized as distributed, or raw text); the two
     functions make the tokenized and the detokenized forms from it. `split_sentences`: the test
-    split's size when `sources` are only its first sentences (test_sentences), said in eval.json."""
+    split's size when `sources` are only its first sentences (test_sentences), said in eval.json,
+    with the values of `also`."""
     out_dir = Path(out_dir)
     decoded = [decode(ids) for ids in translate(model, sources, spec, device)]
     hyps_tok = [to_tokenized(h) for h in decoded]
@@ -77,13 +78,16 @@ def evaluate(model, sources, refs_tok: list[str], refs_detok: list[str], decode:
         "test_split_sentences": split_sentences or len(hyps_tok),
         "beam": spec.beam,
         "alpha": spec.alpha,
+        **(also or {}),
     }
     files.write_json(out_dir / "eval.json", result)
     return result
 
 
-def evaluate_prepared(spec: EvalSpec | Mapping, data_dir: str | Path, averaged: str | Path, out_dir: str | Path, device: str = "auto") -> dict:
-    """Evaluate the averaged model of one run on a prepared dataset (data/translation.py format).
+def evaluate_prepared(spec: EvalSpec | Mapping, data_dir: str | Path, averaged: str | Path, out_dir: str | Path, device: str = "auto",
+                      also: dict | None = None) -> dict:
+    """Evaluate the averaged model of one run on a prepared dataset (data/translation.py format);
+    `also`: more values eval.json records beside the scores (the dev losses averaging gave).
 
     Tokenized datasets (IWSLT15, synthetic) are scored as distributed for tokenized BLEU and
     detokenized for sacreBLEU; raw datasets (WMT test sets) are Moses-tokenized for tokenized BLEU.
@@ -113,10 +117,10 @@ def evaluate_prepared(spec: EvalSpec | Mapping, data_dir: str | Path, averaged: 
         refs_tok = read_lines(data_dir / meta["references"]["tokenized"])[:scored]
         identity = meta["name"] == "synthetic"  # its text is its own detokenized form
         detok = same if identity else partial(detokenize_moses, lang=lang)
-        return evaluate(model, sources, refs_tok, refs_detok, vocab.decode, same, detok, spec, dev, out_dir, len(test))
+        return evaluate(model, sources, refs_tok, refs_detok, vocab.decode, same, detok, spec, dev, out_dir, len(test), also)
     tokenize = partial(moses_tokenize, lang=lang)
     refs_tok = [tokenize(r) for r in refs_detok]
-    return evaluate(model, sources, refs_tok, refs_detok, vocab.decode, tokenize, same, spec, dev, out_dir, len(test))
+    return evaluate(model, sources, refs_tok, refs_detok, vocab.decode, tokenize, same, spec, dev, out_dir, len(test), also)
 
 
 def scored_sentences(spec: EvalSpec, split_size: int) -> int:

@@ -40,7 +40,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from .. import files, models, provenance, residual
+from .. import files, models, provenance, recipes, residual
 from ..catalog import MAX_POSITIONS
 from ..devices import join_process_group, pick_device, use_deterministic_algorithms
 from ..models.transformer import label_smoothed_loss
@@ -421,8 +421,7 @@ def random_states_of_all_ranks(device, world: int) -> list[dict]:
 def averaged_steps(max_updates: int, every: int, keep: int) -> list[int]:
     """The updates whose step<N>.pt averaging will read: the last `keep` of those checkpointed (every
     `every` updates, and the last one)."""
-    written = sorted({*range(every, max_updates + 1, every), max_updates})
-    return written[-keep:]
+    return recipes.checkpointed_updates(max_updates, every)[-keep:]
 
 
 def _save(ckpt_dir: Path, model, opt, spec: SequenceTrainSpec, state: LoopState, model_spec: ModelSpec, random_states: list[dict] | None) -> None:
