@@ -184,7 +184,7 @@ def test_report_holds_every_table_with_paper_and_reproduced_values(workdir):
 
 def test_the_report_in_headless_chromium(workdir, tmp_path):
     """The tiny report opened in a real browser, network off: every table and figure section is
-    there and visible, every image decodes, the console has no error, a click on a column's header
+    there and visible, every image decodes, the console has no error, no cell reads "nan" or "undefined", a click on a column's header
     sorts its rows (again: the other way), and a screenshot is kept under the test's folder."""
     if (why := browser.install()) is not None:
         if os.environ.get(browser.REQUIRE) == "1":
@@ -201,6 +201,9 @@ def test_the_report_in_headless_chromium(workdir, tmp_path):
         images = driver.execute_script("return Array.from(document.images).map(i => [i.alt, i.complete && i.naturalWidth > 0])")
         assert len(images) > len(ids) / 2 and [alt for alt, decoded in images if not decoded] == []
         assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
+        # an empty value is shown as nothing, never as what pandas or JavaScript print for it
+        text = driver.find_element(By.TAG_NAME, "body").text
+        assert re.findall(r"\b(?:nan|NaN|undefined)\b", text) == []
         column = "return Array.from(document.querySelectorAll('#rskip-t1 table')[0].rows).slice(1).map(r => r.cells[arguments[0]].textContent.trim())"
         headers = [th.text for th in driver.find_elements(By.CSS_SELECTOR, "#rskip-t1 table tr:first-child th")]
         at = headers.index("paper")
@@ -239,9 +242,24 @@ def test_the_reports_images_are_files_and_snakemakes_own_report_holds_them(workd
     assert "This run's scale is" in text  # the workflow's description, rendered with the config
 
 
+def dev_loss_of(checkpoint, spec: dict, workdir) -> float:
+    """train/translation.dev_loss of a saved model on the synthetic dev split, as training runs it."""
+    from resrepro import models
+    from resrepro.data.translation import load_encoded
+    from resrepro.specs import TranslationTrainSpec
+    from resrepro.speed import speed_of
+    from resrepro.train.translation import dev_examples, dev_loss
+
+    train_spec, cpu = TranslationTrainSpec.of(spec), torch.device("cpu")
+    model = models.from_checkpoint(torch.load(checkpoint, weights_only=True)).eval()
+    dev = dev_examples(load_encoded(workdir / "results" / "data" / "synthetic", "dev"), train_spec)
+    return dev_loss(model, dev, train_spec, cpu, speed_of(train_spec, cpu))
+
+
 def test_translation_runs_are_scored_as_configured(workdir):
     """Per translation run: the average holds the `average_last` newest checkpoints, beam search
-    used the config's settings, and eval.json is BLEU recomputed from the files it wrote."""
+    used the config's settings, eval.json is BLEU recomputed from the files it wrote, and it holds
+    the averaged model's dev loss beside the last checkpoint's."""
     cfg = tiny_config(workdir)["translation"]
     plan = experiments.make_plan(tiny_config(workdir) | {"tables_dir": str(workdir / "config" / "tables")})
     translation = [path for path, run in plan.runs.items() if run.task == "translation"]
@@ -258,6 +276,10 @@ def test_translation_runs_are_scored_as_configured(workdir):
         assert ev["bleu_tokenized"] == tokenized_bleu(hyp_tok, ref_tok)
         assert ev["sacrebleu"] == sacre_bleu(read_lines(run_dir / "hyp.detok.txt"), read_lines(run_dir / "ref.detok.txt"))
         assert ref_tok == read_lines(workdir / "results" / "data" / "synthetic" / "test.tgt")  # the test set's order
+        # the dev loss of the averaged model, as training computes it, beside the last checkpoint's
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+        assert ev["dev_loss_last"] == metrics["final"]["dev_loss"]
+        assert ev["dev_loss_averaged"] == pytest.approx(dev_loss_of(run_dir / "averaged.pt", metrics["spec"], workdir))
 
 
 def test_cpu_jobs_ran_as_forks_of_the_preload_server_which_then_ended(workdir):

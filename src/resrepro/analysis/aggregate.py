@@ -36,7 +36,7 @@ UNLEARNED_SHARE = 0.97
 COMPUTED = "computed"  # the run column of a computed figure's rows (no run)
 DIGITS = {"train_loss": 4}  # decimals a metric is shown with: a loss of 0.0723 is not 0.07
 RUN_COLUMNS = ["run", "task", "dataset", "arch", "recipe", "variant_id", "seed", "status", "error", "final_test_error", "best_test_error", "best_epoch", "final_train_error", "final_train_loss", "best_train_loss",
-               "bleu", "sacrebleu", "sacrebleu_signature", "test_sentences", "test_split_sentences", *CAPTION_METRICS, "spice_note", "features", "scst_updates", "train_length", "epochs_completed", "diverged_step", "parameters", "wall_time_s",
+               "bleu", "sacrebleu", "sacrebleu_signature", "test_sentences", "test_split_sentences", "dev_loss_averaged", "dev_loss_last", *CAPTION_METRICS, "spice_note", "features", "scst_updates", "train_length", "epochs_completed", "diverged_step", "parameters", "wall_time_s",
                "device", "git_commit"]
 
 
@@ -65,7 +65,8 @@ def read_run(results_dir: Path, run: str) -> dict:
         ev = json.loads(eval_path.read_text())
         if task == "translation":
             out.update(bleu=ev["bleu_tokenized"]["bleu"], sacrebleu=ev["sacrebleu"]["bleu"], sacrebleu_signature=ev["sacrebleu"]["signature"],
-                       test_sentences=ev.get("test_sentences"), test_split_sentences=ev.get("test_split_sentences"))
+                       test_sentences=ev.get("test_sentences"), test_split_sentences=ev.get("test_split_sentences"),
+                       dev_loss_averaged=ev.get("dev_loss_averaged"), dev_loss_last=ev.get("dev_loss_last"))
         else:  # SPICE is None where it could not run; spice_note says why
             out.update({m: ev[m] for m in CAPTION_METRICS}, spice_note=ev["spice_note"], features=ev["features"],
                        scst_updates=m["scst"]["updates"] if m.get("scst") else None)
@@ -203,6 +204,20 @@ def unlearned_note(train_losses: pd.Series, dataset: str) -> str:
             f"{chance:.3f}, which predicting every class alike gives.")
 
 
+def averaging_note(runs: pd.DataFrame) -> str:
+    """What a translation row says when averaging its checkpoints made the model worse on the dev
+    set: the mean dev loss of its averaged models against that of their last checkpoints (runs
+    evaluated before the evaluation recorded them: nothing)."""
+    losses = runs[["dev_loss_averaged", "dev_loss_last"]].astype(float).dropna()
+    if losses.empty:
+        return ""
+    averaged, last = losses["dev_loss_averaged"].mean(), losses["dev_loss_last"].mean()
+    if averaged <= last:
+        return ""
+    return (f"Averaging made the dev loss worse: {averaged:.3f} for the averaged checkpoints against {last:.3f} at the last "
+            f"one (mean over {len(losses)} seed{'s' if len(losses) != 1 else ''}); the BLEU is the averaged model's.")
+
+
 def paper_model(row: TableRow) -> str:
     """The paper's model a table row stands for, as "ran as" names it: "depth 110", "size big", or
     "model" where the size is the paper's own (the captioner: `size: paper`)."""
@@ -292,6 +307,7 @@ def aggregate(plan_rows: list[dict], results_dir: str | Path, tables: dict | str
         unlearned = unlearned_note(runs.loc[ok, "final_train_loss"], first["dataset"]) if table["task"] == "classification" and ok else ""
         line.update(note=" ".join(filter(None, [line["note"], unlearned])), unlearned=bool(unlearned))
         if table["task"] == "translation":
+            line["note"] = " ".join(filter(None, [line["note"], averaging_note(runs.loc[ok])]))
             line["sacrebleu"] = runs.loc[ok, "sacrebleu"].astype(float).mean()
             line["parameters_vocabulary"] = VOCAB_SIZES[row.dataset]
         if row.paper_train_error is not MISSING:  # the training error of the last epoch, beside the paper's
@@ -380,10 +396,26 @@ def aggregate_figures(measures: list[dict], results_dir: str | Path, runs: pd.Da
             mean = measured.groupby(keys, as_index=False, dropna=False)["value"].mean()  # over seeds (rows may leave a key empty)
             summary = measure.get(m["measurement"]).summarize(mean)
         cells.append({"figure": m["figure"], "cell": m["cell"], "label": m["label"], "measurement": m["measurement"],
-                      "kind": measure.get(m["measurement"]).kind, "n": len(ok), "n_runs": max(len(m["runs"]), len(ok)), "summary": summary})
+                      "kind": measure.get(m["measurement"]).kind, "n": len(ok), "n_runs": max(len(m["runs"]), len(ok)), "summary": summary,
+                      "unlearned": unlearned_cell(runs, ok)})
     return {
         "runs": runs,
         "figures": pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*FIGURE_COLUMNS, "value"]),
-        "figure_cells": pd.DataFrame(cells, columns=["figure", "cell", "label", "measurement", "kind", "n", "n_runs", "summary"]),
+        "figure_cells": pd.DataFrame(cells, columns=FIGURE_CELL_COLUMNS),
     }
+
+
+FIGURE_CELL_COLUMNS = ["figure", "cell", "label", "measurement", "kind", "n", "n_runs", "summary", "unlearned"]
+
+
+def unlearned_cell(runs: pd.DataFrame, measured: list[str]) -> str:
+    """A figure cell's unlearned_note over the classification runs it measured (empty for other
+    tasks and computed cells): a check that reads nets which did not learn cannot test a claim
+    about trained ones (figure_checks.judge)."""
+    if runs.empty or "final_train_loss" not in runs:  # no classification run read
+        return ""
+    mine = runs[runs["run"].isin(measured) & (runs["task"] == "classification")]
+    if mine.empty:
+        return ""
+    return unlearned_note(mine["final_train_loss"], mine["dataset"].iloc[0])
 
