@@ -29,11 +29,39 @@ def in_its_dtype(model) -> None:
         model.register_forward_pre_hook(lambda module, args: tuple(a.to(dtype) if torch.is_floating_point(a) else a for a in args))
 
 
+# A snapshot taken before its net finished an epoch (initialisation, or after the first step) is
+# measured with the measured batch's BatchNorm statistics; every later one with its running
+# statistics, as the trained net is evaluated. Before any step a BatchNorm layer's running statistics
+# are their initial mean 0 and variance 1 (one step in, 90% still are), so in eval mode it would not
+# normalise at all: a net nobody runs. Paper 003 reads its sharing nets "during the forward
+# propagation at initialization" (Sec. 4.5), which is training's, normalised by the batch;
+# paper 002 reads its gradient flow "after the first iteration" of training (SM D.4.2).
+BATCH_STATISTICS_BEFORE_EPOCH = 1
+
+
+def use_batch_statistics(model) -> int:
+    """Make every BatchNorm layer of `model` normalise by the statistics of the batch it is fed,
+    in eval mode too, without updating any running statistics; how many layers it changed."""
+    from torch import nn
+
+    layers = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    for layer in layers:  # with no running statistics, F.batch_norm uses the batch's
+        layer.running_mean = None
+        layer.running_var = None
+    return len(layers)
+
+
+def statistics_for(epoch: float) -> str:
+    """Which BatchNorm statistics a snapshot of this epoch is measured with: "batch" or "running"."""
+    return "batch" if epoch < BATCH_STATISTICS_BEFORE_EPOCH else "running"
+
+
 def run_measurement(name: str, run_dir: str | Path, data_path: str | Path, settings: dict, out: str | Path, device: str = "auto",
                     threads: int = 0) -> None:
     """Rebuild the run's final model from checkpoints/last.pt (its model_spec) and measure it, on
     `threads` CPU threads (0: torch's default); a measurement that reads the training log gets the
-    run's folder instead, one that reads snapshots measures each in turn (an `epoch` column says which)."""
+    run's folder instead, one that reads snapshots measures each in turn (an `epoch` column says which),
+    those of its first epoch with the batch's BatchNorm statistics (statistics_for)."""
     measurement = get(name)
     run_dir = Path(run_dir)
     if measurement.recipe_keys:  # e.g. the weight decay whose term weight_stats reports
@@ -69,6 +97,8 @@ def run_measurement(name: str, run_dir: str | Path, data_path: str | Path, setti
     for path in kept:
         checkpoint = models.load_checkpoint(path)
         model = models.from_checkpoint(checkpoint).to(dev).eval()
+        if by_epoch and statistics_for(checkpoint["epoch"]) == "batch":
+            use_batch_statistics(model)
         in_its_dtype(model)
         frame = measurement.measure(model, data, settings, dev)
         frames.append(frame.assign(epoch=checkpoint["epoch"]) if by_epoch else frame)
