@@ -80,11 +80,46 @@ def test_a_sub_activation_is_a_whole_channel_dominant_on_its_mean_ratio(w, s, ex
     assert dominant_flow.dominant_fractions(net, x, y).tolist() == pytest.approx([expected])
 
 
+class ThreeChannels(torch.nn.Module):
+    """Block 1 the identity on 3 channels, block 2 mixes them by W (1x1, no bias), a^L the mean over
+    positions, the classifier's rows (1, 1, -1) and (-1, -1, 1): G = g (1, 1, -1) for a g per
+    example. What reaches channel i of block 1 from final channel j is W[j, i] G_j / positions."""
+
+    skip_repeats_channels = True
+
+    def __init__(self, w):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([torch.nn.Conv2d(3, 3, 1, bias=False), torch.nn.Conv2d(3, 3, 1, bias=False)])
+        self.fc = torch.nn.Linear(3, 2, bias=False)
+        with torch.no_grad():
+            self.blocks[0].weight.copy_(torch.eye(3)[:, :, None, None])
+            self.blocks[1].weight.copy_(torch.tensor(w)[:, :, None, None])
+            self.fc.weight.copy_(torch.tensor([[1.0, 1.0, -1.0], [-1.0, -1.0, 1.0]]))
+
+    def forward(self, x):
+        h = x
+        for block in self.blocks:
+            h = block(h)
+        return self.fc(h.mean(dim=(2, 3)))
+
+
+def test_the_other_sources_are_summed_with_their_signs():
+    """W's first column (1, 1, 1): channel 0 gets G_0 along its SAP and G_1 + G_2 = g - g = 0 from
+    the others, which cancel: dominant (x / 0). Channels 1 and 2 get their own final channel's alone.
+    All three pass; summing the others' magnitudes (|g| + |g| against |g|) would fail channel 0."""
+    net = ThreeChannels([[1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [1.0, 0.0, 1.0]])
+    x, y = torch.rand(4, 3, 1, 2) + 0.5, torch.tensor([0, 1, 0, 1])
+    assert dominant_flow.dominant_fractions(net, x, y).tolist() == pytest.approx([1.0])
+    # the others no longer cancel (G_2 from a weight of -1: g + g against g): channel 0 fails
+    net = ThreeChannels([[1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [-1.0, 0.0, 1.0]])
+    assert dominant_flow.dominant_fractions(net, x, y).tolist() == pytest.approx([2 / 3])
+
+
 def test_a_block_that_mixes_every_channel_equally_leaves_no_dominant_flow():
     """Make the last block's conv add every input channel at its centre tap with weight 1 (and its
     skip with it: the plain form has 2 on the diagonal). The gradient reaching channel i of block 2
     from final channel j is then G_j (j != i) or 2 G_j (j = i): along the SAP 2|G_i| against the sum
-    of 63 others. With |G_j| equal for all j (the classifier's weights all 1 in one row), 2 < 63."""
+    of 63 others. With every G_j alike (the classifier's weights all 1 in one row), 2 < 63."""
     net = identity_residual_net(8)
     with torch.no_grad():
         net.blocks[-1].conv.weight.zero_()

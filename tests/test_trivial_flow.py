@@ -71,11 +71,22 @@ def test_a_residual_net_without_noise_whose_relus_all_pass_has_every_entry_domin
 def test_the_fraction_is_the_real_measurements_on_the_trivial_case():
     """measure/dominant_flow.py's rule, one position per sub-activation: the same number."""
     weights, masks, gradient = trivial_flow.draw_net(np.random.default_rng(2), 6, 2, 0.5, 1.0, 40, True, noise_std=0.5)
-    magnitude = np.abs(trivial_flow.flow_matrix(weights, masks, gradient))
-    own = np.diagonal(magnitude, axis1=1, axis2=2)
-    share = dominant_flow.dominant_share(torch.tensor(own)[..., None], torch.tensor(magnitude.sum(axis=2) - own)[..., None])
+    flow = trivial_flow.flow_matrix(weights, masks, gradient)
+    own = np.diagonal(flow, axis1=1, axis2=2)
+    share = dominant_flow.dominant_share(torch.tensor(np.abs(own))[..., None], torch.tensor(np.abs(flow.sum(axis=2) - own))[..., None])
     fraction = trivial_flow.dominant_fraction(trivial_flow.flow_matrix(weights, masks, gradient))
     assert 0 < fraction < 1 and fraction == pytest.approx(float(share))
+
+
+def test_normal_sources_give_equation_14s_probability_as_the_text_says():
+    """"If the distribution is normal, [the fraction] should be only affected by the dimension of
+    [n] by Equation 14": with every source's gradient an independent N(0, 1), an entry is dominant
+    when |X| > |Y|, Y the sum of the n - 1 others, N(0, n - 1), which Equation 14 (noise-f13's
+    closed form) gives as (2 / pi) arctan(1 / sqrt(n - 1)): 0.161 at n = 16. Summing the others'
+    magnitudes instead would make almost no entry dominant."""
+    for n in (4, 16):
+        flow = np.random.default_rng(4).standard_normal((20000, n, n))
+        assert trivial_flow.dominant_fraction(flow) == pytest.approx(2 / np.pi * np.arctan(1 / np.sqrt(n - 1)), abs=0.005)
 
 
 @pytest.mark.parametrize("residual", [True, False])

@@ -22,8 +22,9 @@ elsewhere, back-propagated through D_k and W_k^T of each layer k above l,
     M = W_{l+1}^T D_{l+1} ... W_L^T D_L diag(G),   M_j its column j.
 
 Entry i lies on final entry i's signal-activation path (the identity path), so its ratio (the
-text's equation 6) is |M_i[i]| / sum_{j != i} |M_j[i]|: "how much of the gradient of [a^l_i] is
-from the gradient of [a^L_i] when compared to the sum of all other sources". As in the real
+text's equation 6) is |M_i[i]| / |sum_{j != i} M_j[i]|: "how much of the gradient of [a^l_i] is
+from the gradient of [a^L_i] when compared to the sum of all other sources", the sources summed
+with their signs (measure/dominant_flow.py says why: the text's Equation 14). As in the real
 measurement, 0 / 0 (no gradient reaches i) counts 0 and x / 0 (only its own path does) infinity.
 The fraction (equation 13) is the share of the n entries whose ratio exceeds 1 (inequality 5),
 averaged over `draws` independent nets. Only the `layers` = L - l layers above the measured layer
@@ -64,11 +65,10 @@ def flow_matrix(weights: np.ndarray, masks: np.ndarray, gradient: np.ndarray) ->
 
 
 def dominant_fraction(flow: np.ndarray) -> float:
-    """Of M (draws, n, n): the share of entries whose ratio |M[i, i]| / sum_{j != i} |M[i, j]|
+    """Of M (draws, n, n): the share of entries whose ratio |M[i, i]| / |sum_{j != i} M[i, j]|
     exceeds 1 (0 / 0 counts 0, x / 0 infinity), averaged over the draws."""
-    magnitude = np.abs(flow)
-    own = np.diagonal(magnitude, axis1=1, axis2=2)
-    elsewhere = magnitude.sum(axis=2) - own
+    along_path = np.diagonal(flow, axis1=1, axis2=2)
+    own, elsewhere = np.abs(along_path), np.abs(flow.sum(axis=2) - along_path)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(own > 0, own / elsewhere, 0.0)
     return float((ratio > 1).mean())
