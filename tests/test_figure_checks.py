@@ -1,5 +1,9 @@
 """Figure verdicts (analysis/figure_checks.py) on hand-made figures.csv rows whose answer is known."""
 
+import os
+import re
+from pathlib import Path
+
 import pandas as pd
 import pytest
 import yaml
@@ -128,11 +132,12 @@ FIGURE = {"paper": "iter", "caption": "c", "measurement": "l2_ratio", "claim": "
 
 @pytest.mark.parametrize("checks, message", [
     ({"claim": "c", "test": "below"}, "checks: expected a list of checks"),
-    ([{"claim": "c", "test": "lower", "value": 0}], "checks[0]: test='lower' unknown; allowed: below, above"),
-    ([{"claim": "c", "test": "below"}], "checks[0]: missing key 'value' (test below)"),
-    ([{"test": "below", "value": 0}], "checks[0]: missing key 'claim' (test below)"),
-    ([{"claim": "c", "test": "rises", "along": "block", "value": 0}], "checks[0]: unknown key 'value'; allowed for test rises"),
-    ([{"claim": "c", "test": "ordered", "cells": ["net", "other net"]}], "checks[0].cells: 'other net' is not a cell of this figure"),
+    ([{"claim": "c", "source": "s", "test": "lower", "value": 0}], "checks[0]: test='lower' unknown; allowed: below, above"),
+    ([{"claim": "c", "source": "s", "test": "below"}], "checks[0]: missing key 'value' (test below)"),
+    ([{"source": "s", "test": "below", "value": 0}], "checks[0]: missing key 'claim' (test below)"),
+    ([{"claim": "c", "test": "below", "value": 0}], "checks[0]: missing key 'source' (test below)"),
+    ([{"claim": "c", "source": "s", "test": "rises", "along": "block", "value": 0}], "checks[0]: unknown key 'value'; allowed for test rises"),
+    ([{"claim": "c", "source": "s", "test": "ordered", "cells": ["net", "other net"]}], "checks[0].cells: 'other net' is not a cell of this figure"),
 ])
 def test_a_bad_check_names_the_figure_and_the_check(tmp_path, checks, message):
     (tmp_path / "f.yaml").write_text(yaml.safe_dump({"iter-fx": {**FIGURE, "checks": checks}}))
@@ -237,7 +242,7 @@ def test_a_bad_difference_names_the_figure(tmp_path, differences, message):
 
 
 def test_a_check_may_read_a_difference_by_its_label(tmp_path):
-    check = {"claim": "c", "test": "below", "value": 0, "cells": ["gap"]}
+    check = {"claim": "c", "source": "s", "test": "below", "value": 0, "cells": ["gap"]}
     entry = {**DIFFERENCE_FIGURE, "differences": [{"label": "gap", "of": "net", "minus": "plain", "abs": True}], "checks": [check]}
     (tmp_path / "f.yaml").write_text(yaml.safe_dump({"iter-fx": entry}))
     assert load_figures([tmp_path / "f.yaml"])["iter-fx"]["differences"][0]["abs"] is True
@@ -277,3 +282,194 @@ def test_falls_more_compares_the_first_to_last_ratio_of_two_cells():
     assert not holds("falls_more", pd.concat([level, rows({"x + F": [2.0, 2.0]})]), cells=["SAS", "x + F"], along="block")  # equal: no
     one_point = rows({"SAS": [2.0]})
     assert not holds("falls_more", pd.concat([one_point, plain]), cells=["SAS", "x + F"], along="block")  # no curve to fall
+
+
+def test_spread_ordered_compares_the_largest_over_the_smallest_of_two_cells():
+    """rskip-f3: a 2x skip doubles the gradient at each block down (1, 2, 4: 4x), 1xSkip's is
+    about level (1, 1.2, 1.5: 1.5x); a curve of one point or a zero has no spread."""
+    both = pd.concat([rows({"2xSkip": [4.0, 2.0, 1.0]}), rows({"1xSkip": [1.0, 1.2, 1.5]})])
+    assert holds("spread_ordered", both, cells=["2xSkip", "1xSkip"], along="block")
+    assert not holds("spread_ordered", both, cells=["1xSkip", "2xSkip"], along="block")
+    assert TESTS["spread_ordered"].function(both, cells=["2xSkip", "1xSkip"], along="block")[1] == \
+        "largest / smallest across the blocks: 2xSkip 4, 1xSkip 1.5"
+    with_zero = pd.concat([rows({"2xSkip": [4.0, 0.0]}), rows({"1xSkip": [1.0, 1.2]})])
+    assert not holds("spread_ordered", with_zero, cells=["2xSkip", "1xSkip"], along="block")
+    assert not holds("spread_ordered", pd.concat([rows({"2xSkip": [4.0]}), rows({"1xSkip": [1.0, 1.2]})]), cells=["2xSkip", "1xSkip"], along="block")
+
+
+def test_varies_needs_every_curve_to_range_over_more_than_the_value():
+    """noise-f11e: the plain line is not horizontal (0.094 to 0.131 over p), the residual one is."""
+    frame = pd.concat([rows({"plain": [0.094, 0.11, 0.131]}), rows({"flat": [0.23, 0.234, 0.231]})])
+    assert holds("varies", frame[frame["label"] == "plain"], along="block", value=0.02)
+    assert not holds("varies", frame, along="block", value=0.02)  # one flat curve fails it
+    assert not holds("varies", frame[frame["label"] == "plain"], along="block", value=0.04)  # a range of 0.037: not more
+    assert TESTS["varies"].function(frame[frame["label"] == "plain"], along="block", value=0.02)[1] == "least range: 0.094 to 0.131 along block (plain)"
+
+
+def test_ratio_between_divides_the_cells_means_and_its_bounds_are_inclusive():
+    """rskip-f3: 2xSkip+LN's mean norm (3 and 5: 4) over 1xSkip's (2): 2, "approximately twice"."""
+    both = pd.concat([rows({"2xSkip+LN": [3.0, 5.0]}), rows({"1xSkip": [2.0, 2.0]})])
+    assert holds("ratio_between", both, cells=["2xSkip+LN", "1xSkip"], low=1.5, high=2.5)
+    assert holds("ratio_between", both, cells=["2xSkip+LN", "1xSkip"], low=2.0, high=2.0)
+    assert not holds("ratio_between", both, cells=["2xSkip+LN", "1xSkip"], low=2.1, high=3)
+    assert not holds("ratio_between", both, cells=["1xSkip", "2xSkip+LN"], low=1.5, high=2.5)  # 0.5
+    assert TESTS["ratio_between"].function(both, cells=["2xSkip+LN", "1xSkip"], low=1.5, high=2.5)[1] == \
+        "2xSkip+LN / 1xSkip: 4 / 2 = 2, in [1.5, 2.5]"
+
+
+def test_select_first_after_keeps_the_smallest_value_above_it():
+    """iter-f9-norms: the first snapshot after initialisation, whatever epochs the scale keeps."""
+    frame = pd.concat([rows({"net": [1.0]}, epoch=e) for e in (0, 2, 5)])
+    assert sorted(select(frame, {"claim": "c", "select": {"epoch": {"first_after": 0}}})["epoch"]) == [2]
+    assert sorted(select(frame, {"claim": "c", "select": {"epoch": {"first_after": 2}}})["epoch"]) == [5]
+
+
+def test_a_check_on_nets_that_did_not_learn_is_undecided_and_says_why():
+    """noise-f6: float64 nets at chance give a difference of exactly 0, which no verdict may read."""
+    data = pd.concat([rows({"a": [1.0, 2.0], "b": [1.0, 1.0]}, seed=s) for s in (0, 1)])
+    check = {"claim": "c", "test": "rises", "along": "block", "cells": ["a"]}
+    assert judge(data, check).verdict == "supported"
+    verdict = judge(data, check, {"a": "These nets did not learn at this scale."})
+    assert (verdict.verdict, verdict.seeds_holding, verdict.seeds) == ("undecided", 0, 2)
+    assert verdict.evidence == "not judged: a: These nets did not learn at this scale."
+    assert judge(data, check, {"b": "These nets did not learn."}).verdict == "supported"  # a cell the check does not read
+
+
+def test_a_check_needing_more_examples_than_a_value_rests_on_is_undecided():
+    """iter-f7: a group of 12 borderline examples, where one of them moves the accuracy 8 points."""
+    data = rows({"net": [40.0, 60.0]}).assign(examples=[12, 12])
+    check = {"claim": "c", "test": "rises", "along": "block", "min_examples": 30}
+    verdict = judge(data, check)
+    assert verdict.verdict == "undecided" and "a mean over 12 examples, fewer than the 30" in verdict.evidence
+    assert judge(data.assign(examples=[30, 30]), check).verdict == "supported"
+    assert judge(data, {k: v for k, v in check.items() if k != "min_examples"}).verdict == "supported"
+
+
+# A frame on which a check holds and one on which it fails, built from the check alone: its cells,
+# its selection, its test. A check that no frame can decide (a selection that leaves nothing, or a
+# test whose arguments contradict it) fails here.
+def _points(check: dict, column: str, n: int = 4) -> list:
+    """n values of `column` that the check's selection keeps."""
+    wanted = (check.get("select") or {}).get(column)
+    if isinstance(wanted, list):
+        return wanted if len(wanted) >= 2 or column != check.get("along") else [wanted[0], wanted[0] + 1]
+    if isinstance(wanted, dict) and "first_after" in wanted:
+        return [wanted["first_after"] + 1]
+    if isinstance(wanted, dict):
+        low, high = wanted.get("at_least"), wanted.get("at_most")
+        if low is not None and high is not None:
+            return [low + (high - low) * k / (n - 1) for k in range(n)]
+        return [low + k for k in range(n)] if low is not None else [high - n + 1 + k for k in range(n)]
+    if wanted is not None and wanted not in ("max", "min"):
+        return [wanted]
+    return list(range(1, n + 1)) if column == check.get("along") else [1]
+
+
+def _pattern(check: dict, labels: list[str], along_values: list, holding: bool) -> dict:
+    """{label: value at each point along} for which the check's test holds (or fails)."""
+    test, cells, n = check["test"], check.get("cells") or labels, len(along_values)
+    rising = [1.0 + k for k in range(n)]
+    if test in ("below", "above"):
+        value = check["value"]
+        inside = value - 1 if test == "below" else value + 1
+        return {label: [inside if holding else 2 * value - inside] * n for label in labels}
+    if test in ("rises", "falls"):
+        up = (test == "rises") == holding
+        return {label: rising if up else rising[::-1] for label in labels}
+    if test == "varies":
+        return {label: [1.0 + (2 * check["value"] * k if holding else 0.0) for k in range(n)] for label in labels}
+    if test in ("first_largest", "first_smallest"):
+        big_first = (test == "first_largest") == holding
+        return {label: [10.0 if big_first else 1.0] + [1.0 if big_first else 10.0] * (n - 1) for label in labels}
+    if test == "peak_between":
+        inside = [abs(p - (check["low"] + check["high"]) / 2) for p in along_values]
+        mode = inside.index(min(inside)) if holding else inside.index(max(inside))
+        return {label: [10.0 if k == mode else 1.0 for k in range(n)] for label in labels}
+    if test == "ordered":
+        means = [float(len(cells) - i) for i in range(len(cells))]
+        return {c: [m] * n for c, m in zip(cells, means if holding else means[::-1])}
+    if test == "ordered_at_each":
+        return {c: [m] * n for c, m in zip(cells, (2.0, 1.0) if holding else (1.0, 2.0))}
+    if test in ("falls_more", "spread_ordered"):
+        steep, level = [2.0 ** (n - k) for k in range(n)], [2.0] * n
+        return dict(zip(cells, (steep, level) if holding else (level, steep)))
+    if test == "ratio_between":
+        middle = (check["low"] + check["high"]) / 2
+        return dict(zip(cells, ([middle] * n, [1.0] * n) if holding else ([2 * check["high"] + 1] * n, [1.0] * n)))
+    raise AssertionError(f"no frame for test {test!r}: add one here")
+
+
+def decisive_frame(figure: dict, check: dict, holding: bool) -> pd.DataFrame:
+    labels = [d["label"] for d in figure.get("differences", [])] or [c["label"] for c in figure["cells"]]
+    along = check.get("along")
+    columns = [c for c in dict.fromkeys([*(check.get("select") or {}), *(check.get("mean_over") or [])]) if c != along]
+    along_values = _points(check, along, 3 if check["test"] == "peak_between" else 4) if along else [None]
+    if check["test"] == "peak_between":
+        along_values = [check["low"] - 1, (check["low"] + check["high"]) / 2, check["high"] + 1]
+    values = _pattern(check, labels, along_values, holding)
+    frame = []
+    for seed in (0, 1):
+        for label, curve in values.items():
+            for point, value in zip(along_values, curve):
+                base = {"figure": "f", "label": label, "run": f"{label}/seed{seed}", "seed": seed, "value": value,
+                        "examples": check.get("min_examples", 100)}
+                if along:
+                    base[along] = point
+                variants = [base]
+                for column in columns:  # a column averaged away takes two values; a selected one, what it keeps
+                    kept = _points(check, column, 2) if column in (check.get("mean_over") or []) else _points(check, column)[:1]
+                    variants = [{**v, column: k} for v in variants for k in kept]
+                frame += variants
+    return pd.DataFrame(frame)
+
+
+def _every_check(figures: dict) -> list:
+    return [pytest.param(entry, check, id=f"{fid} check {i}")
+            for fid, entry in figures.items() for i, check in enumerate(entry.get("checks", []), 1)]
+
+
+@pytest.mark.parametrize("figure, check", _every_check(load_figures("tests/fixtures/config/figures")))
+def test_every_check_holds_on_one_frame_and_fails_on_another(figure, check):
+    """No check of the papers' figures is vacuous or impossible by the way it is written: a frame of
+    its own cells and selection supports it, and one contradicts it."""
+    assert judge(decisive_frame(figure, check, True), check).verdict == "supported"
+    assert judge(decisive_frame(figure, check, False), check).verdict == "contradicted"
+
+
+@pytest.mark.config
+def test_every_check_of_config_holds_on_one_frame_and_fails_on_another():
+    for param in _every_check(load_figures("config/figures")):
+        figure, check = param.values
+        assert judge(decisive_frame(figure, check, True), check).verdict == "supported", param.id
+        assert judge(decisive_frame(figure, check, False), check).verdict == "contradicted", param.id
+
+
+def _quoted(source: str) -> list[str]:
+    return re.findall(r'"([^"]+)"', source)
+
+
+@pytest.mark.parametrize("directory", ["tests/fixtures/config/figures", pytest.param("config/figures", marks=pytest.mark.config)])
+def test_every_check_quotes_the_sentence_it_tests(directory):
+    """A check is the paper's sentence made testable: each says where, and quotes it."""
+    unquoted = [f"{fid} check {i}" for fid, entry in load_figures(directory).items()
+                for i, check in enumerate(entry.get("checks", []), 1) if not _quoted(check["source"])]
+    assert unquoted == []
+
+
+PAPERS = os.environ.get("RESREPRO_PAPERS")  # a folder of the papers' plain texts (000_*.txt ... 003_*.txt)
+PAPER_FILES = {"sas": "000_", "rskip": "001_", "noise": "002_", "iter": "003_"}
+
+
+@pytest.mark.config
+@pytest.mark.skipif(not PAPERS, reason="RESREPRO_PAPERS names no folder of the papers' texts (the project does not hold them)")
+def test_every_checks_quote_is_in_its_paper():
+    """Each quoted passage (its parts between " ... ") is in the paper's text, whitespace, case,
+    punctuation and hyphenation at line ends aside."""
+    def plain(text: str) -> str:
+        return re.sub(r"[^a-z0-9]", "", text.lower())
+
+    texts = {paper: plain(next(Path(PAPERS).glob(f"{prefix}*.txt")).read_text()) for paper, prefix in PAPER_FILES.items()}
+    missing = [f"{fid} check {i}: {part!r}" for fid, entry in load_figures("config/figures").items()
+               for i, check in enumerate(entry.get("checks", []), 1)
+               for quote in _quoted(check["source"]) for part in quote.split(" ... ") if plain(part) not in texts[entry["paper"]]]
+    assert missing == []

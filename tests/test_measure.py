@@ -17,7 +17,7 @@ from resrepro.residual import ConfigError
 
 from fake_runs import TABLES, plan_for, tiny_config, write_metrics
 
-SETTINGS = {"examples": 10000, "split": "test", "batch_size": 7}
+SETTINGS = {"examples": 10000, "split": "test", "batch_size": 7, "blocks": "all"}
 
 
 def sigmoid(z: float) -> float:
@@ -66,6 +66,16 @@ def test_gates_average_over_exactly_the_examples_asked():
     frame = measure_gates(net, data, {**SETTINGS, "examples": 4, "batch_size": 3}, torch.device("cpu"))
     alphas = torch.cat(seen)
     assert len(alphas) == 4 and frame.loc[(frame.block == 1) & (frame.quantity == "alpha"), "value"].item() == pytest.approx(alphas.mean().item())
+
+
+def test_gates_of_the_middle_stage_only_keep_their_numbers_in_the_whole_net():
+    """"We only show the representative blocks at the middle of the model": a depth-8 net has a
+    block a stage (16, 32, 64 channels), so the middle stage is block 2 alone."""
+    frame = measure_gates(constant_gates_net(), tiny_data(), {**SETTINGS, "blocks": "middle"}, torch.device("cpu"))
+    assert sorted(set(frame["block"])) == [2] and len(frame) == 3
+    assert frame.set_index("quantity").loc["alpha", "value"] == pytest.approx(sigmoid(2))
+    with pytest.raises(ValueError, match="blocks='top' is invalid"):
+        measure_gates(constant_gates_net(), tiny_data(), {**SETTINGS, "blocks": "top"}, torch.device("cpu"))
 
 
 def test_gates_refuse_a_model_without_sas():
@@ -134,7 +144,7 @@ def test_a_figure_cell_reuses_the_tables_run_and_has_its_settings():
     (m,) = plan.measures
     sas_row = next(r for r in plan.rows if r["label"] == "SAS with LN")
     assert m["runs"] == sas_row["runs"] and len(plan.runs) == 3  # three cells of sas-t7, nothing more
-    assert m["settings"] == {"examples": 10000, "split": "test", "batch_size": 500}
+    assert m["settings"] == {"examples": 10000, "split": "test", "batch_size": 500, "blocks": "middle"}
     assert experiments.measure_settings(plan, m["runs"][0], "sas_gates") == m["settings"]
     assert not experiments.make_plan(config | {"figures": []}).measures
     every = experiments.make_plan(config | {"figures": "all"}).measures  # sas-t7 is paper 000's: its figures

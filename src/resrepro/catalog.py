@@ -185,7 +185,7 @@ MEASUREMENTS: dict[str, MeasurementSpec] = {
     m.name: m
     for m in (
         # paper 000 Fig. 3: "averaging over 10,000 experimental examples" (CIFAR-10's test set)
-        MeasurementSpec("sas_gates", "classification", "per_block", {"examples": 10000, "split": "test", "batch_size": 500}, "gates"),
+        MeasurementSpec("sas_gates", "classification", "per_block", {"examples": 10000, "split": "test", "batch_size": 500, "blocks": "all"}, "gates"),
         # paper 003 Sec. 4.1-4.2, on training and held-out data (measure/blocks.py)
         MeasurementSpec("l2_ratio", "classification", "per_block", {"examples": 10000, "splits": ["train", "test"], "batch_size": 500}, "blocks"),
         # Sec. 4.2: "make predictions using the rest of network on validation set"

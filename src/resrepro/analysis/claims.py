@@ -3,7 +3,8 @@
 A claim rests on evidence: table rows (each with its verdict against its baseline, aggregate.py)
 and figure checks (figure_checks.judge). Its verdict is unanimous over the evidence that ran:
 supported or contradicted only when every piece says so, diverged when every row's runs diverged,
-no result when none finished, inconclusive when they disagree or are inconclusive, not run when
+no result when none finished, undecided when no run could show it (figure_checks.undecidable),
+inconclusive when they disagree or are inconclusive, not run when
 none of it is in this run (its tables and figures were not selected).
 """
 
@@ -93,12 +94,12 @@ def row_verdict(row: pd.Series) -> str:
 
 def claim_verdict(verdicts: list[str]) -> str:
     """The claim's verdict from its evidence's (None: a piece not in this run). Unanimity:
-    supported, contradicted, diverged or no result when every piece that ran says so; not run when
+    supported, contradicted, diverged, no result or undecided when every piece that ran says so; not run when
     none ran; otherwise inconclusive (pieces disagree, or are inconclusive)."""
     ran = [v for v in verdicts if v is not None and v not in NOT_EVIDENCE]
     if not ran:
         return "not run"
-    for unanimous in ("supported", "contradicted", "diverged", "no result"):
+    for unanimous in ("supported", "contradicted", "diverged", "no result", "undecided"):
         if all(v == unanimous for v in ran):
             return unanimous
     return "inconclusive"

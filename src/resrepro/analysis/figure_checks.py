@@ -4,14 +4,21 @@ A figure's claim is a shape (negative in every block, falling with depth, larger
 in another), not one number, so each entry may list `checks:`, one per part of the claim:
 
     checks:
-      - {claim: "negative in every block", test: below, value: 0, select: {quantity: "cos(F(h), dL/dh)"}}
+      - {claim: "negative in every block", source: 'Sec. 4.1: "..."', test: below, value: 0, select: {quantity: "cos(F(h), dL/dh)"}}
+
+- `source` says where the paper says it and quotes the sentence the check makes testable.
 
 - `select` keeps the rows whose columns have these values (a list: any of them; "max"/"min":
-  the column's largest/smallest; {at_least: x}, {at_most: x}); `cells` keeps these cells (their labels);
+  the column's largest/smallest; {at_least: x}, {at_most: x}; {first_after: x}: the smallest value
+  above x, e.g. the first snapshot after initialisation); `cells` keeps these cells (their labels);
   `mean_over` averages these columns away first (e.g. the blocks, for a trend over epochs).
 - `test` is one of TESTS, each true or false on one seed's rows (below).
 The verdict: "supported" when the test holds for every seed measured, "contradicted" when it
-fails for every one, "inconclusive" when seeds disagree, "no result" without a measured seed.
+fails for every one, "inconclusive" when seeds disagree, "no result" without a measured seed, and
+"undecided" when the runs cannot show what the check tests: a cell it reads holds nets that did not
+learn (aggregate.unlearned_note: a claim about trained nets says nothing of them), or its rows
+average over fewer examples than its `min_examples` (e.g. a handful of borderline examples, where
+one example decides the test).
 The paper draws each figure from one run, so one seed can support a shape; the report prints how
 many seeds were measured beside the verdict. The evidence is the test on the mean over seeds.
 """
@@ -126,6 +133,14 @@ def falls(rows, along: str):
     return holds, f"{'least fall' if holds else 'does not fall'}: {first:.3g} to {last:.3g} along {along} ({where})"
 
 
+@_test("varies", ("along", "value"))
+def varies(rows, along: str, value: float):
+    """In every curve, the largest and the smallest value along `along` differ by more than
+    `value`: "the blue line in Figure 11 (e) is not horizontal"."""
+    holds, (_, low, high, where) = _every_curve(rows, along, lambda values: (values.max() - values.min() - value, values.min(), values.max()))
+    return holds, f"{'least range' if holds else 'range within ' + format(value, 'g')}: {low:.3g} to {high:.3g} along {along} ({where})"
+
+
 @_test("first_largest", ("along",))
 def first_largest(rows, along: str):
     """In every curve, the first point along `along` exceeds the mean of the others."""
@@ -174,6 +189,35 @@ def falls_more(rows, cells: list[str], along: str):
     return holds, f"first {along} / last: " + ", ".join(f"{c} {r:.3g}" for c, r in zip(cells, ratios))
 
 
+def _cell_curve(rows, cell: str, along: str):
+    """One cell's values along `along`, each the mean over the cell's other columns."""
+    return rows[rows["label"] == cell].groupby(along)["value"].mean().sort_index()
+
+
+@_test("spread_ordered", ("cells", "along"))
+def spread_ordered(rows, cells: list[str], along: str):
+    """The first cell's values spread more across `along` than the second's, as the ratio of the
+    largest to the smallest (each the mean over the cell's other columns): "simply scaling the skip
+    causes severe gradient malformation ... With normalization ... the gradient malformation is
+    generally mitigated". Values must be positive (norms)."""
+    spreads = []
+    for cell in cells:
+        curve = _cell_curve(rows, cell, along)
+        spreads.append(float(curve.max() / curve.min()) if len(curve) > 1 and curve.min() > 0 else float("nan"))
+    holds = spreads[0] > spreads[1]  # False where either is undefined (NaN)
+    return holds, f"largest / smallest across the {along}s: " + ", ".join(f"{c} {r:.3g}" for c, r in zip(cells, spreads))
+
+
+@_test("ratio_between", ("cells", "low", "high"))
+def ratio_between(rows, cells: list[str], low: float, high: float):
+    """The first cell's mean value over the second's lies between `low` and `high`: "2xSkip+LN is
+    approximately twice 1xSkip"."""
+    first, second = (float(rows.loc[rows["label"] == c, "value"].mean()) for c in cells)
+    ratio = first / second if second else float("nan")
+    holds = low <= ratio <= high
+    return holds, f"{cells[0]} / {cells[1]}: {first:.3g} / {second:.3g} = {ratio:.3g}, {'' if holds else 'not '}in [{low:g}, {high:g}]"
+
+
 @_test("ordered_at_each", ("cells", "along"), ("share",))
 def ordered_at_each(rows, cells: list[str], along: str, share: float = 1.0):
     """At least `share` of the points along `along` (every one by default) have the first cell's
@@ -199,6 +243,8 @@ def select(data, check: dict):
         values = rows[column]
         if wanted in ("max", "min"):
             rows = rows[values == getattr(values, wanted)()]
+        elif isinstance(wanted, dict) and "first_after" in wanted:
+            rows = rows[values == values[values > wanted["first_after"]].min()]
         elif isinstance(wanted, dict):  # {at_least: x} and/or {at_most: x}
             rows = rows[(values >= wanted.get("at_least", -float("inf"))) & (values <= wanted.get("at_most", float("inf")))]
         else:
@@ -209,8 +255,9 @@ def select(data, check: dict):
     return rows
 
 
-def judge(data, check: dict) -> FigureVerdict:
-    """One check on a figure's rows of figures.csv (every seed): the verdict and its evidence."""
+def judge(data, check: dict, unlearned: dict[str, str] | None = None) -> FigureVerdict:
+    """One check on a figure's rows of figures.csv (every seed): the verdict and its evidence.
+    `unlearned`: the cells (labels) whose nets did not learn, with what their note says."""
     test = TESTS[check["test"]]
     args = {k: check[k] for k in (*test.args, *test.optional) if k in check}
     rows = select(data, check) if len(data) else data
@@ -219,12 +266,30 @@ def judge(data, check: dict) -> FigureVerdict:
     # the seeds that measured every cell the check reads (a cell's missing run: not that seed)
     needed = check.get("cells") or sorted(set(rows["label"]))
     seeds = sorted(s for s, r in rows.groupby("seed") if set(needed) <= set(r["label"]))
+    if seeds and (why := undecidable(rows[rows["seed"].isin(seeds)], needed, check, unlearned or {})):
+        return FigureVerdict(check["claim"], UNDECIDED, 0, len(seeds), why)
     holding = sum(bool(test.function(rows[rows["seed"] == s].drop(columns="seed"), **args)[0]) for s in seeds)
     keys = [c for c in rows.columns if c not in ("value", "seed", "run", "examples") and rows[c].notna().any()]
     mean = rows[rows["seed"].isin(seeds)].groupby(keys, as_index=False, sort=False, dropna=False)["value"].mean()
     evidence = test.function(mean, **args)[1] if seeds else "no seed measured every cell"
     verdict = "no result" if not seeds else "supported" if holding == len(seeds) else "contradicted" if holding == 0 else "inconclusive"
     return FigureVerdict(check["claim"], verdict, holding, len(seeds), evidence, resolvable_difference(rows, check, seeds))
+
+
+UNDECIDED = "undecided"
+
+
+def undecidable(rows, cells: list[str], check: dict, unlearned: dict[str, str]) -> str | None:
+    """Why these rows cannot decide the check (None when they can): a cell whose nets did not
+    learn, or fewer examples behind a value than the check's `min_examples`."""
+    if failed := [c for c in cells if unlearned.get(c)]:
+        return f"not judged: {failed[0]}: {unlearned[failed[0]]}"
+    if "min_examples" in check and "examples" in rows and rows["examples"].notna().any():
+        fewest = int(rows["examples"].min())
+        if fewest < check["min_examples"]:
+            return (f"not judged: a value here is a mean over {fewest} examples, fewer than the {check['min_examples']} "
+                    "the check needs for one example not to decide it")
+    return None
 
 
 def resolvable_difference(rows, check: dict, seeds: list) -> float | None:
@@ -242,4 +307,4 @@ def resolvable_difference(rows, check: dict, seeds: list) -> float | None:
 def check_keys(check: dict) -> tuple[set[str], set[str]]:
     """(required, allowed) keys of a check, for the config's validation."""
     test = TESTS[check["test"]]
-    return {"claim", "test", *test.args}, {"claim", "test", "select", "cells", "mean_over", *test.args, *test.optional}
+    return {"claim", "source", "test", *test.args}, {"claim", "source", "test", "select", "cells", "mean_over", "min_examples", *test.args, *test.optional}

@@ -33,12 +33,16 @@ def judge_figures(figures: dict, data: pd.DataFrame, cells: pd.DataFrame) -> dic
     for figure_id in judged_figures(figures, cells):
         entry = figures[figure_id]
         fdata = data[data["figure"] == figure_id]
+        mine = cells[cells["figure"] == figure_id]
+        unlearned = {label: note for label, note in zip(mine["label"], mine.get("unlearned", [""] * len(mine))) if isinstance(note, str) and note}
         if entry.get("differences"):  # the figure shows its cells' differences, and its checks read them
             fdata = figure_differences(fdata, entry["differences"])
             differences.append(fdata)
-            difference_cells += [{"figure": figure_id, **cell}
-                                 for cell in difference_summaries(fdata, entry, cells[cells["figure"] == figure_id])]
-        checks += [{"figure": figure_id, "check": number, **asdict(figure_checks.judge(fdata, check))}
+            difference_cells += [{"figure": figure_id, **cell} for cell in difference_summaries(fdata, entry, mine)]
+            # a difference of two cells is no more learned than either of them
+            unlearned = {d["label"]: unlearned.get(d["of"]) or unlearned.get(d["minus"]) for d in entry["differences"]
+                         if unlearned.get(d["of"]) or unlearned.get(d["minus"])}
+        checks += [{"figure": figure_id, "check": number, **asdict(figure_checks.judge(fdata, check, unlearned))}
                    for number, check in enumerate(entry.get("checks", []), 1)]
     return {
         "figure_checks": pd.DataFrame(checks, columns=CHECK_COLUMNS),

@@ -14,10 +14,12 @@ removing 1 from the ID entries, because the intent of the term is to measure cha
 coefficients" (Sec. 5). A residual layer whose weights are 0 has an infinite cushion; a plain
 layer whose weights are the identity on C channels of H x W has 1 / sqrt(C H W).
 
-final_activations (SM D.4, Fig. 10): the distribution of the final activation (the last block's
-output, before pooling) and of the loss's gradient with respect to it, the quantity the text's
-dominant-flow analysis models as normal with mean 0 ("the distribution of the final activation
-of real residual networks follows Normal distribution with mean close to zero").
+final_activations (SM D.4, Fig. 10): the distribution of the final activation a^L (the average
+pool's output after the last ReLU: "the outputs of the average layer following the ReLU function",
+SM D.4.2) and of the loss's gradient G with respect to it, whose entries the text's dominant-flow
+analysis takes as normal with mean 0 ("Taking the mean of the distribution of entries of [G] to be
+zero simplifies the analysis but is still reasonable because the distribution of the final
+activation of real residual networks follows Normal distribution with mean close to zero").
 """
 
 from __future__ import annotations

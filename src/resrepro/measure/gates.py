@@ -12,6 +12,7 @@ import torch
 
 from ..data.images import normalize
 from ..residual import SAS
+from .blocks import middle_stage
 from . import register
 
 QUANTITIES = {"a": "alpha", "b": "beta", "gamma": "gamma"}  # SAS.last_gates key -> column value
@@ -25,10 +26,15 @@ def sas_blocks(model: torch.nn.Module) -> list[SAS]:
 def measure_gates(model: torch.nn.Module, data: dict, settings: dict, device: torch.device) -> pd.DataFrame:
     """One row per block and quantity: block (1-based, bottom to top), quantity (alpha, beta,
     gamma = the weight of N(x + F): (1-alpha)(1-beta) when tied), value (its mean over the
-    examples), examples (how many)."""
+    examples), examples (how many). `blocks: middle` keeps the blocks of the middle stage (by their
+    width), numbered as in the whole net: "We only show the representative blocks at the middle of
+    the model" (paper 000, Sec. 5)."""
     blocks = sas_blocks(model)
     if not blocks:
         raise ValueError("sas_gates: the model has no SAS residual (is the run's variant sas?)")
+    if settings["blocks"] not in ("all", "middle"):
+        raise ValueError(f"sas_gates: blocks={settings['blocks']!r} is invalid; expected all or middle")
+    kept = middle_stage([(b.dim,) for b in blocks]) if settings["blocks"] == "middle" else range(len(blocks))
     x_all, n = data[f"{settings['split']}_x"], min(settings["examples"], len(data[f"{settings['split']}_x"]))
     sums = {(i, q): 0.0 for i in range(len(blocks)) for q in QUANTITIES}
     model.eval()
@@ -40,7 +46,7 @@ def measure_gates(model: torch.nn.Module, data: dict, settings: dict, device: to
                 for q in QUANTITIES:  # per example: a scalar per example (conv layout)
                     sums[i, q] += block.last_gates[q].float().flatten(1).mean(1).sum().item()
     return pd.DataFrame([{"block": i + 1, "quantity": QUANTITIES[q], "value": total / n, "examples": n}
-                         for (i, q), total in sums.items()])
+                         for (i, q), total in sums.items() if i in kept])
 
 
 def summarize_gates(frame: pd.DataFrame) -> str:
