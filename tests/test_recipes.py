@@ -479,3 +479,19 @@ def test_a_scale_whose_average_reaches_into_the_warm_up_is_refused_naming_its_ke
     cfg["scale"] = experiments.REHEARSAL  # whose numbers mean nothing: not checked
     cfg["translation"]["refine"] = []
     experiments.make_plan(cfg)
+
+
+@pytest.mark.parametrize("path", [*(f"{CONFIG}/{s}.yaml" for s in ("mini", "gpu-day", "paper")),
+                                  *(pytest.param(f"config/{s}.yaml", marks=pytest.mark.config) for s in ("mini", "gpu-day", "paper"))])
+def test_every_scale_averages_checkpoints_after_the_warm_up_in_the_last_half(path):
+    """Every translation and captioning run of each scale whose numbers are read, every refinement
+    applied: its averaged checkpoints stand for the trained model."""
+    from snakemake.utils import validate
+
+    with open(path) as f:
+        config = yaml.safe_load(f)
+    validate(config, "workflow/schemas/config.schema.yaml")
+    plan = experiments.make_plan(config)
+    sequence_runs = [run for run in plan.runs.values() if run.task in ("translation", "captioning")]
+    assert sequence_runs
+    assert [run.path for run in sequence_runs if recipes.averaging_problem(run.task, json.loads(run.recipe_json))] == []
