@@ -347,6 +347,9 @@ def test_a_figure_section_shows_the_claim_what_each_cell_shows_and_its_drawing(t
     # its checks: alpha 0.95 above 0.9 everywhere, beta rises, gamma falls; one seed of two measured
     checks = table_rows(html, "sas-f3", which=0)
     assert [(c["verdict"], c["seeds where it holds"]) for c in checks] == [("supported", "1/1")] * 3
+    source = load_figures(FIGURES)["sas-f3"]["checks"][1]["source"]  # the sentence the check tests, beside it
+    assert checks[1]["part of the claim checked"] == "beta grows with depth (last block above the first)" + source
+    checks[1]["part of the claim checked"] = "beta grows with depth (last block above the first)"
     assert checks[1] == {"part of the claim checked": "beta grows with depth (last block above the first)", "verdict": "supported",
                          "seeds where it holds": "1/1", "evidence (mean over seeds)": "least rise: 0.1 to 0.3 along block (SAS (LN), beta)",
                          "smallest difference these seeds resolve": "–"}
