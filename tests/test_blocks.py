@@ -446,7 +446,10 @@ def test_borderline_groups_and_what_the_last_block_does_to_them():
     assert by[1, "borderline", "loss"] == pytest.approx(loss(s1[:2]).mean().item(), rel=1e-5)
     assert by[2, "all", "loss"] == pytest.approx(loss(s1 + 0.5).mean().item(), rel=1e-5)
     assert by[2, "correct", "entropy"] == pytest.approx(entropy(s1[2] + 0.5).item(), rel=1e-4)
-    assert frame["examples"].eq(4).all()
+    # a group's values are means over its own examples (2 borderline, 1 correct, 4 in all); its share, over the split's 4
+    sizes = frame[frame["quantity"] != "share of examples (%)"].groupby("group")["examples"].unique()
+    assert {g: list(v) for g, v in sizes.items()} == {"all": [4], "borderline": [2], "correct": [1]}
+    assert frame.loc[frame["quantity"] == "share of examples (%)", "examples"].eq(4).all()
 
 
 def test_the_borderline_margin_is_strict_and_correct_starts_at_it():

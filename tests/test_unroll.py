@@ -171,7 +171,11 @@ def test_unroll_rows_name_each_groups_size_and_an_empty_group_has_no_value():
     d["test_y"] = (d["test_x"].float().mean(dim=(1, 2, 3)) >= 128).long()  # what the flipping block predicts
     frame = measure_unroll(Net(Block(-2.0)), d, {**SETTINGS, "scale": 1.0}, CPU)
     assert list(frame.columns) == ["split", "step", "group", "quantity", "value", "examples", "unrolled_block"]
-    assert frame["examples"].eq(4).all() and frame["unrolled_block"].eq(1).all()
+    assert frame["unrolled_block"].eq(1).all()
+    # a group's values are means over its own examples (none borderline here); its share, over the split's 4
+    values = frame[frame["quantity"] != "share of examples (%)"]
+    assert values.loc[values["group"] == "borderline", "examples"].eq(0).all() and values.loc[values["group"] == "all", "examples"].eq(4).all()
+    assert frame.loc[frame["quantity"] == "share of examples (%)", "examples"].eq(4).all()
     share = frame[frame["quantity"] == "share of examples (%)"].pivot_table(index="step", columns="group", values="value")
     assert list(share.index) == [0, 1, 2, 3]
     assert (share["all"] == 100.0).all() and (share["borderline"] == 0.0).all() and (share["correct"] == 100.0).all()

@@ -63,7 +63,8 @@ def logits_after(model: torch.nn.Module, blocks: list, i: int, x: torch.Tensor) 
 
 def measure_borderline(model: torch.nn.Module, data: dict, settings: dict, device: torch.device) -> pd.DataFrame:
     """Rows (split, block, group, quantity, value, examples): per measured block and group, the mean
-    loss, accuracy and entropy; `examples` is the group's size."""
+    loss, accuracy and entropy, `examples` the group's size (what the mean is over); and the group's
+    share of the examples, `examples` the split's."""
     blocks = require_blocks(model, "borderline")
     last = list(range(max(0, len(blocks) - settings["last_blocks"]), len(blocks)))
     sums: dict = {}
@@ -79,7 +80,7 @@ def measure_borderline(model: torch.nn.Module, data: dict, settings: dict, devic
                 for i, logits in zip(last, per_block):
                     add_group_sums(sums, (split, i + 1), logits, y, members)
     rows = [{"split": split, "block": block, "group": group, "quantity": metric,
-             "value": total / sizes[split, group] if sizes[split, group] else float("nan"), "examples": sizes[split, "all"]}
+             "value": total / sizes[split, group] if sizes[split, group] else float("nan"), "examples": sizes[split, group]}
             for (split, block, group, metric), total in sums.items()]
     rows += [{"split": split, "block": i + 1, "group": group, "quantity": "share of examples (%)",
               "value": 100.0 * sizes[split, group] / sizes[split, "all"], "examples": sizes[split, "all"]}

@@ -113,7 +113,8 @@ def every_call(combiners: list[nn.Module]):
 
 def measure_unroll(model: nn.Module, data: dict, settings: dict, device: torch.device) -> pd.DataFrame:
     """Rows (split, step, group, quantity, value, examples, unrolled_block): after `step` extra steps
-    of the unrolled block, each group's mean loss, accuracy and entropy, and its share of the examples."""
+    of the unrolled block, each group's mean loss, accuracy and entropy (`examples`: the group's size,
+    what the mean is over), and its share of the examples (`examples`: the split's)."""
     require_blocks(model, "unroll")
     sums, sizes, index = {}, {}, None
     model.eval()
@@ -129,7 +130,7 @@ def measure_unroll(model: nn.Module, data: dict, settings: dict, device: torch.d
                 for step, logits in enumerate(per_step):
                     add_group_sums(sums, (split, step), logits, y, members)
     rows = [{"split": split, "step": step, "group": group, "quantity": metric,
-             "value": total / sizes[split, group] if sizes[split, group] else float("nan"), "examples": sizes[split, "all"]}
+             "value": total / sizes[split, group] if sizes[split, group] else float("nan"), "examples": sizes[split, group]}
             for (split, step, group, metric), total in sums.items()]
     rows += [{"split": split, "step": step, "group": group, "quantity": "share of examples (%)",
               "value": 100.0 * sizes[split, group] / sizes[split, "all"], "examples": sizes[split, "all"]}

@@ -88,8 +88,9 @@ def figure_ran_as(fdata: pd.DataFrame, runs: pd.DataFrame, scale: str) -> str:
     if measured.empty:
         return ""
     parts = [_listed(DATASET_NAMES.get(d, d) for d in measured["dataset"]), _listed(measured["arch"])]
-    if "examples" in fdata and fdata["examples"].notna().any():
-        parts.append(f"{_listed(f'{int(n):,}' for n in sorted(fdata['examples'].dropna().unique(), reverse=True))} examples a measurement")
+    if "examples" in fdata and fdata["examples"].notna().any():  # a split's size: its largest count (a group's is a part of it)
+        counts = fdata.groupby("split")["examples"].max() if "split" in fdata and fdata["split"].notna().any() else fdata["examples"]
+        parts.append(f"{_listed(f'{int(n):,}' for n in sorted(counts.dropna().unique(), reverse=True))} examples a measurement")
     seeds = sorted(fdata.groupby("label")["run"].nunique())
     count = f"{seeds[0]}" if seeds[0] == seeds[-1] else f"{seeds[0]}-{seeds[-1]}"
     parts.append(f"{count} seed{'s' if seeds[-1] != 1 else ''} per cell")
