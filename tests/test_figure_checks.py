@@ -342,6 +342,7 @@ def test_a_check_needing_more_examples_than_a_value_rests_on_is_undecided():
     verdict = judge(data, check)
     assert verdict.verdict == "undecided" and "a mean over 12 examples, fewer than the 30" in verdict.evidence
     assert judge(data.assign(examples=[30, 30]), check).verdict == "supported"
+    assert "a mean over 1 example, fewer" in judge(data.assign(examples=[1, 1]), check).evidence
     assert judge(data, {k: v for k, v in check.items() if k != "min_examples"}).verdict == "supported"
 
 

@@ -287,7 +287,7 @@ def undecidable(rows, cells: list[str], check: dict, unlearned: dict[str, str]) 
     if "min_examples" in check and "examples" in rows and rows["examples"].notna().any():
         fewest = int(rows["examples"].min())
         if fewest < check["min_examples"]:
-            return (f"not judged: a value here is a mean over {fewest} examples, fewer than the {check['min_examples']} "
+            return (f"not judged: a value here is a mean over {fewest} example{'s' if fewest != 1 else ''}, fewer than the {check['min_examples']} "
                     "the check needs for one example not to decide it")
     return None
 
