@@ -499,3 +499,11 @@ def test_borderline_summary_reads_the_papers_claim():
     assert borderline.summarize_borderline(pd.DataFrame(rows)) == (
         "test: 0.5% of the examples borderline, their accuracy 43% -> 53% over blocks 50-54 "
         "(all examples 93.0% -> 93.4%); entropy 0.200 -> 0.100")
+
+
+def test_a_summary_of_one_block_or_a_constant_curve_names_why_it_has_no_rank_correlation():
+    """A stage of one block (sas-f3's middle stage at a small depth) has no Spearman rho: the summary
+    says so, not scipy's nan."""
+    assert blocks.summarize_grad_norm(frame_of({"train": [0.4]}, first_block=3)) == (
+        "train: blocks 3-3, mean 0.4, lowest block / highest 1.00, Spearman rho with depth none (one block)")
+    assert blocks.summarize_grad_norm(frame_of({"train": [0.4, 0.4]})).endswith("Spearman rho with depth none (constant)")

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from resrepro.analysis.figure_checks import TESTS, judge, select
+from resrepro.analysis.figure_checks import TESTS, Undecidable, judge, select
 from resrepro.catalog import ConfigError
 from resrepro.experiments import load_figures
 
@@ -212,7 +212,8 @@ def test_ordered_at_each_counts_the_points_where_the_first_cell_is_above():
         "red above blue at 3 of 4 blocks; least margin at block 2: 2 against 2"
     # only the points both cells have are compared
     assert holds("ordered_at_each", rows({"red": [3.0, 2.0], "blue": [1.0]}), cells=["red", "blue"], along="block")
-    assert not holds("ordered_at_each", rows({"red": [3.0]}), cells=["red", "blue"], along="block")
+    with pytest.raises(Undecidable, match="share no point"):
+        holds("ordered_at_each", rows({"red": [3.0]}), cells=["red", "blue"], along="block")
 
 
 def test_select_at_most_and_between():
@@ -281,7 +282,8 @@ def test_falls_more_compares_the_first_to_last_ratio_of_two_cells():
     level = rows({"SAS": [2.0, 2.0]})
     assert not holds("falls_more", pd.concat([level, rows({"x + F": [2.0, 2.0]})]), cells=["SAS", "x + F"], along="block")  # equal: no
     one_point = rows({"SAS": [2.0]})
-    assert not holds("falls_more", pd.concat([one_point, plain]), cells=["SAS", "x + F"], along="block")  # no curve to fall
+    with pytest.raises(Undecidable, match="SAS has 1 point along block"):  # no curve to fall: neither holds nor fails
+        holds("falls_more", pd.concat([one_point, plain]), cells=["SAS", "x + F"], along="block")
 
 
 def test_spread_ordered_compares_the_largest_over_the_smallest_of_two_cells():
@@ -293,8 +295,10 @@ def test_spread_ordered_compares_the_largest_over_the_smallest_of_two_cells():
     assert TESTS["spread_ordered"].function(both, cells=["2xSkip", "1xSkip"], along="block")[1] == \
         "largest / smallest across the blocks: 2xSkip 4, 1xSkip 1.5"
     with_zero = pd.concat([rows({"2xSkip": [4.0, 0.0]}), rows({"1xSkip": [1.0, 1.2]})])
-    assert not holds("spread_ordered", with_zero, cells=["2xSkip", "1xSkip"], along="block")
-    assert not holds("spread_ordered", pd.concat([rows({"2xSkip": [4.0]}), rows({"1xSkip": [1.0, 1.2]})]), cells=["2xSkip", "1xSkip"], along="block")
+    with pytest.raises(Undecidable, match="2xSkip has a value of 0 along block"):
+        holds("spread_ordered", with_zero, cells=["2xSkip", "1xSkip"], along="block")
+    with pytest.raises(Undecidable, match="2xSkip has 1 point along block"):
+        holds("spread_ordered", pd.concat([rows({"2xSkip": [4.0]}), rows({"1xSkip": [1.0, 1.2]})]), cells=["2xSkip", "1xSkip"], along="block")
 
 
 def test_varies_needs_every_curve_to_range_over_more_than_the_value():
@@ -333,6 +337,31 @@ def test_a_check_on_nets_that_did_not_learn_is_undecided_and_says_why():
     assert (verdict.verdict, verdict.seeds_holding, verdict.seeds) == ("undecided", 0, 2)
     assert verdict.evidence == "not judged: a: These nets did not learn at this scale."
     assert judge(data, check, {"b": "These nets did not learn."}).verdict == "supported"  # a cell the check does not read
+
+
+@pytest.mark.parametrize("check", [
+    {"test": "rises", "along": "block"}, {"test": "falls", "along": "block"}, {"test": "varies", "along": "block", "value": 0.1},
+    {"test": "first_largest", "along": "block"}, {"test": "first_smallest", "along": "block"},
+    {"test": "falls_more", "cells": ["a", "b"], "along": "block"}, {"test": "spread_ordered", "cells": ["a", "b"], "along": "block"},
+])
+def test_a_curve_of_one_point_is_undecided_not_contradicted(check):
+    """sas-f3 at a small depth: the middle stage has one block, so there is no curve along the blocks
+    to rise, fall or spread. Every test that reads a curve says so instead of failing."""
+    data = pd.concat([rows({"a": [2.0], "b": [1.0]}, seed=s) for s in (0, 1)])
+    verdict = judge(data, {"claim": "c", **check})
+    assert (verdict.verdict, verdict.seeds) == ("undecided", 2)
+    assert verdict.evidence.startswith("not judged: ") and ("one point along block" in verdict.evidence or "1 point along block" in verdict.evidence)
+    two_points = pd.concat([rows({"a": [4.0, 1.0], "b": [1.0, 1.1]}, seed=s) for s in (0, 1)])
+    assert judge(two_points, {"claim": "c", **check}).verdict in ("supported", "contradicted")
+
+
+def test_a_ratio_over_zero_or_cells_sharing_no_point_are_undecided():
+    zero = rows({"a": [1.0, 2.0], "b": [0.0, 0.0]})
+    assert judge(zero, {"claim": "c", "test": "ratio_between", "cells": ["a", "b"], "low": 1, "high": 2}).evidence == \
+        "not judged: b's mean is 0: no ratio over it"
+    apart = pd.concat([rows({"a": [1.0]}), rows({"b": [2.0]}).assign(block=2)])
+    verdict = judge(apart, {"claim": "c", "test": "ordered_at_each", "cells": ["a", "b"], "along": "block"})
+    assert (verdict.verdict, verdict.evidence) == ("undecided", "not judged: a and b share no point along block")
 
 
 def test_a_check_needing_more_examples_than_a_value_rests_on_is_undecided():

@@ -213,3 +213,9 @@ def test_the_block_drawing_gives_each_split_its_line():
     assert png.startswith(b"\x89PNG")
     assert per_block(frame.drop(columns="split"), "sas-f3").startswith(b"\x89PNG")  # sas_gates has no split
     assert per_block(frame.iloc[:0], "empty") is None
+
+
+def test_summary_of_one_block_says_it_has_no_rank_correlation():
+    frame = pd.DataFrame([(3, q, v) for q, v in (("alpha", 0.95), ("beta", 0.1), ("gamma", 0.3))], columns=["block", "quantity", "value"])
+    assert summarize_gates(frame) == ("alpha > 0.9 in 1 of 1 blocks; with depth, beta has Spearman rho = none (one block) and "
+                                      "(1-alpha)(1-beta) rho = none (one block)")

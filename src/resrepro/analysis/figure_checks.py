@@ -16,9 +16,10 @@ in another), not one number, so each entry may list `checks:`, one per part of t
 The verdict: "supported" when the test holds for every seed measured, "contradicted" when it
 fails for every one, "inconclusive" when seeds disagree, "no result" without a measured seed, and
 "undecided" when the runs cannot show what the check tests: a cell it reads holds nets that did not
-learn (aggregate.unlearned_note: a claim about trained nets says nothing of them), or its rows
+learn (aggregate.unlearned_note: a claim about trained nets says nothing of them), its rows
 average over fewer examples than its `min_examples` (e.g. a handful of borderline examples, where
-one example decides the test).
+one example decides the test), or the test is undefined on them (a curve of one point, e.g. a
+stage of one block at a small depth; a ratio over zero).
 The paper draws each figure from one run, so one seed can support a shape; the report prints how
 many seeds were measured beside the verdict. The evidence is the test on the mean over seeds.
 """
@@ -41,6 +42,11 @@ class FigureVerdict:
     seeds: int
     evidence: str
     resolvable: float | None = None  # an `ordered` check of two cells: the smallest difference these seeds resolve
+
+
+class Undecidable(Exception):
+    """The rows cannot decide the test: a curve with one point along the axis it runs along, a
+    ratio over zero. The verdict is "undecided" with this reason, never "contradicted"."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +106,8 @@ def _every_curve(rows, along: str, margin: Callable):
     holds, worst, columns = True, None, _groups(rows, (along,))
     for key, curve in rows.groupby(columns, dropna=False, sort=False):
         values = curve.sort_values(along)["value"].astype(float)
+        if curve[along].nunique() < 2:
+            raise Undecidable(f"{_where(columns, key)} has one point along {along}: no curve to read")
         m, a, b = margin(values)
         holds &= m > 0
         if worst is None or m < worst[0]:
@@ -183,15 +191,21 @@ def falls_more(rows, cells: list[str], along: str):
     gradient goes to the lower blocks". Values must be positive (norms)."""
     ratios = []
     for cell in cells:
-        curve = rows[rows["label"] == cell].groupby(along)["value"].mean().sort_index()
-        ratios.append(float(curve.iloc[0] / curve.iloc[-1]) if len(curve) > 1 and curve.iloc[-1] > 0 else float("nan"))
-    holds = ratios[0] > ratios[1]  # False where either is undefined (NaN)
+        curve = _positive_curve(rows, cell, along)
+        ratios.append(float(curve.iloc[0] / curve.iloc[-1]))
+    holds = ratios[0] > ratios[1]
     return holds, f"first {along} / last: " + ", ".join(f"{c} {r:.3g}" for c, r in zip(cells, ratios))
 
 
-def _cell_curve(rows, cell: str, along: str):
-    """One cell's values along `along`, each the mean over the cell's other columns."""
-    return rows[rows["label"] == cell].groupby(along)["value"].mean().sort_index()
+def _positive_curve(rows, cell: str, along: str):
+    """One cell's values along `along`, each the mean over the cell's other columns; a curve of
+    one point or with a value <= 0 has no ratio to read (Undecidable)."""
+    curve = rows[rows["label"] == cell].groupby(along)["value"].mean().sort_index()
+    if len(curve) < 2:
+        raise Undecidable(f"{cell} has {len(curve)} point{'s' if len(curve) != 1 else ''} along {along}: no curve to read")
+    if curve.min() <= 0:
+        raise Undecidable(f"{cell} has a value of {curve.min():.3g} along {along}: a ratio of norms needs positive values")
+    return curve
 
 
 @_test("spread_ordered", ("cells", "along"))
@@ -202,9 +216,9 @@ def spread_ordered(rows, cells: list[str], along: str):
     generally mitigated". Values must be positive (norms)."""
     spreads = []
     for cell in cells:
-        curve = _cell_curve(rows, cell, along)
-        spreads.append(float(curve.max() / curve.min()) if len(curve) > 1 and curve.min() > 0 else float("nan"))
-    holds = spreads[0] > spreads[1]  # False where either is undefined (NaN)
+        curve = _positive_curve(rows, cell, along)
+        spreads.append(float(curve.max() / curve.min()))
+    holds = spreads[0] > spreads[1]
     return holds, f"largest / smallest across the {along}s: " + ", ".join(f"{c} {r:.3g}" for c, r in zip(cells, spreads))
 
 
@@ -213,7 +227,9 @@ def ratio_between(rows, cells: list[str], low: float, high: float):
     """The first cell's mean value over the second's lies between `low` and `high`: "2xSkip+LN is
     approximately twice 1xSkip"."""
     first, second = (float(rows.loc[rows["label"] == c, "value"].mean()) for c in cells)
-    ratio = first / second if second else float("nan")
+    if not second > 0:
+        raise Undecidable(f"{cells[1]}'s mean is {second:.3g}: no ratio over it")
+    ratio = first / second
     holds = low <= ratio <= high
     return holds, f"{cells[0]} / {cells[1]}: {first:.3g} / {second:.3g} = {ratio:.3g}, {'' if holds else 'not '}in [{low:g}, {high:g}]"
 
@@ -225,11 +241,13 @@ def ordered_at_each(rows, cells: list[str], along: str, share: float = 1.0):
     layers with the exception of 2"."""
     first, second = (rows[rows["label"] == c].groupby(along)["value"].mean() for c in cells)
     both = first.index.intersection(second.index)
+    if not len(both):
+        raise Undecidable(f"{cells[0]} and {cells[1]} share no point along {along}")
     above = first[both] > second[both]
     worst = (first[both] - second[both]).idxmin() if len(both) else None
     evidence = f"{cells[0]} above {cells[1]} at {above.sum()} of {len(both)} {along}s" + (
         f"; least margin at {along} {worst:g}: {first[worst]:.3g} against {second[worst]:.3g}" if worst is not None else "")
-    return bool(len(both)) and _share(above) >= share, evidence
+    return _share(above) >= share, evidence
 
 
 def select(data, check: dict):
@@ -268,10 +286,13 @@ def judge(data, check: dict, unlearned: dict[str, str] | None = None) -> FigureV
     seeds = sorted(s for s, r in rows.groupby("seed") if set(needed) <= set(r["label"]))
     if seeds and (why := undecidable(rows[rows["seed"].isin(seeds)], needed, check, unlearned or {})):
         return FigureVerdict(check["claim"], UNDECIDED, 0, len(seeds), why)
-    holding = sum(bool(test.function(rows[rows["seed"] == s].drop(columns="seed"), **args)[0]) for s in seeds)
     keys = [c for c in rows.columns if c not in ("value", "seed", "run", "examples") and rows[c].notna().any()]
     mean = rows[rows["seed"].isin(seeds)].groupby(keys, as_index=False, sort=False, dropna=False)["value"].mean()
-    evidence = test.function(mean, **args)[1] if seeds else "no seed measured every cell"
+    try:
+        holding = sum(bool(test.function(rows[rows["seed"] == s].drop(columns="seed"), **args)[0]) for s in seeds)
+        evidence = test.function(mean, **args)[1] if seeds else "no seed measured every cell"
+    except Undecidable as why:
+        return FigureVerdict(check["claim"], UNDECIDED, 0, len(seeds), f"not judged: {why}")
     verdict = "no result" if not seeds else "supported" if holding == len(seeds) else "contradicted" if holding == 0 else "inconclusive"
     return FigureVerdict(check["claim"], verdict, holding, len(seeds), evidence, resolvable_difference(rows, check, seeds))
 

@@ -266,10 +266,17 @@ def _by_block(frame: pd.DataFrame, split: str) -> pd.Series:
     return frame[frame["split"] == split].groupby("block")["value"].mean().sort_index()
 
 
-def spearman(series: pd.Series) -> float:
+def spearman(series: pd.Series) -> str:
+    """The rank correlation of a curve's values with its index (depth), as the summaries print it:
+    "+0.52"; "none (one block)" or "none (constant)" where no correlation exists, rather
+    than scipy's nan."""
     from scipy import stats  # here, not at import: the workflow imports this module to parse every dry run
 
-    return stats.spearmanr(series.index, series.values).statistic
+    if len(series) < 2:
+        return f"none (one {series.index.name or 'point'})"
+    if series.nunique() < 2:
+        return "none (constant)"
+    return f"{stats.spearmanr(series.index, series.values).statistic:+.2f}"
 
 
 def _per_split(frame: pd.DataFrame, describe) -> str:
@@ -282,7 +289,7 @@ def summarize_l2_ratio(frame: pd.DataFrame) -> str:
 
     def describe(r: pd.Series) -> str:
         upper = r[r.index > len(r) // 2]
-        return f"block 1 {r.iloc[0]:.2f}, upper half median {upper.median():.2f}, Spearman rho with depth {spearman(r):+.2f}"
+        return f"block 1 {r.iloc[0]:.2f}, upper half median {upper.median():.2f}, Spearman rho with depth {spearman(r)}"
 
     return _per_split(frame, describe)
 
@@ -316,7 +323,7 @@ def summarize_grad_norm(frame: pd.DataFrame) -> str:
 
     def describe(g: pd.Series) -> str:
         return (f"blocks {g.index[0]}-{g.index[-1]}, mean {g.mean():.3g}, lowest block / highest "
-                f"{g.iloc[0] / g.iloc[-1]:.2f}, Spearman rho with depth {spearman(g):+.2f}")
+                f"{g.iloc[0] / g.iloc[-1]:.2f}, Spearman rho with depth {spearman(g)}")
 
     return _per_split(frame, describe)
 

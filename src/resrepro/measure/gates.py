@@ -12,7 +12,7 @@ import torch
 
 from ..data.images import normalize
 from ..residual import SAS
-from .blocks import middle_stage
+from .blocks import middle_stage, spearman
 from . import register
 
 QUANTITIES = {"a": "alpha", "b": "beta", "gamma": "gamma"}  # SAS.last_gates key -> column value
@@ -53,13 +53,9 @@ def summarize_gates(frame: pd.DataFrame) -> str:
     """The paper's three readings of its Figure 3, measured: how many blocks have alpha > 0.9, and
     the rank correlation with depth (Spearman) of beta (the paper: it grows) and of
     (1-alpha)(1-beta) (the paper: larger in the lower blocks)."""
-    from scipy import stats  # here, not at import: the workflow imports this module to parse every dry run
-
     by = frame.pivot_table(index="block", columns="quantity", values="value").sort_index()
-    rho_b = stats.spearmanr(by.index, by["beta"]).statistic
-    rho_g = stats.spearmanr(by.index, by["gamma"]).statistic
     return (f"alpha > 0.9 in {(by['alpha'] > 0.9).sum()} of {len(by)} blocks; with depth, beta has Spearman "
-            f"rho = {rho_b:+.2f} and (1-alpha)(1-beta) rho = {rho_g:+.2f}")
+            f"rho = {spearman(by['beta'])} and (1-alpha)(1-beta) rho = {spearman(by['gamma'])}")
 
 
 register("sas_gates", measure=measure_gates, summarize=summarize_gates)

@@ -95,7 +95,7 @@ def summarize_over_training(frame: pd.DataFrame) -> str:
             first, last = by.columns[0], by.columns[-1]
             final = by[last]
             text = (f"{quantity}, {split}: at epoch {last} block {final.index[0]} {final.iloc[0]:.3g} -> block "
-                    f"{final.index[-1]} {final.iloc[-1]:.3g} (Spearman rho with depth {spearman(final):+.2f}); "
+                    f"{final.index[-1]} {final.iloc[-1]:.3g} (Spearman rho with depth {spearman(final)}); "
                     f"mean over blocks {by[first].mean():.3g} at epoch {first} -> {final.mean():.3g}")
             if quantity == COSINE:
                 trained = by.loc[:, by.columns > 0]
