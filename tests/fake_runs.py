@@ -79,7 +79,7 @@ def write_translation_run(results, run: str, bleu: float, sacrebleu: float, hyps
 
     files.write_json(results / run / "metrics.json", {"diverged": False, "updates": 20, "wall_time_s": 2.0, "parameters": 10,
                                                       "spec": {"max_updates": 20}, "provenance": {"device": "cpu", "git_commit": "abc"}})
-    files.write_json(results / run / "eval.json", {"bleu_tokenized": {"bleu": bleu}, "sacrebleu": {"bleu": sacrebleu, "signature": "sig"},
+    files.write_json(results / run / "eval.json", {"bleu_tokenized": {"bleu": bleu, "tokenization": "the synthetic corpus's own tokens"}, "sacrebleu": {"bleu": sacrebleu, "signature": "sig"},
                                                    "test_sentences": len(hyps), "test_split_sentences": len(hyps),
                                                    "dev_loss_averaged": dev_losses[0], "dev_loss_last": dev_losses[1]})
     write_lines(results / run / "hyp.detok.txt", hyps)

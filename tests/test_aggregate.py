@@ -277,7 +277,7 @@ def test_read_run_fills_every_runs_csv_column(tmp_path):
     assert read_run(tmp_path, f"{cls}/seed4") == {"run": f"{cls}/seed4", **names, "seed": 4, "status": "missing", "error": "never ran"}
     assert read_run(tmp_path, f"{tr}/seed0") == {"run": f"{tr}/seed0", "task": "translation", "dataset": "synthetic", "arch": "transformer_mini", "recipe": "default",
                                                  "variant_id": "xskip_ln", "seed": 0, "status": "ok", "epochs_completed": None, **done, "wall_time_s": 2.0, "train_length": "20 updates",
-                                                 "bleu": 30.5, "sacrebleu": 27.25, "sacrebleu_signature": "sig", "test_sentences": 1, "test_split_sentences": 1,
+                                                 "bleu": 30.5, "bleu_tokenization": "synthetic: the synthetic corpus's own tokens", "sacrebleu": 27.25, "sacrebleu_signature": "sig", "test_sentences": 1, "test_split_sentences": 1,
                                                  "dev_loss_averaged": 1.25, "dev_loss_last": 1.27}
 
 

@@ -274,3 +274,48 @@ def test_lines_are_split_on_newlines_only_and_written_as_str(tmp_path):
     with pytest.raises(TypeError, match="^line 0 is int, not str$"):
         write_lines(path, [3])
 
+
+
+# tensor2tensor's get_ende_bleu.sh, `perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'`: each output
+# below is what that perl line printed for the input.
+@pytest.mark.parametrize("line, perl", [
+    ("Rot-Grün", "Rot ##AT##-##AT## Grün"),
+    ("E-Mail-Adresse", "E ##AT##-##AT## Mail ##AT##-##AT## Adresse"),
+    ("a-b-c", "a ##AT##-##AT## b-c"),  # the match resumes after "b": one-letter parts stay joined
+    ("Er kam - und ging", "Er kam - und ging"),  # a hyphen between spaces is no compound
+    ("-5 Grad", "-5 Grad"),
+    ("US-Präsident Obama-", "US ##AT##-##AT## Präsident Obama-"),
+    ("x--y", "x ##AT##-##AT## -y"),
+])
+def test_compounds_split_as_tensor2tensors_ende_script(line, perl):
+    from resrepro.evaluate.bleu import split_compounds
+
+    assert split_compounds(line) == perl
+
+
+# Five EN-DE pairs (raw text, as newstest2014's .sgm holds it), their n-gram matches counted by hand
+# on the Moses tokens with compounds split: e.g. pair 2's hypothesis "Der US ##AT##-##AT## Präsident
+# kam ." (6 tokens) against "Der Präsident kam ." matches Der, Präsident, kam and "." (4 of 6), then
+# "Präsident kam" and "kam ." (2 of 5 bigrams), "Präsident kam ." (1 of 4), no 4-gram (0 of 3).
+ENDE_PAIRS = [("Das ist eine E-Mail-Adresse.", "Das ist eine E-Mail-Adresse."),
+              ("Der US-Präsident kam.", "Der Präsident kam."),
+              ("Sie fuhr nach Baden-Württemberg.", "Sie fuhr nach Baden-Baden."),
+              ("Er kam - und ging.", "Er kam und ging."),
+              ("Rot-Grün regiert.", "Rot-Grün regiert.")]
+
+
+@pytest.mark.parametrize("dataset, counts, totals, lengths", [
+    # per pair, matches / n-grams: 1-grams 9/9, 4/6, 6/7, 5/6, 5/5; 2-grams 8/8, 2/5, 4/6, 3/5, 4/4;
+    # 3-grams 7/7, 1/4, 3/5, 1/4, 3/3; 4-grams 6/6, 0/3, 2/4, 0/3, 2/2
+    ("wmt14_en_de", [29, 21, 15, 10], [33, 28, 23, 18], (33, 30)),
+    # Moses alone (EN-FR's scoring): "E-Mail-Adresse" is one token, "US-Präsident" matches nothing
+    ("wmt14_en_fr", [20, 12, 6, 2], [23, 18, 13, 8], (23, 22)),
+])
+def test_raw_text_is_scored_with_its_datasets_tokenization(dataset, counts, totals, lengths):
+    from resrepro.evaluate.translation import raw_text_tokenizer
+
+    tokenize, how = raw_text_tokenizer(dataset, "de")
+    score = tokenized_bleu([tokenize(h) for h, _ in ENDE_PAIRS], [tokenize(r) for _, r in ENDE_PAIRS])
+    assert (score["counts"], score["totals"], (score["sys_len"], score["ref_len"])) == (counts, totals, lengths)
+    assert score["bleu"] == pytest.approx(100 * math.exp(sum(math.log(c / t) for c, t in zip(counts, totals)) / 4))  # BP 1: longer
+    assert ("get_ende_bleu.sh" in how) == (dataset == "wmt14_en_de")

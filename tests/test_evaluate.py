@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from resrepro.evaluate import classification, translation
-from resrepro.evaluate.bleu import read_lines, sacre_bleu, tokenized_bleu
+from resrepro.evaluate.bleu import read_lines, sacre_bleu, split_compounds, tokenized_bleu
 from resrepro.specs import EvalSpec
 from resrepro.speed import Speed
 from resrepro.train.classification import summarize
@@ -155,7 +155,7 @@ def test_evaluate_writes_files_in_order_and_scores_them(fake_beam_search, tmp_pa
     assert read_lines(tmp_path / "ref.detok.txt") == [r.upper() for r in refs]
     saved = json.loads((tmp_path / "eval.json").read_text())
     assert saved == result
-    assert saved["bleu_tokenized"] == tokenized_bleu(hyps_tok, refs)
+    assert saved["bleu_tokenized"] == {**tokenized_bleu(hyps_tok, refs), "tokenization": ""}
     assert saved["sacrebleu"] == sacre_bleu([h.upper() for h in hyps_tok], [r.upper() for r in refs])
     assert 0 < saved["bleu_tokenized"]["bleu"] < 100
     # by hand: 15 tokens all match; 10 bigrams, of which "w15 w14" (reference "w14 w15") is wrong
@@ -166,7 +166,7 @@ def test_evaluate_writes_files_in_order_and_scores_them(fake_beam_search, tmp_pa
 # ------------------------------------------------------- evaluate_prepared on a prepared dataset
 
 EN = ["the", "cat", "dog", "sees", "a", "house", "big", "small", "runs", "today", "it", "is", "good"]
-VI = ["con", "mèo", "chó", "thấy", "một", "nhà", "lớn", "nhỏ", "chạy", "hôm", "nay", "tốt", "rất"]
+VI = ["con", "mèo", "chó", "thấy", "một", "nhà", "lớn", "nhỏ", "chạy", "hôm", "nay", "tốt", "rất", "e-mail"]  # a compound: EN-DE's scoring splits it
 
 
 def _moses_lines(words, n, seed):
@@ -237,17 +237,18 @@ def test_load_model_rebuilds_the_spec_model_with_the_averaged_weights(prepared):
     assert all(torch.equal(state[k], prepared["state"][k]) for k in state)
 
 
-@pytest.mark.parametrize("kind", ["iwslt", "iwslt-fr", "synthetic", "raw"])
+@pytest.mark.parametrize("kind", ["iwslt", "iwslt-fr", "synthetic", "raw", "raw-fr"])
 def test_evaluate_prepared_scores_each_kind_of_dataset(prepared, tmp_path, monkeypatch, kind):
     """Tokenized as distributed (IWSLT: Moses-detokenized for sacreBLEU), the synthetic corpus
-    (its own detokenized form), raw text (WMT: Moses-tokenized for tokenized BLEU)."""
+    (its own detokenized form), raw text (WMT: Moses-tokenized for tokenized BLEU, EN-DE's
+    compounds then split as tensor2tensor's get_ende_bleu.sh; EN-FR's not)."""
     from resrepro.data.subword import SubwordVocab
     from resrepro.data.translation import load_encoded
     from resrepro.evaluate.bleu import detokenize_moses
 
     _copy_source(monkeypatch)
     meta_changes = {"iwslt": None, "iwslt-fr": {"tgt_lang": "fr"}, "synthetic": {"name": "synthetic"},
-                    "raw": {"name": "wmt14_en_de", "tokenized": False}}[kind]
+                    "raw": {"name": "wmt14_en_de", "tokenized": False}, "raw-fr": {"name": "wmt14_en_fr", "tokenized": False}}[kind]
     data = _with_meta(prepared, tmp_path, **meta_changes) if meta_changes else prepared["data"]
     out = tmp_path / "run"
     result = translation.evaluate_prepared(prepared["spec"], data, prepared["averaged"], out, device="cpu")
@@ -256,9 +257,11 @@ def test_evaluate_prepared_scores_each_kind_of_dataset(prepared, tmp_path, monke
     decoded = [vocab.decode(test[i][0].tolist()) for i in range(len(test))]  # the copied sources, in order
     refs_as_distributed = read_lines(data / "test.tgt")
     refs_detok = read_lines(data / "test.ref.detok")
-    if kind == "raw":
-        expected = {"hyp.tok.txt": [translation.moses_tokenize(h, "vi") for h in decoded], "hyp.detok.txt": decoded,
-                    "ref.tok.txt": [translation.moses_tokenize(r, "vi") for r in refs_detok], "ref.detok.txt": refs_detok}
+    if kind.startswith("raw"):
+        split = split_compounds if kind == "raw" else (lambda line: line)
+        expected = {"hyp.tok.txt": [split(translation.moses_tokenize(h, "vi")) for h in decoded], "hyp.detok.txt": decoded,
+                    "ref.tok.txt": [split(translation.moses_tokenize(r, "vi")) for r in refs_detok], "ref.detok.txt": refs_detok}
+        assert any("##AT##-##AT##" in line for line in expected["ref.tok.txt"]) == (kind == "raw")
     else:
         lang = "fr" if kind == "iwslt-fr" else "vi"  # the target language's rules: French joins l' homme
         detok = (lambda h: h) if kind == "synthetic" else (lambda h: detokenize_moses(h, lang))
@@ -266,7 +269,10 @@ def test_evaluate_prepared_scores_each_kind_of_dataset(prepared, tmp_path, monke
                     "ref.tok.txt": refs_as_distributed, "ref.detok.txt": refs_detok}
     for name, lines in expected.items():
         assert read_lines(out / name) == lines, name
-    assert result["bleu_tokenized"] == tokenized_bleu(expected["hyp.tok.txt"], expected["ref.tok.txt"])
+    tokenization = {"iwslt": "as distributed (Moses-tokenized)", "iwslt-fr": "as distributed (Moses-tokenized)", "synthetic": "the synthetic corpus's own tokens",
+                    "raw": "Moses (sacremoses, no escaping), then compounds split (##AT##-##AT##) as tensor2tensor's get_ende_bleu.sh",
+                    "raw-fr": "Moses (sacremoses, no escaping)"}[kind]
+    assert result["bleu_tokenized"] == {**tokenized_bleu(expected["hyp.tok.txt"], expected["ref.tok.txt"]), "tokenization": tokenization}
     assert result["sacrebleu"] == sacre_bleu(expected["hyp.detok.txt"], expected["ref.detok.txt"])
     assert result["sentences"] == len(decoded) == 8
     if kind == "iwslt-fr":
@@ -331,7 +337,7 @@ def test_test_sentences_scores_the_first_n_hypotheses_against_the_first_n_refere
     assert written["ref.detok.txt"] == read_lines(data / "test.ref.detok")[:3]
     expected = sacrebleu.corpus_bleu(written["hyp.detok.txt"], [written["ref.detok.txt"]]).score
     assert result["sacrebleu"]["bleu"] == pytest.approx(expected)
-    assert result["bleu_tokenized"] == tokenized_bleu(written["hyp.tok.txt"], written["ref.tok.txt"])
+    assert {k: v for k, v in result["bleu_tokenized"].items() if k != "tokenization"} == tokenized_bleu(written["hyp.tok.txt"], written["ref.tok.txt"])
     assert result["sacrebleu"]["bleu"] != whole["sacrebleu"]["bleu"]
     assert (result["test_sentences"], result["test_split_sentences"], result["sentences"]) == (3, 8, 3)
     assert (whole["test_sentences"], whole["test_split_sentences"]) == (8, 8)  # absent: the whole split, as before

@@ -33,7 +33,7 @@ CAPTION_METRICS = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l", "cid
 METRICS = {"test_error": False, "test_accuracy": True, "bleu": True, "train_loss": False, **{m: True for m in CAPTION_METRICS}}
 # The version of the aggregate's tidy tables (analysis/aggregate.py): a parameter of the aggregate
 # rule, so that a release that adds or changes their columns rewrites them, without retraining.
-TIDY_FORMAT = 6
+TIDY_FORMAT = 7
 CELL_KEYS = {"label", "dataset", "arch", "depth", "size", "variant", "args"}
 COMPUTED_CELL_KEYS = {"label", "curve"}  # a computed figure's cell: one of the curves its measurement computes
 # download_urls keys: the datasets a rule downloads (workflow/rules/data.smk); the captioning

@@ -36,7 +36,7 @@ UNLEARNED_SHARE = 0.97
 COMPUTED = "computed"  # the run column of a computed figure's rows (no run)
 DIGITS = {"train_loss": 4}  # decimals a metric is shown with: a loss of 0.0723 is not 0.07
 RUN_COLUMNS = ["run", "task", "dataset", "arch", "recipe", "variant_id", "seed", "status", "error", "final_test_error", "best_test_error", "best_epoch", "final_train_error", "final_train_loss", "best_train_loss",
-               "bleu", "sacrebleu", "sacrebleu_signature", "test_sentences", "test_split_sentences", "dev_loss_averaged", "dev_loss_last", *CAPTION_METRICS, "spice_note", "features", "scst_updates", "train_length", "epochs_completed", "diverged_step", "parameters", "wall_time_s",
+               "bleu", "bleu_tokenization", "sacrebleu", "sacrebleu_signature", "test_sentences", "test_split_sentences", "dev_loss_averaged", "dev_loss_last", *CAPTION_METRICS, "spice_note", "features", "scst_updates", "train_length", "epochs_completed", "diverged_step", "parameters", "wall_time_s",
                "device", "git_commit"]
 
 
@@ -64,7 +64,8 @@ def read_run(results_dir: Path, run: str) -> dict:
             return {**out, "status": "missing", "error": "trained, not evaluated (see evaluate.log)"}
         ev = json.loads(eval_path.read_text())
         if task == "translation":
-            out.update(bleu=ev["bleu_tokenized"]["bleu"], sacrebleu=ev["sacrebleu"]["bleu"], sacrebleu_signature=ev["sacrebleu"]["signature"],
+            out.update(bleu=ev["bleu_tokenized"]["bleu"], bleu_tokenization=f"{out['dataset']}: {ev['bleu_tokenized'].get('tokenization') or 'not recorded'}",
+                       sacrebleu=ev["sacrebleu"]["bleu"], sacrebleu_signature=ev["sacrebleu"]["signature"],
                        test_sentences=ev.get("test_sentences"), test_split_sentences=ev.get("test_split_sentences"),
                        dev_loss_averaged=ev.get("dev_loss_averaged"), dev_loss_last=ev.get("dev_loss_last"))
         else:  # SPICE is None where it could not run; spice_note says why

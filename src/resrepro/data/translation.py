@@ -124,6 +124,9 @@ class TranslationSource:
     character_coverage: float = 1.0
     note: str = ""
     vocab_size: int = field(default=0)
+    # tokenized BLEU splits hyphenated compounds after Moses tokenization, as tensor2tensor's
+    # get_ende_bleu.sh scores EN-DE (evaluate/bleu.split_compounds): the papers' EN-DE metric
+    split_compounds: bool = False
 
     def __post_init__(self) -> None:
         if not self.vocab_size:
@@ -184,7 +187,7 @@ SOURCES: dict[str, TranslationSource] = {
         dev=(_newstest(WMT13_TEST, 2013, "en", "de", 3000),),
         test=Corpus("test-full/newstest2014-deen-src.en.sgm", "test-full/newstest2014-deen-ref.de.sgm",
                     WMT14_TEST_FULL.name, sgm=True, lines=3003),
-        tokenized=False, character_coverage=0.9999,
+        tokenized=False, character_coverage=0.9999, split_compounds=True,
         note="WMT14 EN-DE raw statmt text; dev newstest2013, test newstest2014 (full, 3,003)",
     ),
     "wmt14_en_de_stanford": TranslationSource(

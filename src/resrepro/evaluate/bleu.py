@@ -31,6 +31,7 @@ Hypotheses and references are kept per cell as UTF-8 text files, one sentence pe
 from __future__ import annotations
 
 import os
+import re
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -44,6 +45,7 @@ from resrepro.files import atomic_write
 
 __all__ = [
     "tokenized_bleu",
+    "split_compounds",
     "sacre_bleu",
     "paired_bootstrap",
     "detokenize_moses",
@@ -53,6 +55,20 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- metrics
+
+# tensor2tensor's EN-DE BLEU (utils/get_ende_bleu.sh), which the papers' EN-DE numbers come from:
+# after Moses tokenization, on the hypotheses and the references alike,
+#     perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'
+# "Put compounds in ATAT format (comparable to papers like GNMT, ConvS2S)": a hyphen between two
+# non-space characters becomes a token of its own, so "Rot-Grün" scores as three tokens. Perl's
+# global match resumes after each match, as Python's re.sub does: "a-b-c" -> "a ##AT##-##AT## b-c".
+_COMPOUND = re.compile(r"(\S)-(\S)")
+
+
+def split_compounds(line: str) -> str:
+    """One Moses-tokenized line with its hyphenated compounds split as get_ende_bleu.sh does."""
+    return _COMPOUND.sub(r"\1 ##AT##-##AT## \2", line)
+
 
 
 def _multibleu_metric() -> BLEU:

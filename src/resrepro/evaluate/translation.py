@@ -22,7 +22,7 @@ from .. import models
 from ..models.transformer import Transformer
 from ..specs import EvalSpec, ModelSpec
 from .beam_search import beam_search
-from .bleu import sacre_bleu, tokenized_bleu, write_lines
+from .bleu import sacre_bleu, split_compounds, tokenized_bleu, write_lines
 
 
 def load_model(averaged: str | Path, spec: EvalSpec, device: torch.device) -> Transformer:
@@ -57,11 +57,11 @@ def translate(model: Transformer, sources: list[list[int]], spec: EvalSpec, devi
 
 def evaluate(model, sources, refs_tok: list[str], refs_detok: list[str], decode: Callable[[list[int]], str],
              to_tokenized: Callable[[str], str], to_detokenized: Callable[[str], str], spec: EvalSpec, device, out_dir: str | Path,
-             split_sentences: int | None = None, also: dict | None = None) -> dict:
+             split_sentences: int | None = None, also: dict | None = None, tokenization: str = "") -> dict:
     """`decode` gives the dataset's own form (tokenized as distributed, or raw text); the two
-    functions make the tokenized and the detokenized forms from it. `split_sentences`: the test
-    split's size when `sources` are only its first sentences (test_sentences), said in eval.json,
-    with the values of `also`."""
+    functions make the tokenized and the detokenized forms from it (`tokenization` says how, in
+    eval.json). `split_sentences`: the test split's size when `sources` are only its first
+    sentences (test_sentences), said in eval.json, with the values of `also`."""
     out_dir = Path(out_dir)
     decoded = [decode(ids) for ids in translate(model, sources, spec, device)]
     hyps_tok = [to_tokenized(h) for h in decoded]
@@ -71,7 +71,7 @@ def evaluate(model, sources, refs_tok: list[str], refs_detok: list[str], decode:
     write_lines(out_dir / "ref.tok.txt", refs_tok)
     write_lines(out_dir / "ref.detok.txt", refs_detok)
     result = {
-        "bleu_tokenized": tokenized_bleu(hyps_tok, refs_tok),
+        "bleu_tokenized": {**tokenized_bleu(hyps_tok, refs_tok), "tokenization": tokenization},
         "sacrebleu": sacre_bleu(hyps_detok, refs_detok),
         "sentences": len(hyps_tok),
         "test_sentences": len(hyps_tok),
@@ -90,7 +90,8 @@ def evaluate_prepared(spec: EvalSpec | Mapping, data_dir: str | Path, averaged: 
     `also`: more values eval.json records beside the scores (the dev losses averaging gave).
 
     Tokenized datasets (IWSLT15, synthetic) are scored as distributed for tokenized BLEU and
-    detokenized for sacreBLEU; raw datasets (WMT test sets) are Moses-tokenized for tokenized BLEU.
+    detokenized for sacreBLEU; raw datasets (WMT test sets) are Moses-tokenized for tokenized BLEU,
+    and EN-DE's compounds then split as tensor2tensor scored it (TranslationSource.split_compounds).
     """
     from functools import partial
 
@@ -117,10 +118,26 @@ def evaluate_prepared(spec: EvalSpec | Mapping, data_dir: str | Path, averaged: 
         refs_tok = read_lines(data_dir / meta["references"]["tokenized"])[:scored]
         identity = meta["name"] == "synthetic"  # its text is its own detokenized form
         detok = same if identity else partial(detokenize_moses, lang=lang)
-        return evaluate(model, sources, refs_tok, refs_detok, vocab.decode, same, detok, spec, dev, out_dir, len(test), also)
-    tokenize = partial(moses_tokenize, lang=lang)
+        how = "the synthetic corpus's own tokens" if identity else "as distributed (Moses-tokenized)"
+        return evaluate(model, sources, refs_tok, refs_detok, vocab.decode, same, detok, spec, dev, out_dir, len(test), also, how)
+    tokenize, how = raw_text_tokenizer(meta["name"], lang)
     refs_tok = [tokenize(r) for r in refs_detok]
-    return evaluate(model, sources, refs_tok, refs_detok, vocab.decode, tokenize, same, spec, dev, out_dir, len(test), also)
+    return evaluate(model, sources, refs_tok, refs_detok, vocab.decode, tokenize, same, spec, dev, out_dir, len(test), also, how)
+
+
+def raw_text_tokenizer(dataset: str, lang: str) -> tuple[Callable[[str], str], str]:
+    """How a raw dataset's hypotheses and references are tokenized for the papers' tokenized BLEU,
+    and its description for eval.json: Moses, then, where the dataset's source says so (EN-DE), the
+    compounds split as tensor2tensor's get_ende_bleu.sh does. The code's record of the dataset
+    decides, not its prepared files, so data prepared before a change is scored the current way."""
+    from functools import partial
+
+    from ..data.translation import SOURCES
+
+    tokenize, how = partial(moses_tokenize, lang=lang), "Moses (sacremoses, no escaping)"
+    if (source := SOURCES.get(dataset)) is not None and source.split_compounds:
+        return (lambda text: split_compounds(tokenize(text))), how + ", then compounds split (##AT##-##AT##) as tensor2tensor's get_ende_bleu.sh"
+    return tokenize, how
 
 
 def scored_sentences(spec: EvalSpec, split_size: int) -> int:

@@ -223,6 +223,7 @@ def _context(agg_dir: Path, plan: dict, recipe: dict, note: str, results_dir: Pa
             sections.append({"id": table_id, "table": table, "rows": views, "figure": figure, "ran_as": ran_as(trows, table_runs, scale),
                              "cost": costs["tables"].get(table_id) if costs else None,
                              "features": sorted(table_runs["features"].dropna().unique()) if "features" in table_runs else [],
+                             "bleu_tokenization": sorted(table_runs["bleu_tokenization"].dropna().unique()) if "bleu_tokenization" in table_runs else [],
                              "self_critical": sorted(int(n) for n in table_runs["scst_updates"].dropna().unique()) if "scst_updates" in table_runs else [],
                              "gallery": caption_gallery(samples, table_id)})
         if paper_id == BEYOND and not sections:  # opt-in: no heading for what the run did not select
