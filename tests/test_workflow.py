@@ -275,7 +275,7 @@ def test_translation_runs_are_scored_as_configured(workdir):
         assert (ev["beam"], ev["alpha"]) == (cfg["beam"], cfg["alpha"])
         hyp_tok, ref_tok = read_lines(run_dir / "hyp.tok.txt"), read_lines(run_dir / "ref.tok.txt")
         assert ev["sentences"] == len(hyp_tok) == len(ref_tok) > 0
-        assert ev["bleu_tokenized"] == tokenized_bleu(hyp_tok, ref_tok)
+        assert ev["bleu_tokenized"] == {**tokenized_bleu(hyp_tok, ref_tok), "tokenization": "the synthetic corpus's own tokens"}
         assert ev["sacrebleu"] == sacre_bleu(read_lines(run_dir / "hyp.detok.txt"), read_lines(run_dir / "ref.detok.txt"))
         assert ref_tok == read_lines(workdir / "results" / "data" / "synthetic" / "test.tgt")  # the test set's order
         # the dev loss of the averaged model, as training computes it, beside the last checkpoint's
