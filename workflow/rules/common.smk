@@ -14,7 +14,7 @@ PLAN = experiments.make_plan(config)
 RESOLVED_PLAN = experiments.resolved_plan(PLAN, config)
 PLAN_TEXTS = {name: json.dumps(experiments.plan_part(RESOLVED_PLAN, name), sort_keys=True) for name in experiments.PLAN_FILES}
 if config["check_scorers"]:
-    experiments.check_captioning_scorers(PLAN)
+    experiments.check_captioning_scorers(PLAN, config["java"])
 # Downloads and prepared data, shared by the scales of real data; a scale of fake data has its own.
 DOWNLOADS = config["downloads_dir"]
 DATA = config["data_dir"]

