@@ -124,6 +124,31 @@ def coco_raw(tmp_path):
     return tmp_path
 
 
+def test_fetch_coco_looks_inside_each_zip_before_recording_it(coco_raw, tmp_path):
+    """caption_datasets.zip answers 404 at its original address: a mirror that serves an HTML page,
+    or a zip without dataset_coco.json, must not become the trusted file."""
+    from resrepro.data.translation import read_lock
+
+    lock, raw = tmp_path / "lock.json", tmp_path / "raw"
+    coco.fetch_coco(raw, mirror=str(coco_raw), lock_path=lock)
+    assert sorted(read_lock(lock)) == ["mscoco/caption_datasets.zip", "mscoco/train2014.zip", "mscoco/val2014.zip"]
+    for bad, why in ((b"<html><body>404 Not Found</body></html>", "not a readable tar or zip archive"),
+                     (None, r"no member \*dataset_coco.json inside")):
+        mirror = tmp_path / f"mirror-{why[:6]}"
+        mirror.mkdir()
+        for name in ("train2014.zip", "val2014.zip"):
+            (mirror / name).write_bytes((coco_raw / name).read_bytes())
+        if bad is None:
+            with zipfile.ZipFile(mirror / "caption_datasets.zip", "w") as z:
+                z.writestr("dataset_flickr8k.json", "{}")
+        else:
+            (mirror / "caption_datasets.zip").write_bytes(bad)
+        fresh_lock = tmp_path / f"lock-{why[:6]}.json"
+        with pytest.raises(ValueError, match=f"caption_datasets.zip \\(downloaded from .*; removed, nothing recorded\\): {why}"):
+            coco.fetch_coco(tmp_path / f"raw-{why[:6]}", mirror=str(mirror), lock_path=fresh_lock)
+        assert "mscoco/caption_datasets.zip" not in read_lock(fresh_lock)
+
+
 def test_karpathy_splits_fold_restval_into_train(coco_raw):
     splits = coco.read_karpathy(coco_raw / "caption_datasets.zip")
     assert [i.cocoid for i in splits["train"]] == [9, 30, 167126]

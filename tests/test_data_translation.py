@@ -235,6 +235,73 @@ def test_first_download_with_wrong_line_count_is_not_trusted(tmp_path: Path):
     assert not (tmp_path / "raw" / "train.en").exists() and read_lock(lock) == {}
 
 
+def _statmt_tgz(path: Path, members: dict[str, bytes]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            _add(tar, name, data)
+    return path
+
+
+EUROPARL_MEMBERS = ("training/europarl-v7.de-en.en", "training/europarl-v7.de-en.de")
+
+
+@pytest.mark.parametrize("served, why", [
+    (b"<!DOCTYPE html><html><body>503 Service Unavailable</body></html>\n", "not a readable tar or zip archive"),
+    ("cut", "not a readable tar or zip archive"),  # a gzip body cut short, with no Content-Length to tell
+    ("other", "no member training/europarl-v7.de-en.de, training/europarl-v7.de-en.en inside"),
+])
+def test_an_archive_is_looked_inside_before_its_first_md5_is_recorded(tmp_path: Path, served, why):
+    """WMT's training archives have no public md5: the first download's is recorded. An HTML error
+    page, a body cut short or another archive must not become the trusted file."""
+    whole = _statmt_tgz(tmp_path / "whole.tgz", {m: b"Resumption of the session\n" * 2000 for m in EUROPARL_MEMBERS})
+    remote = tmp_path / "remote" / "training-parallel-europarl-v7.tgz"
+    remote.parent.mkdir()
+    if served == "cut":
+        remote.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    elif served == "other":
+        _statmt_tgz(remote, {"training/europarl-v7.fr-en.en": b"x\n"})
+    else:
+        remote.write_bytes(served)
+    lock, file = tmp_path / "lock.json", RemoteFile(remote.name, remote.as_uri())
+    with pytest.raises(ValueError, match=f"{remote.name} \\(downloaded from .*; removed, nothing recorded\\): {why}"):
+        fetch_file(file, tmp_path / "raw", key=f"wmt14_en_de/{remote.name}", lock_path=lock, members=EUROPARL_MEMBERS)
+    assert read_lock(lock) == {} and not (tmp_path / "raw" / remote.name).exists()
+    placed = tmp_path / "raw" / remote.name  # the same file placed by hand: refused, left, not recorded
+    placed.write_bytes(remote.read_bytes())
+    with pytest.raises(ValueError, match=f"a file already there; nothing recorded\\): {why}"):
+        fetch_file(file, tmp_path / "raw", key=f"wmt14_en_de/{remote.name}", lock_path=lock, members=EUROPARL_MEMBERS)
+    assert placed.exists() and read_lock(lock) == {}
+    placed.unlink()
+    remote.write_bytes(whole.read_bytes())  # the source serves the real archive again
+    fetch_file(file, tmp_path / "raw", key=f"wmt14_en_de/{remote.name}", lock_path=lock, members=EUROPARL_MEMBERS)
+    assert read_lock(lock)[f"wmt14_en_de/{remote.name}"]["md5"] == _md5(whole)
+
+
+def test_fetch_source_looks_for_the_members_each_dataset_reads():
+    from resrepro.data.translation import archive_members
+
+    de, fr = SOURCES["wmt14_en_de"], SOURCES["wmt14_en_fr"]
+    assert archive_members(de, "training-parallel-europarl-v7.tgz") == EUROPARL_MEMBERS
+    assert archive_members(fr, "training-parallel-europarl-v7.tgz") == ("training/europarl-v7.fr-en.en", "training/europarl-v7.fr-en.fr")
+    assert archive_members(fr, "training-giga-fren.tar") == ("giga-fren.release2.fixed.en.gz", "giga-fren.release2.fixed.fr.gz")
+    assert archive_members(de, "test-full.tgz") == ("test-full/newstest2014-deen-src.en.sgm", "test-full/newstest2014-deen-ref.de.sgm")
+    assert archive_members(SOURCES["iwslt15_en_vi"], "train.en") == ()  # a plain file
+
+
+def test_a_recorded_md5_that_no_longer_matches_says_how_to_clear_it(tmp_path: Path):
+    remote = _write(tmp_path / "remote" / "train.en", ["hello world"])
+    lock, file = tmp_path / "lock.json", RemoteFile("train.en", remote.as_uri())
+    fetch_file(file, tmp_path / "raw", key="toy/train.en", lock_path=lock)
+    _write(remote, ["the genuine file"])
+    (tmp_path / "raw" / "train.en").unlink()
+    with pytest.raises(ChecksumError) as err:
+        fetch_file(file, tmp_path / "raw", key="toy/train.en", lock_path=lock)
+    message = str(err.value)
+    assert f"(downloaded from {remote.as_uri()}; removed); the expected md5 is the one recorded on first use" in message
+    assert f"delete the entry 'toy/train.en' from {lock} and run again" in message
+
+
 MILLION_BYTES = bytes(range(250)) * 4000  # 1,000,000 bytes, not text: no line count to catch a short file
 
 

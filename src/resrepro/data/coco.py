@@ -47,6 +47,9 @@ COCO_FILES = (
     RemoteFile("caption_datasets.zip", "http://cs.stanford.edu/people/karpathy/deepimagesent/caption_datasets.zip"),
 )
 KARPATHY_SPLITS = {"train": "train", "restval": "train", "val": "val", "test": "test"}
+# What each zip must hold before its first md5 is recorded (fnmatch patterns; read_karpathy finds
+# the split file by its name's end, wherever it lies in the zip)
+COCO_MEMBERS = {"train2014.zip": ("train2014/*.jpg",), "val2014.zip": ("val2014/*.jpg",), "caption_datasets.zip": ("*dataset_coco.json",)}
 
 
 def fetch_coco(raw_dir: str | Path, mirror: str | None = None, lock_path: str | Path = DEFAULT_LOCK,
@@ -54,8 +57,8 @@ def fetch_coco(raw_dir: str | Path, mirror: str | None = None, lock_path: str | 
     """The three files into raw_dir, each verified by its pin in `md5` (by file name) or against the
     lock (or recorded there on first use)."""
     md5 = md5 or {}
-    return [fetch_file(f, raw_dir, key=f"mscoco/{f.name}", lock_path=lock_path, md5=md5.get(f.name), mirror=mirror)
-            for f in COCO_FILES]
+    return [fetch_file(f, raw_dir, key=f"mscoco/{f.name}", lock_path=lock_path, md5=md5.get(f.name), mirror=mirror,
+                       members=COCO_MEMBERS[f.name]) for f in COCO_FILES]
 
 
 @dataclass(frozen=True)

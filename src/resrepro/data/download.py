@@ -41,7 +41,7 @@ class ChecksumError(RuntimeError):
     """A file's md5 (or sha256) is not the expected one; the message names the file and both."""
 
     def __init__(self, path: str | Path, expected: str, actual: str, note: str = "", algorithm: str = "md5") -> None:
-        self.path, self.expected, self.actual = Path(path), expected, actual
+        self.path, self.expected, self.actual, self.note = Path(path), expected, actual, note
         super().__init__(f"{path}: {algorithm} is {actual}, expected {expected}{note}")
 
 

@@ -25,8 +25,11 @@ VERIFICATION, per file (`fetch_file`)
   * Otherwise (the Stanford files, the statmt training archives) *trust on first use*: the
     first download's md5 is written to the lock file (resources/checksums.lock.json, meant
     to be committed) and every later fetch verifies against it, so a changed or truncated
-    file is removed and named (resrepro.data.download.ChecksumError). The first download of
-    a plain-text file with a known line count (IWSLT) is checked before it is trusted.
+    file is removed and named (resrepro.data.download.ChecksumError), with how to clear the
+    record where it was wrong. The first download of a plain-text file with a known line count
+    (IWSLT) is checked before it is trusted, and an archive is opened and the members the
+    pipeline reads looked for (`archive_problem`): an HTML error page or a body cut short
+    without a Content-Length is never recorded.
   * A config may pin an md5 (`md5=` argument), which wins over both.
   * A download shorter than its Content-Length is downloaded again (resrepro.data.download):
     a short file is never checked, kept or recorded.
@@ -61,6 +64,7 @@ import re
 import shutil
 import sys
 import tarfile
+import zipfile
 import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -245,6 +249,34 @@ def read_lock(lock_path: str | Path = DEFAULT_LOCK) -> dict:
         raise ValueError(f"{path}: not a checksum lock file ({err}); fix or delete it") from err
 
 
+def archive_problem(path: str | Path, members: Sequence[str]) -> str | None:
+    """Why the file at `path` is not the archive that holds `members` (fnmatch patterns; None when
+    it is): not a tar (any compression) or zip at all, e.g. an HTML error page, or one that ends
+    early or lacks a member. A tar is read until every pattern has matched."""
+    import fnmatch
+
+    path = Path(path)
+    wanted = set(members)
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as z:
+                names = z.namelist()
+            wanted = {p for p in wanted if not fnmatch.filter(names, p)}
+        else:
+            with tarfile.open(path, "r|*") as tar:
+                for info in tar:
+                    wanted = {p for p in wanted if not fnmatch.fnmatchcase(info.name.removeprefix("./"), p)}
+                    if not wanted:
+                        break
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError) as err:
+        with open(path, "rb") as f:
+            head = f.read(64)
+        return f"not a readable tar or zip archive ({type(err).__name__}: {err}; it starts {head!r})"
+    if wanted:
+        return f"no member {', '.join(sorted(wanted))} inside"
+    return None
+
+
 def fetch_file(
     file: RemoteFile,
     dest_dir: str | Path,
@@ -254,30 +286,49 @@ def fetch_file(
     md5: str | None = None,
     mirror: str | None = None,
     user_agent: str = BROWSER_USER_AGENT,
+    members: Sequence[str] = (),
 ) -> Path:
     """Get `file` into dest_dir/file.name, verified; return its path.
 
     The md5 checked is, in order: `md5` (a pin from config), `file.md5` (a public record),
     the lock file's entry under `key`. With none of them this is the first use: the file is
     downloaded (or a file already at the destination, e.g. fetched by hand, is taken), its
-    line count checked when known, and its md5 written to the lock. A download that arrives
-    short is tried again and never recorded (download.IncompleteDownload). Raises ChecksumError
-    naming the file when it differs from the expected md5 (the file is removed), ValueError
-    when a first download has the wrong number of lines (removed as well).
+    line count checked when known, an archive's `members` (fnmatch patterns) looked for, and
+    only then its md5 written to the lock. A download that arrives short is tried again and
+    never recorded (download.IncompleteDownload). Raises ChecksumError naming the file when it
+    differs from the expected md5 (the file is removed; where the md5 came from the lock, the
+    message says how to clear the record), ValueError when a first download has the wrong
+    number of lines or is not the archive it should be (a download is removed; a file placed
+    by hand is left, and not recorded).
     """
     dest = Path(dest_dir) / file.name
     url = source_url(file, mirror)
-    expected = md5 or file.md5 or read_lock(lock_path).get(key, {}).get("md5")
+    recorded = read_lock(lock_path).get(key, {})
+    expected = md5 or file.md5 or recorded.get("md5")
     if expected:
-        return fetch(url, dest, expected, user_agent=user_agent, size=file.size)
+        try:
+            return fetch(url, dest, expected, user_agent=user_agent, size=file.size)
+        except ChecksumError as err:
+            if md5 or file.md5:
+                raise
+            raise ChecksumError(err.path, err.expected, err.actual,
+                                f"{err.note}; the expected md5 is the one recorded on first use ({recorded.get('recorded', 'date not recorded')}, from {recorded.get('url', 'an unrecorded URL')}). "
+                                f"If that first file was wrong (an error page, cut short) and this one is right, delete the entry "
+                                f"{key!r} from {lock_path} and run again") from None
 
     if not dest.exists():
         with downloaded(url, dest, user_agent=user_agent, size=file.size) as tmp:
             if file.lines is not None:
                 check_lines(tmp, file.lines, name=f"{dest} (downloaded from {url}; removed)")
+            if members and (why := archive_problem(tmp, members)):
+                raise ValueError(f"{dest} (downloaded from {url}; removed, nothing recorded): {why}. Is the source up and "
+                                 "serving the file itself, not an error page?")
             os.replace(tmp, dest)
-    elif file.lines is not None:
-        check_lines(dest, file.lines)
+    else:
+        if file.lines is not None:
+            check_lines(dest, file.lines)
+        if members and (why := archive_problem(dest, members)):
+            raise ValueError(f"{dest} (a file already there; nothing recorded): {why}. Delete it, or put the right file there")
     actual = md5_of(dest)
     _record(lock_path, key, {"md5": actual, "url": url, "bytes": dest.stat().st_size,
                              "recorded": datetime.now(timezone.utc).strftime("%Y-%m-%d")}, dest)
@@ -298,7 +349,13 @@ def fetch_source(
     spec = get_source(name)
     md5 = md5 or {}
     return [fetch_file(f, raw_dir, key=f"{name}/{f.name}", lock_path=lock_path, md5=md5.get(f.name),
-                       mirror=mirror, user_agent=user_agent) for f in spec.files]
+                       mirror=mirror, user_agent=user_agent, members=archive_members(spec, f.name)) for f in spec.files]
+
+
+def archive_members(spec: TranslationSource, archive: str) -> tuple[str, ...]:
+    """The members of `archive` that the dataset's corpora read (none for a plain file)."""
+    corpora = (*spec.train, *spec.dev, spec.test)
+    return tuple(dict.fromkeys(m for c in corpora if c.archive == archive for m in (c.src, c.tgt)))
 
 
 def _record(lock_path: str | Path, key: str, entry: dict, dest: Path) -> None:
