@@ -302,6 +302,17 @@ def test_a_recorded_md5_that_no_longer_matches_says_how_to_clear_it(tmp_path: Pa
     assert f"delete the entry 'toy/train.en' from {lock} and run again" in message
 
 
+def test_a_byte_that_is_not_utf8_in_a_strict_file_names_the_file_and_line(tmp_path: Path):
+    """IWSLT's files are valid UTF-8: a byte that is not is a damaged or wrong download, said where."""
+    from resrepro.data.translation import iter_lines
+
+    path = tmp_path / "train.vi"
+    path.write_bytes("tôi yêu &#91; âm nhạc &#93;\n".encode() + b"hai d\xf2ng\n" + "ba\n".encode())
+    with pytest.raises(ValueError, match=rf"{path}, line 2: byte 0xf2 at byte 6 of the line is not UTF-8 \(invalid continuation byte\)"):
+        list(iter_lines(path))
+    assert list(iter_lines(path, errors="replace")) == ["tôi yêu &#91; âm nhạc &#93;", "hai d\ufffdng", "ba"]  # the web corpora's policy
+
+
 MILLION_BYTES = bytes(range(250)) * 4000  # 1,000,000 bytes, not text: no line count to catch a short file
 
 

@@ -132,7 +132,8 @@ def test_iwslt_files_are_luong_and_mannings_format(fakes):
         assert count_lines(path[f"{stem}.en"]) == count_lines(path[f"{stem}.vi"]) == n
     en = path["train.en"].read_bytes().decode("utf-8")  # strictly valid UTF-8
     vi = path["train.vi"].read_bytes().decode("utf-8")
-    assert all(e in en for e in (" &apos;s ", " &quot; ", " &amp; ", " , ", " .\n"))
+    assert all(e in en for e in (" &apos;s ", " &quot; ", " &amp; ", " , ", " .\n", "&#91; ", " &#93;"))
+    assert all(e in vi for e in ("&#91; ", " &#93;"))  # Moses's numeric entities for [ and ], in both languages
     assert unicodedata.is_normalized("NFC", vi) and {"ư", "đ", "ơ"} <= set(vi)
     assert all(ch in en + vi for ch in LINE_BREAKS)
     en_lines, vi_lines = en.split("\n")[:-1], vi.split("\n")[:-1]

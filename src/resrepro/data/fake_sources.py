@@ -13,7 +13,8 @@ REAL (what the readers rely on, as the hosts distribute it):
   * formats: CIFAR batches are Python 2 style protocol-2 pickles of dicts with bytes keys
     (b"data" uint8 (N, 3072), b"labels" or b"fine_labels"/b"coarse_labels", b"batch_label",
     b"filenames"; meta b"label_names" or b"fine_label_names"/b"coarse_label_names", the real
-    class names); IWSLT text is Moses-tokenized with HTML entities (&apos; &quot; &amp;) and
+    class names); IWSLT text is Moses-tokenized with HTML entities (&apos; &quot; &amp;, and the
+    numeric &#91; &#93; that Moses writes for square brackets) and
     Vietnamese diacritics (NFC), strictly valid UTF-8; WMT training text is raw (untokenized);
     .sgm files are <srcset>/<refset>, <doc sysid docid genre origlang>, <p>, <seg id> (ids
     restart in each document) with XML entities; Karpathy's json schema (images: filepath,
@@ -411,17 +412,18 @@ class _Style(NamedTuple):
     quote: int
     amp: int
     apos: int
+    bracket: int
     end: str
 
 
 def _styles(rng: np.random.Generator, sentences: Sequence[np.ndarray]) -> list[_Style]:
     n = len(sentences)
-    u, r = rng.random((n, 4)), rng.integers(0, 1 << 30, (n, 4))
+    u, r = rng.random((n, 5)), rng.integers(0, 1 << 30, (n, 5))
     ends = rng.choice([".", "?", "!"], n, p=[0.85, 0.1, 0.05])
     out = []
     for i, ids in enumerate(sentences):
         k = len(ids)
-        at = [int(r[i, j] % k) if u[i, j] < p and k > 1 else -1 for j, p in enumerate((0.25, 0.1, 0.05, 0.15))]
+        at = [int(r[i, j] % k) if u[i, j] < p and k > 1 else -1 for j, p in enumerate((0.25, 0.1, 0.05, 0.15, 0.05))]
         out.append(_Style(*at, str(ends[i])))
     return out
 
@@ -440,6 +442,9 @@ def _render(words: np.ndarray, ids: np.ndarray, style: _Style, lang: str, tokeni
         toks[style.quote] = f"&quot; {t} &quot;" if tokenized else f'"{t}"'
     if style.amp >= 0:
         toks[style.amp] += " &amp;" if tokenized else " &"
+    if style.bracket >= 0:  # Moses escapes [ and ] as numeric entities
+        t = toks[style.bracket]
+        toks[style.bracket] = f"&#91; {t} &#93;" if tokenized else f"[{t}]"
     if style.comma >= 0 and style.comma < len(toks) - 1:
         toks[style.comma] += " ," if tokenized else ","
     toks[0] = toks[0][:1].upper() + toks[0][1:]
@@ -457,7 +462,7 @@ def _parallel(rng: np.random.Generator, n: int, langs: Sequence[str], lex: dict[
 def _long_pair(rng: np.random.Generator, src: str, tgt: str, lex: dict[str, np.ndarray], tokenized: bool) -> tuple[str, str]:
     """LONG_WORDS uniformly random words a side: far over 1,024 subwords."""
     ids = rng.integers(0, LEXICON_SIZE, LONG_WORDS)
-    style = _Style(-1, -1, -1, -1, ".")
+    style = _Style(-1, -1, -1, -1, -1, ".")
     return _render(lex[src], ids, style, src, tokenized), _render(lex[tgt], ids, style, tgt, tokenized)
 
 

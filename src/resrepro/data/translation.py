@@ -388,9 +388,16 @@ def _clean(line: str) -> str:
 
 
 def iter_lines(path: str | Path, errors: str = "strict") -> Iterator[str]:
-    """Lines of a UTF-8 file without their "\\n"; only "\\n" ends a line (not \\r or U+2028)."""
-    with open(path, encoding="utf-8", errors=errors, newline="\n") as f:
-        for line in f:
+    """Lines of a UTF-8 file without their "\\n"; only "\\n" ends a line (not \\r or U+2028).
+    Under errors="strict", a byte that is not UTF-8 is a ValueError naming the file, the line and
+    the byte (a wrong or damaged download); "replace" puts U+FFFD in its place (web corpora)."""
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8", errors)
+            except UnicodeDecodeError as err:
+                raise ValueError(f"{path}, line {number:,}: byte {raw[err.start]:#04x} at byte {err.start + 1} of the line is not "
+                                 f"UTF-8 ({err.reason}); the file is not the UTF-8 text its source distributes: download it again") from None
             yield _clean(line)
 
 
