@@ -158,12 +158,13 @@ def test_scores_equal_pycocoevalcap_called_directly(monkeypatch):
     hyps = {"1": "a red ball on the left", "2": "two blue squares", "3": "a green circle"}
     scorers = evaluate.Scorers(spice=False)
     ours = scorers.score(refs, hyps)
-    tok = PTBTokenizer()
-    gts = tok.tokenize({k: [{"caption": c} for c in v] for k, v in refs.items()})
-    res = tok.tokenize({k: [{"caption": h}] for k, h in hyps.items()})
-    bleu, _ = Bleu(4).compute_score(gts, res)
-    direct = {**{f"bleu{n + 1}": 100 * b for n, b in enumerate(bleu)}, "meteor": 100 * Meteor().compute_score(gts, res)[0],
-              "rouge_l": 100 * Rouge().compute_score(gts, res)[0], "cider": 100 * Cider().compute_score(gts, res)[0]}
+    with java_runtime.on_path(scorers.java):  # pycocoevalcap's own calls, on the same Java
+        tok = PTBTokenizer()
+        gts = tok.tokenize({k: [{"caption": c} for c in v] for k, v in refs.items()})
+        res = tok.tokenize({k: [{"caption": h}] for k, h in hyps.items()})
+        bleu, _ = Bleu(4).compute_score(gts, res)
+        direct = {**{f"bleu{n + 1}": 100 * b for n, b in enumerate(bleu)}, "meteor": 100 * Meteor().compute_score(gts, res)[0],
+                  "rouge_l": 100 * Rouge().compute_score(gts, res)[0], "cider": 100 * Cider().compute_score(gts, res)[0]}
     for metric, value in direct.items():
         assert ours[metric] == pytest.approx(value, abs=1e-9), metric
     assert ours["bleu1"] > ours["bleu4"] > 0 and ours["spice"] is None and ours["spice_note"] == scorers.spice_note

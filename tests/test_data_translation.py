@@ -313,6 +313,55 @@ def test_a_byte_that_is_not_utf8_in_a_strict_file_names_the_file_and_line(tmp_pa
     assert list(iter_lines(path, errors="replace")) == ["tôi yêu &#91; âm nhạc &#93;", "hai d\ufffdng", "ba"]  # the web corpora's policy
 
 
+def test_sources_are_tried_in_order_until_one_gives_the_file(tmp_path: Path):
+    """caption_datasets.zip's own URL answers 404: a copy the user lists in download_mirrors is
+    tried next, and the first source that gives the right file is the one recorded."""
+    good = _write(tmp_path / "copy" / "train.en", ["hello world"])
+    page = tmp_path / "page" / "train.en"  # a source answering an HTML page for a text file of 1 line
+    page.parent.mkdir()
+    page.write_text("<html>\n<body>moved</body>\n</html>\n")
+    lock = tmp_path / "lock.json"
+    file = RemoteFile("train.en", (tmp_path / "gone" / "train.en").as_uri(), lines=1)
+    got = fetch_file(file, tmp_path / "raw", key="toy/train.en", lock_path=lock,
+                     mirrors=[page.as_uri(), str(good.parent), (tmp_path / "never-tried").as_uri()])
+    assert got.read_bytes() == good.read_bytes()
+    assert read_lock(lock)["toy/train.en"]["url"] == str(good)  # the folder, joined with the file's name
+
+
+def test_when_no_source_gives_the_file_the_error_lists_each_and_says_where_to_place_it(tmp_path: Path):
+    lock, raw = tmp_path / "lock.json", tmp_path / "raw"
+    file = RemoteFile("caption_datasets.zip", (tmp_path / "gone.zip").as_uri())
+    html = tmp_path / "copy" / "caption_datasets.zip"
+    html.parent.mkdir()
+    html.write_bytes(b"<html>404</html>")
+    with pytest.raises(RuntimeError) as err:
+        fetch_file(file, raw, key="mscoco/caption_datasets.zip", lock_path=lock, members=["*dataset_coco.json"], mirrors=[html.as_uri()])
+    message = str(err.value)
+    assert message.startswith("caption_datasets.zip: none of its 2 sources gave the file:\n")
+    assert f"  {(tmp_path / 'gone.zip').as_uri()}: could not download" in message
+    assert f"  {html.as_uri()}: {raw / 'caption_datasets.zip'} (downloaded from {html.as_uri()}; removed, nothing recorded): not a readable" in message
+    assert message.endswith(f"Place the file by hand at {raw / 'caption_datasets.zip'} (it is then checked, and its md5 recorded where none "
+                            "is published), or add another source for it under download_mirrors['mscoco/caption_datasets.zip'] in the config.")
+    with pytest.raises(RuntimeError, match="could not download") as one:  # one source: its own error, the hint as a note
+        fetch_file(file, raw, key="mscoco/caption_datasets.zip", lock_path=lock)
+    assert one.value.__notes__ == [message.splitlines()[-1]]
+    assert read_lock(lock) == {}
+
+
+def test_a_file_placed_by_hand_is_checked_recorded_and_tried_before_any_source(tmp_path: Path):
+    lock, raw = tmp_path / "lock.json", tmp_path / "raw"
+    file = RemoteFile("train.en", (tmp_path / "gone" / "train.en").as_uri(), lines=2)
+    placed = _write(raw / "train.en", ["placed", "by hand"])
+    assert fetch_file(file, raw, key="toy/train.en", lock_path=lock) == placed  # no source reached
+    assert read_lock(lock)["toy/train.en"]["md5"] == _md5(placed)
+    wrong = RemoteFile("train.vi", (tmp_path / "gone" / "train.vi").as_uri(), lines=3)
+    _write(raw / "train.vi", ["one line"])
+    good = _write(tmp_path / "copy" / "train.vi", ["a", "b", "c"])
+    with pytest.raises(ValueError, match=r"train.vi \(a file already there; nothing recorded\): 1 lines, expected 3. Delete it"):
+        fetch_file(wrong, raw, key="toy/train.vi", lock_path=lock, mirrors=[good.as_uri()])  # never replaced silently
+    assert (raw / "train.vi").read_text() == "one line\n" and "toy/train.vi" not in read_lock(lock)
+
+
 MILLION_BYTES = bytes(range(250)) * 4000  # 1,000,000 bytes, not text: no line count to catch a short file
 
 

@@ -308,6 +308,9 @@ SCHEMA = "workflow/schemas/config.schema.yaml"
         ("download_md5={'imagenet/x.tar': 0123456789abcdef0123456789abcdef}", "download_md5.imagenet/x.tar: expected <download>/<file name>"),
         ("download_md5={cifar10: 0123456789abcdef0123456789abcdef}", "download_md5.cifar10: expected <download>/<file name>"),
         ("download_md5={'mscoco/train2014.zip': not-an-md5}", "download_md5"),
+        ("download_mirrors={'mscoco/captions.zip': ['https://mirror.example/c.zip']}", "download_mirrors.mscoco/captions.zip: not a file the fetch rules get"),
+        ("download_mirrors={'mscoco/caption_datasets.zip': ['htp:/x']}", "download_mirrors.mscoco/caption_datasets.zip: 'htp:/x' is neither a URL"),
+        ("download_mirrors={'mscoco/caption_datasets.zip': 'https://mirror.example/c.zip'}", "download_mirrors"),  # a list, not one URL
     ],
 )
 def test_bad_config_override_fails_naming_the_key(override, message):

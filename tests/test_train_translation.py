@@ -451,7 +451,8 @@ def test_a_run_that_diverged_is_not_evaluated_and_its_evaluation_succeeds(tmp_pa
     run_dir = tmp_path / "seed0"
     m = train(spec(lr_scale=1e12, variant="add", args={}), corpus(100, 0), corpus(10, 1), 26, run_dir, device="cpu", progress=False)
     assert m["diverged"]
-    a = argparse.Namespace(task=task, threads=0, spec=json.dumps({**EVAL_SPEC, "average_last": 2, "beam": 2}), data=str(tmp_path / "no-data"), device="cpu")
+    a = argparse.Namespace(task=task, threads=0, spec=json.dumps({**EVAL_SPEC, "average_last": 2, "beam": 2}), data=str(tmp_path / "no-data"), device="cpu",
+                           java="bundled")
     assert jobs.evaluation(a)(0, run_dir) == {"diverged": True}
     assert not (run_dir / "averaged.pt").exists()
 

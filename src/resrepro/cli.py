@@ -87,13 +87,15 @@ def fetch_translation_arguments(s) -> None:
     s.add_argument("dataset")
     s.add_argument("--done", required=True, help="marker file written when every file is there")
     s.add_argument("--mirror", default="", help="a mirror base URL or folder instead of the official one")
+    s.add_argument("--mirrors", default="{}", help="JSON {file name: [URL or path]}: sources tried after the first, per file")
     add_pin_arguments(s, lock=True)
 
 
 def cmd_fetch_translation(a) -> None:
     from .data.translation import fetch_source
 
-    paths = fetch_source(a.dataset, Path(a.done).parent, lock_path=a.lock, md5=json.loads(a.md5), mirror=a.mirror or None)
+    paths = fetch_source(a.dataset, Path(a.done).parent, lock_path=a.lock, md5=json.loads(a.md5), mirror=a.mirror or None,
+                         mirrors=json.loads(a.mirrors))
     files.write_json(a.done, {"dataset": a.dataset, "files": [p.name for p in paths]})
 
 
@@ -115,13 +117,14 @@ def cmd_prepare_translation(a) -> None:
 def fetch_coco_arguments(s) -> None:
     s.add_argument("--done", required=True, help="marker file written when every file is there")
     s.add_argument("--mirror", default="", help="a mirror base URL or folder instead of the official ones")
+    s.add_argument("--mirrors", default="{}", help="JSON {file name: [URL or path]}: sources tried after the first, per file")
     add_pin_arguments(s, lock=True)
 
 
 def cmd_fetch_coco(a) -> None:
     from .data.coco import fetch_coco
 
-    paths = fetch_coco(Path(a.done).parent, mirror=a.mirror or None, lock_path=a.lock, md5=json.loads(a.md5))
+    paths = fetch_coco(Path(a.done).parent, mirror=a.mirror or None, lock_path=a.lock, md5=json.loads(a.md5), mirrors=json.loads(a.mirrors))
     files.write_json(a.done, {"dataset": "mscoco", "files": [p.name for p in paths]})
 
 

@@ -364,6 +364,7 @@ def seeds_for(config: dict, table_id: str, task: str) -> list[int]:
 def make_plan(config: dict) -> Plan:
     check_download_urls(config)
     check_download_md5(config)
+    check_download_mirrors(config)
     all_tables = load_tables(config["tables_dir"])
     beyond = config.get("beyond", False)
     selected = [t for t, table in all_tables.items() if beyond or table["paper"] != BEYOND] if config["tables"] == "all" else config["tables"]
@@ -474,6 +475,28 @@ def check_download_md5(config: dict) -> None:
         download, _, file_name = key.partition("/")
         if download not in allowed or not file_name:
             raise ConfigError(f"download_md5.{key}: expected <download>/<file name>, the download one of {', '.join(allowed)}")
+
+
+def check_download_mirrors(config: dict) -> None:
+    """Each download_mirrors entry is keyed "<download>/<file name>", a file one of the fetch rules
+    gets (the translation datasets' and MSCOCO's), and lists URLs or existing paths."""
+    from .data.coco import COCO_FILES
+    from .data.translation import SOURCES
+
+    files = {f"{name}/{f.name}" for name, source in SOURCES.items() for f in source.files} | {f"mscoco/{f.name}" for f in COCO_FILES}
+    for key, locations in config.get("download_mirrors", {}).items():
+        if key not in files:
+            raise ConfigError(f"download_mirrors.{key}: not a file the fetch rules get; e.g. mscoco/caption_datasets.zip, "
+                              "wmt14_en_de/training-parallel-commoncrawl.tgz")
+        for location in locations:
+            if problem := location_problem(location):
+                raise ConfigError(f"download_mirrors.{key}: {problem}")
+
+
+def download_mirrors(config: dict, download: str) -> dict[str, list[str]]:
+    """The extra sources of one download's files, by file name (download_mirrors)."""
+    prefix = f"{download}/"
+    return {key.removeprefix(prefix): list(urls) for key, urls in config.get("download_mirrors", {}).items() if key.startswith(prefix)}
 
 
 def download_md5(config: dict, download: str) -> dict[str, str]:

@@ -250,6 +250,11 @@ def report_recipe():
     return json.dumps(recipe, sort_keys=True)
 
 
+def extra_sources(download):
+    """The extra sources (config download_mirrors) of one download's files as JSON {file name: [URL]}."""
+    return json.dumps(experiments.download_mirrors(config, download), sort_keys=True)
+
+
 def pinned_md5(download):
     """The md5 pins (config download_md5) of one download's files as JSON {file name: md5}: a
     param, so a new pin verifies again."""

@@ -76,6 +76,7 @@ rule fetch_translation:
         f"{DOWNLOADS}/{{dataset}}/fetched.json",
     params:
         mirror=translation_mirror,
+        mirrors=lambda wildcards: extra_sources(wildcards.dataset),
         md5=lambda wildcards: pinned_md5(wildcards.dataset),
         lock=f"{DOWNLOADS}/checksums.lock.json",
     log:
@@ -92,8 +93,8 @@ rule fetch_translation:
     conda:
         "../../envs/resrepro.yaml"
     shell:
-        "resrepro fetch-translation {wildcards.dataset} --done {output} --mirror={params.mirror:q} --md5 {params.md5:q}"
-        " --lock {params.lock} 2> {log}"
+        "resrepro fetch-translation {wildcards.dataset} --done {output} --mirror={params.mirror:q} --mirrors {params.mirrors:q}"
+        " --md5 {params.md5:q} --lock {params.lock} 2> {log}"
 
 
 rule prepare_translation:
@@ -160,6 +161,7 @@ rule fetch_coco:
         f"{DOWNLOADS}/mscoco/fetched.json",
     params:
         mirror=lambda wildcards: config.get("download_urls", {}).get("mscoco", ""),
+        mirrors=extra_sources("mscoco"),
         md5=pinned_md5("mscoco"),
         lock=f"{DOWNLOADS}/checksums.lock.json",
     log:
@@ -174,7 +176,8 @@ rule fetch_coco:
     conda:
         "../../envs/resrepro.yaml"
     shell:
-        "resrepro fetch-coco --done {output} --mirror={params.mirror:q} --md5 {params.md5:q} --lock {params.lock} 2> {log}"
+        "resrepro fetch-coco --done {output} --mirror={params.mirror:q} --mirrors {params.mirrors:q} --md5 {params.md5:q}"
+        " --lock {params.lock} 2> {log}"
 
 
 localrules:

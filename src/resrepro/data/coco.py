@@ -53,12 +53,12 @@ COCO_MEMBERS = {"train2014.zip": ("train2014/*.jpg",), "val2014.zip": ("val2014/
 
 
 def fetch_coco(raw_dir: str | Path, mirror: str | None = None, lock_path: str | Path = DEFAULT_LOCK,
-               md5: dict[str, str] | None = None) -> list[Path]:
+               md5: dict[str, str] | None = None, mirrors: dict[str, list[str]] | None = None) -> list[Path]:
     """The three files into raw_dir, each verified by its pin in `md5` (by file name) or against the
-    lock (or recorded there on first use)."""
-    md5 = md5 or {}
+    lock (or recorded there on first use); `mirrors`: more sources per file, tried in order."""
+    md5, mirrors = md5 or {}, mirrors or {}
     return [fetch_file(f, raw_dir, key=f"mscoco/{f.name}", lock_path=lock_path, md5=md5.get(f.name), mirror=mirror,
-                       members=COCO_MEMBERS[f.name]) for f in COCO_FILES]
+                       members=COCO_MEMBERS[f.name], mirrors=mirrors.get(f.name, ())) for f in COCO_FILES]
 
 
 @dataclass(frozen=True)

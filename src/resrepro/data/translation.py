@@ -287,8 +287,15 @@ def fetch_file(
     mirror: str | None = None,
     user_agent: str = BROWSER_USER_AGENT,
     members: Sequence[str] = (),
+    mirrors: Sequence[str] = (),
 ) -> Path:
     """Get `file` into dest_dir/file.name, verified; return its path.
+
+    Its sources are tried in order: its own URL (or the dataset's `mirror`), then `mirrors`
+    (the config's download_mirrors for this file: each its URL or path, or a folder holding it
+    by name). The first that gives the right file wins; when none does, the error lists each
+    with what went wrong and says where to place the file by hand. A file already at the
+    destination (e.g. placed by hand) is checked as a download would be and needs no source.
 
     The md5 checked is, in order: `md5` (a pin from config), `file.md5` (a public record),
     the lock file's entry under `key`. With none of them this is the first use: the file is
@@ -302,7 +309,39 @@ def fetch_file(
     by hand is left, and not recorded).
     """
     dest = Path(dest_dir) / file.name
-    url = source_url(file, mirror)
+    sources = [source_url(file, mirror), *(file_location(m, file.name) for m in mirrors)]
+    failures: list[tuple[str, Exception]] = []
+    for url in sources:
+        try:
+            return _fetch_from(url, file, dest, key=key, lock_path=lock_path, md5=md5, user_agent=user_agent, members=members)
+        except PlacedFileError:
+            raise  # a file placed by hand that is not the right one: no source replaces it
+        except (RuntimeError, ValueError) as err:  # a network failure, a short body, a wrong md5, an error page
+            failures.append((url, err))
+    hint = (f"Place the file by hand at {dest} (it is then checked, and its md5 recorded where none is published), "
+            f"or add another source for it under download_mirrors['{key}'] in the config.")
+    if len(failures) == 1:
+        failures[0][1].add_note(hint)
+        raise failures[0][1]
+    raise RuntimeError(f"{file.name}: none of its {len(failures)} sources gave the file:\n"
+                       + "".join(f"  {url}: {err}\n" for url, err in failures) + hint) from failures[-1][1]
+
+
+class PlacedFileError(ValueError):
+    """A file already at the destination (placed by hand) that is not the file: left, not recorded."""
+
+
+def file_location(mirror: str, name: str) -> str:
+    """A download_mirrors entry as the file's location: as it is, or joined with the file's name
+    where it is a folder (a path that is a directory, or a URL ending in "/")."""
+    if mirror.endswith("/") or Path(mirror).is_dir():
+        return mirror.rstrip("/") + "/" + name
+    return mirror
+
+
+def _fetch_from(url: str, file: RemoteFile, dest: Path, *, key: str, lock_path: str | Path, md5: str | None, user_agent: str,
+                members: Sequence[str]) -> Path:
+    """fetch_file from one source."""
     recorded = read_lock(lock_path).get(key, {})
     expected = md5 or file.md5 or recorded.get("md5")
     if expected:
@@ -325,10 +364,11 @@ def fetch_file(
                                  "serving the file itself, not an error page?")
             os.replace(tmp, dest)
     else:
-        if file.lines is not None:
-            check_lines(dest, file.lines)
-        if members and (why := archive_problem(dest, members)):
-            raise ValueError(f"{dest} (a file already there; nothing recorded): {why}. Delete it, or put the right file there")
+        why = archive_problem(dest, members) if members else None
+        if file.lines is not None and count_lines(dest) != file.lines:
+            why = f"{count_lines(dest):,} lines, expected {file.lines:,}"
+        if why:
+            raise PlacedFileError(f"{dest} (a file already there; nothing recorded): {why}. Delete it, or put the right file there")
     actual = md5_of(dest)
     _record(lock_path, key, {"md5": actual, "url": url, "bytes": dest.stat().st_size,
                              "recorded": datetime.now(timezone.utc).strftime("%Y-%m-%d")}, dest)
@@ -344,12 +384,15 @@ def fetch_source(
     md5: Mapping[str, str] | None = None,
     mirror: str | None = None,
     user_agent: str = BROWSER_USER_AGENT,
+    mirrors: Mapping[str, Sequence[str]] | None = None,
 ) -> list[Path]:
-    """Fetch every file of dataset `name` into raw_dir (see fetch_file); `md5` pins by file name."""
+    """Fetch every file of dataset `name` into raw_dir (see fetch_file); `md5` pins by file name,
+    `mirrors` lists more sources by file name."""
     spec = get_source(name)
-    md5 = md5 or {}
-    return [fetch_file(f, raw_dir, key=f"{name}/{f.name}", lock_path=lock_path, md5=md5.get(f.name),
-                       mirror=mirror, user_agent=user_agent, members=archive_members(spec, f.name)) for f in spec.files]
+    md5, mirrors = md5 or {}, mirrors or {}
+    return [fetch_file(f, raw_dir, key=f"{name}/{f.name}", lock_path=lock_path, md5=md5.get(f.name), mirror=mirror,
+                       user_agent=user_agent, members=archive_members(spec, f.name), mirrors=mirrors.get(f.name, ()))
+            for f in spec.files]
 
 
 def archive_members(spec: TranslationSource, archive: str) -> tuple[str, ...]:
