@@ -314,7 +314,7 @@ def test_the_cli_writes_and_prints_the_keys(tmp_path, monkeypatch, capsys):
 # ---------------------------------------------------------------------------------- mirror
 
 
-def test_a_cut_short_download_from_the_mirror_is_retried_and_whole(fakes, tmp_path):
+def test_a_cut_short_download_from_the_mirror_is_resumed_and_whole(fakes, tmp_path):
     out, written = fakes
     archive = written["cifar10/cifar-10-python.tar.gz"]
     with serving(out, cut_short=["cifar10/cifar-10-python.tar.gz", "iwslt15_en_vi/train.vi"]) as server:
@@ -325,12 +325,37 @@ def test_a_cut_short_download_from_the_mirror_is_retried_and_whole(fakes, tmp_pa
     size = archive.stat().st_size
     train_vi = written["iwslt15_en_vi/train.vi"].stat().st_size
     cut = [r for r in server.requests if r.path in ("cifar10/cifar-10-python.tar.gz", "iwslt15_en_vi/train.vi")]
-    assert cut == [Request("cifar10/cifar-10-python.tar.gz", size // 2), Request("cifar10/cifar-10-python.tar.gz", size),
-                   Request("iwslt15_en_vi/train.vi", train_vi // 2), Request("iwslt15_en_vi/train.vi", train_vi)]
-    assert len(server.requests) == 2 + 7  # one retry each; the five other IWSLT files once
+    assert cut == [Request("cifar10/cifar-10-python.tar.gz", size // 2),  # then resumed from where it was cut
+                   Request("cifar10/cifar-10-python.tar.gz", size - size // 2, 206, size // 2),
+                   Request("iwslt15_en_vi/train.vi", train_vi // 2), Request("iwslt15_en_vi/train.vi", train_vi - train_vi // 2, 206, train_vi // 2)]
+    assert len(server.requests) == 2 + 7  # one resumption each; the five other IWSLT files once
     for path in fetched:
         assert path.read_bytes() == written[f"iwslt15_en_vi/{path.name}"].read_bytes()
     assert read_lock(lock)["iwslt15_en_vi/train.vi"]["md5"] == md5(written["iwslt15_en_vi/train.vi"])
+
+
+def test_the_archives_en_de_and_en_fr_share_are_downloaded_once(fakes, tmp_path):
+    """Europarl, CommonCrawl, news-commentary and the test sets: EN-FR links EN-DE's verified copies."""
+    from resrepro.data.translation import SOURCES
+
+    out, written = fakes
+    lock, downloads = tmp_path / "checksums.lock.json", tmp_path / "downloads"
+    pins = {d: {k.split("/")[1]: md5(p) for k, p in written.items() if k.startswith(f"{d}/") and k.split("/")[1].startswith(("wmt1", "test"))}
+            for d in ("wmt14_en_de", "wmt14_en_fr")}  # the fake test sets are not the published ones: pinned, as the rehearsal does
+    with serving(out) as server:
+        de = fetch_source("wmt14_en_de", downloads / "wmt14_en_de", lock_path=lock, mirror=server.url + "wmt14/", md5=pins["wmt14_en_de"])
+        before = len(server.requests)
+        fr = fetch_source("wmt14_en_fr", downloads / "wmt14_en_fr", lock_path=lock, mirror=server.url + "wmt14/", md5=pins["wmt14_en_fr"])
+    shared = {f.name for f in SOURCES["wmt14_en_de"].files} & {f.name for f in SOURCES["wmt14_en_fr"].files}
+    assert shared == {"training-parallel-europarl-v7.tgz", "training-parallel-commoncrawl.tgz", "training-parallel-nc-v9.tgz",
+                      "wmt13-test.tgz", "test-full.tgz"}
+    assert sorted(r.path.split("/")[1] for r in server.requests[before:]) == sorted({f.name for f in SOURCES["wmt14_en_fr"].files} - shared)
+    for name in shared:
+        assert (downloads / "wmt14_en_fr" / name).stat().st_ino == (downloads / "wmt14_en_de" / name).stat().st_ino  # one copy on disk
+    entries = read_lock(lock)
+    assert all(entries.get(f"wmt14_en_fr/{name}", {}).get("md5") == entries[f"wmt14_en_de/{name}"]["md5"]
+               for name in shared if f"wmt14_en_de/{name}" in entries)  # each recorded under both
+    assert [p.name for p in fr] == [f.name for f in SOURCES["wmt14_en_fr"].files] and len(de) == 5
 
 
 def test_the_mirror_refuses_what_it_does_not_hold_and_can_always_cut(tmp_path):
@@ -346,5 +371,6 @@ def test_the_mirror_refuses_what_it_does_not_hold_and_can_always_cut(tmp_path):
         assert head.headers["Content-Length"] == "1001"
         with pytest.raises(IncompleteDownload, match="expected 1,001 bytes, received 500"):
             fetch(server.url + "a/f.bin", tmp_path / "f.bin", "0" * 32)
-    assert [r.sent for r in server.requests if r.path == "a/f.bin" and r.sent] == [500] * ATTEMPTS
+    fetched = [(r.start, r.sent) for r in server.requests if r.path == "a/f.bin"][1:]  # after the HEAD
+    assert fetched == [(0, 500)] + [(500, 0)] * ATTEMPTS  # resumed at the byte it was cut at, which it always is
     assert not (tmp_path / "f.bin").exists()

@@ -2,8 +2,10 @@
 
 Every file the pipeline gets from the internet comes through `downloaded`: it writes to a
 temporary file next to the destination and hands it over only when it is whole (as long as its
-Content-Length, or the size its source declares; a short one is deleted and downloaded again, a
-few times, then the error names the URL and both sizes). The caller checks it and renames it,
+Content-Length, or the size its source declares). A body cut short is resumed from its last byte
+with an HTTP range request where the server accepts one (a 206 from that byte), else downloaded
+again from the start; after ATTEMPTS tries in a row that bring no new byte, the error names the
+URL and both sizes. The caller checks it and renames it,
 so a killed, short or corrupt download never leaves anything that looks finished. `fetch` does
 that with an md5, and skips the download when a file with the right md5 is already there.
 A location may be a URL or a local file path.
@@ -14,6 +16,7 @@ from __future__ import annotations
 import http.client
 import hashlib
 import os
+import re
 import sys
 import tempfile
 import urllib.error
@@ -31,7 +34,7 @@ BROWSER_USER_AGENT = (
     "Chrome/124.0.0.0 Safari/537.36"
 )
 _CHUNK = 1 << 20  # bytes read per step of the progress bar
-ATTEMPTS = 3  # downloads of a file that arrives short, within one call
+ATTEMPTS = 3  # tries in a row that bring no new byte of a file that arrives short, within one call
 
 # Errors that mean "the remote side failed"; disk errors (OSError) still propagate as they are.
 _NETWORK_ERRORS = (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError)
@@ -131,33 +134,54 @@ def url_of(location: str) -> str:
 
 
 def _download_whole(url: str, path: Path, user_agent: str, timeout: float, size: int | None, desc: str) -> None:
-    """Download `url` into `path` until it arrives whole, at most ATTEMPTS times."""
-    for attempt in range(1, ATTEMPTS + 1):
+    """Download `url` into `path` until it arrives whole, resuming where it was cut; fail after
+    ATTEMPTS tries in a row that bring no new byte."""
+    path.write_bytes(b"")
+    stalled = 0
+    while True:
+        have = path.stat().st_size
         try:
-            with open(path, "wb") as out:
-                _download(url, out, user_agent, timeout, desc)
+            with open(path, "r+b") as out:
+                _download(url, out, user_agent, timeout, desc, start=have)
             received = path.stat().st_size
             if size is not None and received != size:
+                path.write_bytes(b"")  # a whole body of the wrong size: resuming cannot mend it
                 raise IncompleteDownload(url, size, received)
             return
         except IncompleteDownload as err:
-            print(f"{err} (attempt {attempt} of {ATTEMPTS})", file=sys.stderr)
             last = err
+            stalled = 0 if path.stat().st_size > have else stalled + 1
+            print(f"{err} ({'no new byte, try ' + str(stalled) + ' of ' + str(ATTEMPTS) if stalled else 'resuming from there'})", file=sys.stderr)
+            if stalled >= ATTEMPTS:
+                break
     raise IncompleteDownload(url, last.expected, last.received,
-                             f" (the last of {ATTEMPTS} attempts; removed). If the host keeps cutting the "
+                             f" (no new byte in the last {ATTEMPTS} tries; removed). If the host keeps cutting the "
                              "connection, download the file by hand or set a mirror URL for it in the config.")
 
 
-def _download(url: str, out: BinaryIO, user_agent: str, timeout: float, desc: str) -> None:
-    """Copy the body of `url` into the open binary file `out`, with a progress bar on stderr.
-    Raises IncompleteDownload when fewer bytes come than its Content-Length promised."""
-    request = urllib.request.Request(url_of(url), headers={"User-Agent": user_agent})
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+
+
+def _download(url: str, out: BinaryIO, user_agent: str, timeout: float, desc: str, start: int = 0) -> None:
+    """Copy the body of `url` into the open binary file `out` from byte `start` (a range request;
+    a server that answers with the whole file instead overwrites it from the start), with a
+    progress bar on stderr. Raises IncompleteDownload when the file ends short of the size the
+    response promised (its Content-Length, or the total of its Content-Range)."""
+    headers = {"User-Agent": user_agent, **({"Range": f"bytes={start}-"} if start else {})}
+    request = urllib.request.Request(url_of(url), headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             length = response.headers.get("Content-Length")
             total = int(length) if length and length.isdigit() else None
-            received = 0
-            with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,
+            resumed = _CONTENT_RANGE.fullmatch(response.headers.get("Content-Range") or "") if start and response.status == 206 else None
+            if resumed and int(resumed[1]) == start:
+                total = int(resumed[3]) if resumed[3] != "*" else None
+            else:  # the whole body, from its first byte
+                start = 0
+            out.seek(start)
+            out.truncate()
+            received = start
+            with tqdm(total=total, initial=start, unit="B", unit_scale=True, unit_divisor=1024,
                       desc=desc, file=sys.stderr) as bar:
                 try:
                     # read(n) ends quietly when the connection closes early: count the bytes.

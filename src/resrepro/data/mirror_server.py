@@ -5,14 +5,19 @@ answers root/iwslt15_en_vi/train.en, with its Content-Length), so the rehearsal'
 (resrepro.data.fake_sources) go through the real download code: a config's mirror URL is
 `server.url + "<folder>/"`, and every file is fetched by its own name under it.
 
-Cutting short: for each relative path in `cut_short`, the first response announces the whole
-Content-Length but sends only the first half of the body and closes the connection, as a host
-that drops a download does; later requests for it get the whole file. A mapping
-{path: responses} cuts that many first responses instead (None: every one).
-resrepro.data.download then sees an IncompleteDownload and downloads the file again.
+Ranges: a GET with `Range: bytes=N-` is answered 206 with the file from byte N (Content-Range
+`bytes N-last/size`), as statmt.org's and COCO's servers do; `ranges=False` makes a server that
+ignores it and answers 200 with the whole file.
 
-`server.requests` records each request as Request(path, sent, status), sent being the body
-bytes written. It is complete once the `with serving(...)` block has ended (the server waits
+Cutting short: for each relative path in `cut_short`, the first response announces its whole
+Content-Length but stops at byte `cut_at` x the file's size (half by default) and closes the
+connection, as a host that drops a download does; later requests for it are answered in full. A
+mapping {path: responses} cuts that many first responses instead (None: every one, each at the
+same byte: a resumed request from there gets nothing more). resrepro.data.download then sees an
+IncompleteDownload and resumes the file (or downloads it again where ranges are ignored).
+
+`server.requests` records each request as Request(path, sent, status, start), sent being the body
+bytes written and start the byte its range asked to start at. It is complete once the `with serving(...)` block has ended (the server waits
 for its handler threads when it closes); within the block the last response may still be
 being recorded.
 """
@@ -33,6 +38,7 @@ class Request(NamedTuple):
     path: str  # relative to the served folder, e.g. "iwslt15_en_vi/train.en"
     sent: int  # body bytes written
     status: int = 200
+    start: int = 0  # the first byte a range request asked for
 
 
 class MirrorServer(ThreadingHTTPServer):
@@ -40,8 +46,10 @@ class MirrorServer(ThreadingHTTPServer):
 
     daemon_threads = False  # server_close() waits for the handlers: `requests` is whole afterwards
 
-    def __init__(self, root: str | Path, cut_short: Iterable[str] | Mapping[str, int | None] = (), port: int = 0):
+    def __init__(self, root: str | Path, cut_short: Iterable[str] | Mapping[str, int | None] = (), port: int = 0,
+                 ranges: bool = True, cut_at: float = 0.5):
         self.root = Path(root).resolve()
+        self.ranges, self.cut_at = ranges, cut_at
         if not self.root.is_dir():
             raise FileNotFoundError(f"{root}: no such folder to serve")
         if isinstance(cut_short, Mapping):
@@ -106,33 +114,52 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.record(Request(path, 0, 404))
             return
         size = file.stat().st_size
-        self.send_response(200)
+        start = self._range_start() if self.server.ranges else 0
+        if start is not None and start >= size > 0:
+            self.send_error(416, f"range from byte {start} of {size}")
+            self.server.record(Request(path, 0, 416, start))
+            return
+        status = 206 if start else 200
+        start = start or 0
+        self.send_response(status)
         self.send_header("Content-Type", "application/octet-stream")
-        self.send_header("Content-Length", str(size))
+        self.send_header("Accept-Ranges", "bytes" if self.server.ranges else "none")
+        self.send_header("Content-Length", str(size - start))
+        if status == 206:
+            self.send_header("Content-Range", f"bytes {start}-{size - 1}/{size}")
         self.end_headers()
         if not body:
-            self.server.record(Request(path, 0, 200))
+            self.server.record(Request(path, 0, status, start))
             return
-        limit = size // 2 if self.server.take_cut(path) else size
+        end = max(start, int(size * self.server.cut_at)) if self.server.take_cut(path) else size
         sent = 0
         try:
             with open(file, "rb") as f:
-                while sent < limit and (chunk := f.read(min(_CHUNK, limit - sent))):
+                f.seek(start)
+                while start + sent < end and (chunk := f.read(min(_CHUNK, end - start - sent))):
                     self.wfile.write(chunk)
                     sent += len(chunk)
         except (BrokenPipeError, ConnectionResetError):  # the client went away
             pass
         finally:
-            self.server.record(Request(path, sent, 200))
+            self.server.record(Request(path, sent, status, start))
+
+    def _range_start(self) -> int | None:
+        """The N of a `Range: bytes=N-` header (the only form resrepro.data.download sends)."""
+        header = self.headers.get("Range", "")
+        if header.startswith("bytes=") and header.endswith("-") and header[6:-1].isdigit():
+            return int(header[6:-1])
+        return None
 
     def log_message(self, format: str, *args) -> None:
         pass
 
 
 @contextmanager
-def serving(root: str | Path, cut_short: Iterable[str] | Mapping[str, int | None] = (), port: int = 0) -> Iterator[MirrorServer]:
+def serving(root: str | Path, cut_short: Iterable[str] | Mapping[str, int | None] = (), port: int = 0,
+            ranges: bool = True, cut_at: float = 0.5) -> Iterator[MirrorServer]:
     """Serve the files under `root` while the block runs; yield the server (.url, .requests)."""
-    server = MirrorServer(root, cut_short, port)
+    server = MirrorServer(root, cut_short, port, ranges, cut_at)
     thread = threading.Thread(target=server.serve_forever, name="mirror-server", daemon=True)
     thread.start()
     try:

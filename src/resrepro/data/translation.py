@@ -64,8 +64,9 @@ import re
 import shutil
 import sys
 import tarfile
-import zipfile
 import tempfile
+import zipfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -387,12 +388,51 @@ def fetch_source(
     mirrors: Mapping[str, Sequence[str]] | None = None,
 ) -> list[Path]:
     """Fetch every file of dataset `name` into raw_dir (see fetch_file); `md5` pins by file name,
-    `mirrors` lists more sources by file name."""
+    `mirrors` lists more sources by file name. A file another dataset also uses (EN-DE's and
+    EN-FR's Europarl, CommonCrawl, news-commentary and test sets), already fetched into that
+    dataset's folder beside raw_dir and verified, is linked instead of downloaded again; one job
+    at a time fetches a file, so the second waits for the first and shares its copy."""
     spec = get_source(name)
     md5, mirrors = md5 or {}, mirrors or {}
-    return [fetch_file(f, raw_dir, key=f"{name}/{f.name}", lock_path=lock_path, md5=md5.get(f.name), mirror=mirror,
-                       user_agent=user_agent, members=archive_members(spec, f.name), mirrors=mirrors.get(f.name, ()))
-            for f in spec.files]
+    fetched = []
+    for f in spec.files:
+        with _one_fetch_at_a_time(lock_path, f):
+            _share_from_siblings(name, f, Path(raw_dir), lock_path, md5.get(f.name))
+            fetched.append(fetch_file(f, raw_dir, key=f"{name}/{f.name}", lock_path=lock_path, md5=md5.get(f.name), mirror=mirror,
+                                      user_agent=user_agent, members=archive_members(spec, f.name), mirrors=mirrors.get(f.name, ())))
+    return fetched
+
+
+@contextmanager
+def _one_fetch_at_a_time(lock_path: str | Path, file: RemoteFile):
+    """An exclusive flock per file name beside the lock file, for the fetch jobs of two datasets."""
+    guard_path = Path(lock_path).with_name(f".{file.name}.fetching")
+    guard_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(guard_path, "w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        yield
+
+
+def _share_from_siblings(name: str, file: RemoteFile, raw_dir: Path, lock_path: str | Path, pinned: str | None) -> None:
+    """Link `file` from another dataset's folder beside raw_dir when that dataset uses the same file
+    and its copy has the md5 this fetch would check (`pinned`, else the published one), or, with
+    neither, the one recorded for it there."""
+    dest = raw_dir / file.name
+    if dest.exists():
+        return
+    entries = read_lock(lock_path)
+    for other, source in SOURCES.items():
+        there = raw_dir.parent / other / file.name
+        if other == name or file not in source.files or not there.exists():
+            continue
+        if (expected := pinned or file.md5 or entries.get(f"{other}/{file.name}", {}).get("md5")) and md5_of(there) == expected:
+            raw_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(there, dest)
+            except OSError:  # another file system
+                shutil.copyfile(there, dest)
+            print(f"{dest}: the file {other} fetched ({there}), linked rather than downloaded again", file=sys.stderr)
+            return
 
 
 def archive_members(spec: TranslationSource, archive: str) -> tuple[str, ...]:
