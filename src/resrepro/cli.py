@@ -376,7 +376,26 @@ def cmd_rehearse(a) -> None:
     sys.exit(rehearse(a.snakemake_args))
 
 
+def preflight_arguments(s) -> None:
+    s.add_argument("--configfile", required=True, help="the scale, e.g. config/paper.yaml")
+    s.add_argument("--timeout", type=float, default=20.0, help="seconds a source has to answer")
+
+
+def cmd_preflight(a) -> None:
+    from .analysis.cost import load_scale
+    from .data.preflight import preflight, table
+
+    config, plan = load_scale(a.configfile)
+    checks = preflight(config, plan, timeout=a.timeout)
+    print(table(checks))
+    failed = [c for c in checks if c.failed]
+    if failed:
+        sys.exit(f"preflight: {len(failed)} of {len(checks)} checks failed (above); fix them before the run starts")
+
+
 COMMANDS = {
+    "preflight": Command("before any job: every download reachable and of its known size, the disk, the scorers' Java",
+                         preflight_arguments, cmd_preflight),
     "download": Command("download a dataset archive, verified by md5", download_arguments, cmd_download),
     "prepare": Command("turn a dataset into the prepared .pt format", prepare_arguments, cmd_prepare),
     "fetch-translation": Command("download a translation dataset's files (checksummed)", fetch_translation_arguments, cmd_fetch_translation),

@@ -5,8 +5,8 @@ answers root/iwslt15_en_vi/train.en, with its Content-Length), so the rehearsal'
 (resrepro.data.fake_sources) go through the real download code: a config's mirror URL is
 `server.url + "<folder>/"`, and every file is fetched by its own name under it.
 
-Ranges: a GET with `Range: bytes=N-` is answered 206 with the file from byte N (Content-Range
-`bytes N-last/size`), as statmt.org's and COCO's servers do; `ranges=False` makes a server that
+Ranges: a GET with `Range: bytes=N-` (or `bytes=N-M`) is answered 206 with the file from byte N
+(to M; Content-Range `bytes N-M/size`), as statmt.org's and COCO's servers do; `ranges=False` makes a server that
 ignores it and answers 200 with the whole file.
 
 Cutting short: for each relative path in `cut_short`, the first response announces its whole
@@ -15,6 +15,8 @@ connection, as a host that drops a download does; later requests for it are answ
 mapping {path: responses} cuts that many first responses instead (None: every one, each at the
 same byte: a resumed request from there gets nothing more). resrepro.data.download then sees an
 IncompleteDownload and resumes the file (or downloads it again where ranges are ignored).
+
+`delay_s` holds every answer back that long: a slow server, for the preflight's timeout.
 
 `server.requests` records each request as Request(path, sent, status, start), sent being the body
 bytes written and start the byte its range asked to start at. It is complete once the `with serving(...)` block has ended (the server waits
@@ -25,6 +27,7 @@ being recorded.
 from __future__ import annotations
 
 import threading
+import time
 import urllib.parse
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -47,9 +50,9 @@ class MirrorServer(ThreadingHTTPServer):
     daemon_threads = False  # server_close() waits for the handlers: `requests` is whole afterwards
 
     def __init__(self, root: str | Path, cut_short: Iterable[str] | Mapping[str, int | None] = (), port: int = 0,
-                 ranges: bool = True, cut_at: float = 0.5):
+                 ranges: bool = True, cut_at: float = 0.5, delay_s: float = 0.0):
         self.root = Path(root).resolve()
-        self.ranges, self.cut_at = ranges, cut_at
+        self.ranges, self.cut_at, self.delay_s = ranges, cut_at, delay_s
         if not self.root.is_dir():
             raise FileNotFoundError(f"{root}: no such folder to serve")
         if isinstance(cut_short, Mapping):
@@ -107,6 +110,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _respond(self, body: bool) -> None:
         self.close_connection = True
+        if self.server.delay_s:
+            time.sleep(self.server.delay_s)
         path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path).lstrip("/")
         file = self.server.file_for(path)
         if file is None:
@@ -114,24 +119,24 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.record(Request(path, 0, 404))
             return
         size = file.stat().st_size
-        start = self._range_start() if self.server.ranges else 0
-        if start is not None and start >= size > 0:
-            self.send_error(416, f"range from byte {start} of {size}")
-            self.server.record(Request(path, 0, 416, start))
+        asked = self._range() if self.server.ranges else None
+        if asked is not None and asked[0] >= size > 0:
+            self.send_error(416, f"range from byte {asked[0]} of {size}")
+            self.server.record(Request(path, 0, 416, asked[0]))
             return
-        status = 206 if start else 200
-        start = start or 0
+        status = 206 if asked is not None else 200
+        start, stop = (asked[0], min(size, asked[1])) if asked is not None else (0, size)
         self.send_response(status)
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Accept-Ranges", "bytes" if self.server.ranges else "none")
-        self.send_header("Content-Length", str(size - start))
+        self.send_header("Content-Length", str(stop - start))
         if status == 206:
-            self.send_header("Content-Range", f"bytes {start}-{size - 1}/{size}")
+            self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{size}")
         self.end_headers()
         if not body:
             self.server.record(Request(path, 0, status, start))
             return
-        end = max(start, int(size * self.server.cut_at)) if self.server.take_cut(path) else size
+        end = max(start, int(size * self.server.cut_at)) if self.server.take_cut(path) else stop
         sent = 0
         try:
             with open(file, "rb") as f:
@@ -144,12 +149,13 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             self.server.record(Request(path, sent, status, start))
 
-    def _range_start(self) -> int | None:
-        """The N of a `Range: bytes=N-` header (the only form resrepro.data.download sends)."""
-        header = self.headers.get("Range", "")
-        if header.startswith("bytes=") and header.endswith("-") and header[6:-1].isdigit():
-            return int(header[6:-1])
-        return None
+    def _range(self) -> tuple[int, int] | None:
+        """(first byte, last byte + 1) of a `Range: bytes=N-` or `bytes=N-M` header, the forms the
+        downloads and the preflight send; None without one."""
+        first, _, last = self.headers.get("Range", "").removeprefix("bytes=").partition("-")
+        if not self.headers.get("Range", "").startswith("bytes=") or not first.isdigit() or not (last.isdigit() or last == ""):
+            return None
+        return int(first), int(last) + 1 if last else 1 << 62
 
     def log_message(self, format: str, *args) -> None:
         pass
@@ -157,9 +163,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 @contextmanager
 def serving(root: str | Path, cut_short: Iterable[str] | Mapping[str, int | None] = (), port: int = 0,
-            ranges: bool = True, cut_at: float = 0.5) -> Iterator[MirrorServer]:
+            ranges: bool = True, cut_at: float = 0.5, delay_s: float = 0.0) -> Iterator[MirrorServer]:
     """Serve the files under `root` while the block runs; yield the server (.url, .requests)."""
-    server = MirrorServer(root, cut_short, port, ranges, cut_at)
+    server = MirrorServer(root, cut_short, port, ranges, cut_at, delay_s)
     thread = threading.Thread(target=server.serve_forever, name="mirror-server", daemon=True)
     thread.start()
     try:
