@@ -1,4 +1,4 @@
-"""The preflight (data/preflight.py) against the project's local mirror server: a file that is
+"""The preflight (preflight.py) against the project's local mirror server: a file that is
 there, a 404, a wrong size, an HTML page, a slow server, a server that ignores ranges, too little
 disk, and the scorers' Java."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from resrepro.data import preflight
+from resrepro import preflight
 from resrepro.data.mirror_server import serving
 from resrepro.data.translation import IWSLT15_LINES
 

@@ -383,7 +383,7 @@ def preflight_arguments(s) -> None:
 
 def cmd_preflight(a) -> None:
     from .analysis.cost import load_scale
-    from .data.preflight import preflight, table
+    from .preflight import preflight, table
 
     config, plan = load_scale(a.configfile)
     checks = preflight(config, plan, timeout=a.timeout)

@@ -21,7 +21,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from .download import BROWSER_USER_AGENT, url_of
+from .data.download import BROWSER_USER_AGENT, url_of
 
 SNIFF = 512  # bytes of a body read to tell an HTML page from the file
 TIMEOUT_S = 20.0
@@ -41,8 +41,8 @@ class Check:
 
 def files_needed(config: dict, plan) -> list[tuple[str, list[str], int | None]]:
     """(key, its sources in order, its known size) for each file the plan's datasets download."""
-    from . import backbones, cifar, coco
-    from .translation import SOURCES, file_location, read_lock, source_url
+    from .data import backbones, cifar, coco
+    from .data.translation import SOURCES, file_location, read_lock, source_url
 
     lock = read_lock(Path(config.get("downloads_dir", "resources")) / "checksums.lock.json")
     urls, extra = config.get("download_urls", {}), config.get("download_mirrors", {})
@@ -130,7 +130,7 @@ def preflight(config: dict, plan, timeout: float = TIMEOUT_S) -> list[Check]:
 
 def disk_check(config: dict, plan, download_bytes: int) -> Check:
     """The free bytes under downloads_dir against the downloads plus the scale's peak disk."""
-    from ..analysis.disk import copies_of, scale_disk
+    from .analysis.disk import copies_of, scale_disk
 
     where = Path(config.get("downloads_dir", "resources")).absolute()
     while not where.exists():
@@ -144,7 +144,7 @@ def disk_check(config: dict, plan, download_bytes: int) -> Check:
 def scorer_check(config: dict) -> Check:
     import importlib.util
 
-    from ..evaluate import java as java_runtime
+    from .evaluate import java as java_runtime
 
     choice = config.get("java", "bundled")
     problems = [p for p in (java_runtime.problem(choice), None if importlib.util.find_spec("pycocoevalcap") else "pycocoevalcap is not installed") if p]
