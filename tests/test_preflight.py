@@ -2,8 +2,10 @@
 there, a 404, a wrong size, an HTML page, a slow server, a server that ignores ranges, too little
 disk, and the scorers' Java."""
 
+import http.client
 import json
 import shutil
+import urllib.request
 from collections import namedtuple
 from pathlib import Path
 
@@ -111,3 +113,13 @@ def test_the_command_exits_non_zero_on_a_failure(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "wmt14_en_de/training-parallel-commoncrawl.tgz" in printed and "mscoco/caption_datasets.zip" in printed
     assert printed.splitlines()[-2].startswith("disk ") and printed.splitlines()[-1].startswith("captioning scorers ")
+
+
+def test_a_probe_of_a_file_the_mirror_cuts_short_neither_overruns_its_range_nor_spends_the_cut(site):
+    """The rehearsal's server cuts IWSLT's train.en once: the preflight's first-bytes probe before
+    the download must get exactly its range, and the download after it must still be the one cut."""
+    with serving(site, cut_short=["train.tgz"]) as server:
+        assert preflight.probe(server.url + "train.tgz", 10_240) == (10_240, "ok")
+        with urllib.request.urlopen(server.url + "train.tgz") as response, pytest.raises(http.client.IncompleteRead):
+            response.read()
+    assert [(r.start, r.sent) for r in server.requests] == [(0, preflight.SNIFF), (0, 5_120)]

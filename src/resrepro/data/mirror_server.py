@@ -9,9 +9,9 @@ Ranges: a GET with `Range: bytes=N-` (or `bytes=N-M`) is answered 206 with the f
 (to M; Content-Range `bytes N-M/size`), as statmt.org's and COCO's servers do; `ranges=False` makes a server that
 ignores it and answers 200 with the whole file.
 
-Cutting short: for each relative path in `cut_short`, the first response announces its whole
-Content-Length but stops at byte `cut_at` x the file's size (half by default) and closes the
-connection, as a host that drops a download does; later requests for it are answered in full. A
+Cutting short: for each relative path in `cut_short`, the first response that reaches byte
+`cut_at` x the file's size (half by default) announces its whole Content-Length but stops there and
+closes the connection, as a host that drops a download does; later requests for it are answered in full. A
 mapping {path: responses} cuts that many first responses instead (None: every one, each at the
 same byte: a resumed request from there gets nothing more). resrepro.data.download then sees an
 IncompleteDownload and resumes the file (or downloads it again where ranges are ignored).
@@ -136,7 +136,10 @@ class _Handler(BaseHTTPRequestHandler):
         if not body:
             self.server.record(Request(path, 0, status, start))
             return
-        end = max(start, int(size * self.server.cut_at)) if self.server.take_cut(path) else stop
+        # A cut falls inside this response or not at all: a probe of the first bytes neither
+        # overruns its range nor spends the cut meant for the download after it.
+        cut = max(start, int(size * self.server.cut_at))
+        end = cut if cut < stop and self.server.take_cut(path) else stop
         sent = 0
         try:
             with open(file, "rb") as f:
